@@ -1,0 +1,165 @@
+// Package backend is the one storage interface that every protocol (a local
+// folder, S3, GCS, HTTP) implements, and the wrappers that add behaviour to
+// any of them. The sync engine sees only these interfaces: a store is an
+// upstream when it is read and a mirror when it is written, never two
+// clients for one protocol.
+//
+// Names are slash-separated paths relative to the store's root, without a
+// leading slash ("versions/019a…/version.json"). A backend never resolves a
+// name outside its root: names holding "..", "." or empty segments, a
+// leading "/" or a backslash are rejected with ErrInvalidName.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+)
+
+var (
+	// ErrNotExist is wrapped by every error about an object that is absent.
+	ErrNotExist = errors.New("object does not exist")
+	// ErrExist is returned by Create when the object is already there.
+	ErrExist = errors.New("object already exists")
+	// ErrNotSupported is returned by List on a store that cannot list
+	// (HTTP), and by the write methods of a read-only store.
+	ErrNotSupported = errors.New("operation not supported by this store")
+	// ErrInvalidName is returned for a name that could leave the root.
+	ErrInvalidName = errors.New("invalid object name")
+)
+
+// IsNotExist reports whether err says an object is absent.
+func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
+
+// FileInfo describes one object.
+type FileInfo struct {
+	Name string // relative to the store's root
+	Size int64
+}
+
+// Properties say what a store can do, so the engine can choose the cheap way.
+type Properties struct {
+	// CanList: List works. False for HTTP, where names come from refs.json
+	// and the catalogs instead.
+	CanList bool
+	// CanWrite: Put, Create and Remove work.
+	CanWrite bool
+	// AtomicCreate: Create is atomic against concurrent writers (a
+	// conditional write such as If-None-Match: * or link(2)). Stores
+	// without it emulate Create with Stat then Put.
+	AtomicCreate bool
+}
+
+// Reader is the read half of a store. Every method is safe for concurrent use.
+type Reader interface {
+	// Open returns the object's content, streamed. The error wraps
+	// ErrNotExist when the object is absent.
+	Open(ctx context.Context, name string) (io.ReadCloser, error)
+	// Stat returns the object's size. The error wraps ErrNotExist when absent.
+	Stat(ctx context.Context, name string) (FileInfo, error)
+	// List calls fn for every object whose name starts with prefix (a
+	// folder prefix ends in "/"), recursively, in no particular order.
+	// Files the backend itself keeps (temporary files, its lock) are not
+	// listed. A store that cannot list returns ErrNotSupported. A missing
+	// prefix lists nothing and is not an error. An error from fn stops the
+	// listing and is returned.
+	List(ctx context.Context, prefix string, fn func(FileInfo) error) error
+	// Properties says what this store can do.
+	Properties() Properties
+	// Location is the store's address for messages: never a credential.
+	Location() string
+}
+
+// Backend is a store that can also be written: a mirror.
+type Backend interface {
+	Reader
+	// Put writes the object atomically, replacing any previous one: a
+	// reader sees the old object, or all size bytes of the new one, never
+	// a part. When r yields an error or a count other than size, nothing
+	// is published and the error is returned. On a local disk the data is
+	// fsynced before Put returns.
+	Put(ctx context.Context, name string, r io.Reader, size int64) error
+	// Create is Put only if the object does not exist yet; otherwise it
+	// writes nothing and returns an error wrapping ErrExist.
+	Create(ctx context.Context, name string, r io.Reader, size int64) error
+	// Remove deletes the object; removing an absent object is not an error.
+	Remove(ctx context.Context, name string) error
+}
+
+// Copier is implemented by backends that can copy an object from another
+// store without the bytes passing through this process (S3 CopyObject
+// within one endpoint, GCS rewrite). CopyFrom returns ok=false, and does
+// nothing, when it cannot copy from src; the caller then streams.
+type Copier interface {
+	CopyFrom(ctx context.Context, src Reader, srcName, dstName string, size int64) (ok bool, err error)
+}
+
+// Unwrapper is implemented by wrappers, so that optional interfaces such as
+// Copier can be found on the backend underneath.
+type Unwrapper interface {
+	Unwrap() Reader
+}
+
+// Innermost returns the backend under every wrapper.
+func Innermost(r Reader) Reader {
+	for {
+		u, ok := r.(Unwrapper)
+		if !ok {
+			return r
+		}
+		r = u.Unwrap()
+	}
+}
+
+// CheckName rejects a name that is empty, absolute, or could climb out of
+// the root. Backends call it before touching anything.
+func CheckName(name string) error {
+	if name == "" || strings.HasPrefix(name, "/") || strings.ContainsAny(name, "\\\x00") {
+		return fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	for _, seg := range strings.Split(name, "/") {
+		if seg == "" || seg == "." || seg == ".." {
+			return fmt.Errorf("%w: %q", ErrInvalidName, name)
+		}
+	}
+	if path.Clean(name) != name {
+		return fmt.Errorf("%w: %q", ErrInvalidName, name)
+	}
+	return nil
+}
+
+// CheckPrefix is CheckName for List prefixes: empty (everything) or a name,
+// optionally ending in "/".
+func CheckPrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return CheckName(strings.TrimSuffix(prefix, "/"))
+}
+
+// ReadAll reads a whole small object (refs, records, settings). Objects
+// larger than limit are refused, so a hostile upstream cannot make us hold
+// a huge "ref" in memory.
+func ReadAll(ctx context.Context, r Reader, name string, limit int64) ([]byte, error) {
+	rc, err := r.Open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading %s: %w", r.Location(), name, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%s: %s is larger than %d bytes", r.Location(), name, limit)
+	}
+	return b, nil
+}
+
+// ReservedPrefix is where backends and the engine keep their own files in a
+// mirror (temporary files, the lock). Readers of the repository ignore it:
+// the spec lets other files sit at the root.
+const ReservedPrefix = ".fdl-mirror/"

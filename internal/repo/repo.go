@@ -1,0 +1,396 @@
+// Package repo is the FDL repository model: the layout's paths, fdl.json,
+// refs, refs.json, HEAD and version records, with the rules that make a
+// name or a value acceptable. It does no I/O of its own beyond reading a
+// backend.Reader; everything here is a pure function of bytes, so that the
+// sync engine and the verifier judge a repository by the same rules.
+package repo
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Well-known names, relative to a repository's root.
+const (
+	SettingsFile = "fdl.json"
+	HeadFile     = "HEAD"
+	RefsFile     = "refs.json"
+	RefsDir      = "refs/"
+	VersionsDir  = "versions/"
+
+	RecordFile    = "version.json"
+	SignatureFile = "version.json.sig"
+	CatalogFile   = "ducklake.duckdb"
+
+	DefaultDataDir = "data/"
+
+	// SupportedMajor is the spec major version this reader understands.
+	SupportedMajor = 0
+)
+
+// KnownVersionFiles are the files of a version directory that a reader
+// that cannot list (HTTP) tries by name, besides catalogs/<format>.duckdb.
+var KnownVersionFiles = []string{RecordFile, SignatureFile, CatalogFile, "dataset.json", "files.json", "expired.json"}
+
+// Limits for objects that are read whole into memory.
+const (
+	MaxSmallFile  = 1 << 20  // fdl.json, refs, HEAD, version.json(.sig)
+	MaxRefsJSON   = 16 << 20 // refs.json
+	MaxRecordFile = 16 << 20
+)
+
+var (
+	versionIDRe  = regexp.MustCompile(`^[0-9a-z-]+$`)
+	refSegmentRe = regexp.MustCompile(`^[a-z0-9._-]+$`)
+)
+
+// VersionDir is the directory of a version, ending in "/".
+func VersionDir(id string) string { return VersionsDir + id + "/" }
+
+// VersionFile is the path of a file inside a version's directory.
+func VersionFile(id, file string) string { return VersionsDir + id + "/" + file }
+
+// CheckVersionID enforces the project rule: one path segment of [0-9a-z-].
+func CheckVersionID(id string) error {
+	if !versionIDRe.MatchString(id) {
+		return fmt.Errorf("version ID %q is not one path segment of [0-9a-z-]", id)
+	}
+	return nil
+}
+
+// RefKind is what a ref name says about how the ref may move.
+type RefKind int
+
+const (
+	Branch  RefKind = iota // refs/heads/…: moves
+	Tag                    // refs/tags/…: never moves once made
+	Request                // refs/requests/…: host's, moves
+)
+
+func (k RefKind) String() string {
+	return [...]string{"branch", "tag", "request"}[k]
+}
+
+// CheckRefName enforces the project rule for ref names and returns the kind.
+func CheckRefName(name string) (RefKind, error) {
+	var kind RefKind
+	var rest string
+	switch {
+	case strings.HasPrefix(name, "refs/heads/"):
+		kind, rest = Branch, strings.TrimPrefix(name, "refs/heads/")
+	case strings.HasPrefix(name, "refs/tags/"):
+		kind, rest = Tag, strings.TrimPrefix(name, "refs/tags/")
+	case strings.HasPrefix(name, "refs/requests/"):
+		kind, rest = Request, strings.TrimPrefix(name, "refs/requests/")
+	default:
+		return 0, fmt.Errorf("ref %q is not under refs/heads/, refs/tags/ or refs/requests/", name)
+	}
+	if rest == "" {
+		return 0, fmt.Errorf("ref %q has no name after its prefix", name)
+	}
+	for _, seg := range strings.Split(rest, "/") {
+		switch {
+		case seg == "":
+			return 0, fmt.Errorf("ref %q has an empty segment", name)
+		case seg == "." || seg == "..":
+			return 0, fmt.Errorf("ref %q has a %q segment", name, seg)
+		case !refSegmentRe.MatchString(seg):
+			return 0, fmt.Errorf("ref %q has a segment outside [a-z0-9._-]", name)
+		}
+	}
+	return kind, nil
+}
+
+// ParseRefFile reads a ref file's content: one version ID and an optional
+// trailing newline.
+func ParseRefFile(name string, content []byte) (string, error) {
+	id := string(content)
+	id = strings.TrimSuffix(id, "\n")
+	if err := CheckVersionID(id); err != nil {
+		return "", fmt.Errorf("ref %s: %w", name, err)
+	}
+	return id, nil
+}
+
+// RefFileContent is what a mirror writes into a ref file.
+func RefFileContent(id string) []byte { return []byte(id + "\n") }
+
+// Refs maps full ref names to version IDs.
+type Refs map[string]string
+
+// Names returns the ref names, sorted.
+func (r Refs) Names() []string {
+	names := make([]string, 0, len(r))
+	for n := range r {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// RefError is a ref that was refused, with the reason.
+type RefError struct {
+	Ref string
+	Err error
+}
+
+func (e *RefError) Error() string { return e.Err.Error() }
+func (e *RefError) Unwrap() error { return e.Err }
+
+// ParseRefsJSON reads refs.json: an object from ref name to version ID,
+// optionally nested under "refs". Malformed JSON is an error for the whole
+// file; a bad name or ID refuses that ref only, and the rest are returned.
+func ParseRefsJSON(content []byte) (Refs, []*RefError, error) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(content, &top); err != nil {
+		return nil, nil, fmt.Errorf("%s: malformed JSON: %w", RefsFile, err)
+	}
+	if nested, ok := top["refs"]; ok {
+		var inner map[string]json.RawMessage
+		if err := json.Unmarshal(nested, &inner); err == nil {
+			top = inner
+		}
+	}
+	refs := Refs{}
+	var bad []*RefError
+	for name, raw := range top {
+		var id string
+		if err := json.Unmarshal(raw, &id); err != nil {
+			bad = append(bad, &RefError{name, fmt.Errorf("%s: ref %q: value is not a string", RefsFile, name)})
+			continue
+		}
+		if _, err := CheckRefName(name); err != nil {
+			bad = append(bad, &RefError{name, fmt.Errorf("%s: %w", RefsFile, err)})
+			continue
+		}
+		if err := CheckVersionID(id); err != nil {
+			bad = append(bad, &RefError{name, fmt.Errorf("%s: ref %s: %w", RefsFile, name, err)})
+			continue
+		}
+		refs[name] = id
+	}
+	sort.Slice(bad, func(i, j int) bool { return bad[i].Ref < bad[j].Ref })
+	return refs, bad, nil
+}
+
+// RefsJSON renders refs as refs.json, keys sorted, ending in a newline.
+func RefsJSON(refs Refs) []byte {
+	var b bytes.Buffer
+	b.WriteString("{")
+	for i, n := range refs.Names() {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		k, _ := json.Marshal(n)
+		v, _ := json.Marshal(refs[n])
+		fmt.Fprintf(&b, "\n  %s: %s", k, v)
+	}
+	if len(refs) > 0 {
+		b.WriteString("\n")
+	}
+	b.WriteString("}\n")
+	return b.Bytes()
+}
+
+// ParseHead reads HEAD: "ref: refs/heads/<name>" and an optional newline.
+func ParseHead(content []byte) (string, error) {
+	s := strings.TrimSuffix(string(content), "\n")
+	ref, ok := strings.CutPrefix(s, "ref: ")
+	if !ok {
+		return "", fmt.Errorf("%s: does not start with \"ref: \"", HeadFile)
+	}
+	if _, err := CheckRefName(ref); err != nil {
+		return "", fmt.Errorf("%s: %w", HeadFile, err)
+	}
+	return ref, nil
+}
+
+// Settings is fdl.json as this project reads it. Raw keeps the bytes, which
+// a mirror copies unchanged.
+type Settings struct {
+	FDL            string
+	ID             string
+	DataDir        string
+	CatalogFormats []string
+	Signers        []string
+	Raw            []byte
+}
+
+// ParseSettings reads and checks fdl.json: a known major spec version and a
+// data_dir that is a clean relative path ending in "/".
+func ParseSettings(content []byte) (*Settings, error) {
+	var doc struct {
+		FDL            *json.RawMessage `json:"fdl"`
+		ID             string           `json:"id"`
+		DataDir        *string          `json:"data_dir"`
+		CatalogFormats json.RawMessage  `json:"catalog_formats"`
+		Signers        json.RawMessage  `json:"signers"`
+	}
+	if err := json.Unmarshal(content, &doc); err != nil {
+		return nil, fmt.Errorf("%s: malformed JSON: %w", SettingsFile, err)
+	}
+	if doc.FDL == nil {
+		return nil, fmt.Errorf("%s: missing required key \"fdl\"", SettingsFile)
+	}
+	var ver string
+	if err := json.Unmarshal(*doc.FDL, &ver); err != nil {
+		return nil, fmt.Errorf("%s: \"fdl\" is not a string", SettingsFile)
+	}
+	major, _, _ := strings.Cut(ver, ".")
+	m, err := strconv.Atoi(major)
+	if err != nil {
+		return nil, fmt.Errorf("%s: spec version %q is not of the form MAJOR.MINOR", SettingsFile, ver)
+	}
+	if m != SupportedMajor {
+		return nil, fmt.Errorf("%s: unknown major spec version %q (this mirror reads %d.x)", SettingsFile, ver, SupportedMajor)
+	}
+	s := &Settings{FDL: ver, ID: doc.ID, DataDir: DefaultDataDir, Raw: content}
+	if doc.DataDir != nil {
+		if err := CheckDataDir(*doc.DataDir); err != nil {
+			return nil, fmt.Errorf("%s: %w", SettingsFile, err)
+		}
+		s.DataDir = *doc.DataDir
+	}
+	s.CatalogFormats = parseCatalogFormats(doc.CatalogFormats)
+	s.Signers = parseSigners(doc.Signers)
+	return s, nil
+}
+
+// CheckDataDir: a clean relative path ending in "/", not reaching into the
+// places the layout reserves.
+func CheckDataDir(d string) error {
+	trimmed := strings.TrimSuffix(d, "/")
+	if !strings.HasSuffix(d, "/") || trimmed == "" || strings.HasPrefix(d, "/") ||
+		strings.Contains(d, "\\") || path.Clean(trimmed) != trimmed || trimmed == "." ||
+		trimmed == ".." || strings.HasPrefix(trimmed, "../") {
+		return fmt.Errorf("data_dir %q is not a clean relative path ending in \"/\" inside the root", d)
+	}
+	for _, seg := range strings.Split(trimmed, "/") {
+		if seg == ".." || seg == "." {
+			return fmt.Errorf("data_dir %q is not a clean relative path ending in \"/\" inside the root", d)
+		}
+	}
+	for _, reserved := range []string{RefsDir, VersionsDir, ".fdl-mirror/"} {
+		if strings.HasPrefix(d, reserved) {
+			return fmt.Errorf("data_dir %q lies inside %s, which the layout reserves", d, reserved)
+		}
+	}
+	return nil
+}
+
+// catalog_formats may be a list of names, a list of objects with "format"
+// (or "name"), or an object keyed by format; tolerate all of them.
+func parseCatalogFormats(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var out []string
+	var list []json.RawMessage
+	if json.Unmarshal(raw, &list) == nil {
+		for _, item := range list {
+			var s string
+			if json.Unmarshal(item, &s) == nil {
+				out = append(out, s)
+				continue
+			}
+			var obj struct{ Format, Name string }
+			if json.Unmarshal(item, &obj) == nil {
+				if obj.Format != "" {
+					out = append(out, obj.Format)
+				} else if obj.Name != "" {
+					out = append(out, obj.Name)
+				}
+			}
+		}
+	} else {
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) == nil {
+			for k := range obj {
+				out = append(out, k)
+			}
+		}
+	}
+	clean := out[:0]
+	for _, f := range out {
+		if backendSafeSegment(f) {
+			clean = append(clean, f)
+		}
+	}
+	sort.Strings(clean)
+	return clean
+}
+
+func backendSafeSegment(s string) bool {
+	return s != "" && s != "." && s != ".." && !strings.ContainsAny(s, "/\\\x00")
+}
+
+// signers may be one string of lines or a list of lines.
+func parseSigners(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return nonEmptyLines(one)
+	}
+	var list []string
+	if json.Unmarshal(raw, &list) == nil {
+		var out []string
+		for _, l := range list {
+			out = append(out, nonEmptyLines(l)...)
+		}
+		return out
+	}
+	return nil
+}
+
+func nonEmptyLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Record is version.json as this project reads it. Raw keeps the exact
+// bytes: a mirror copies them and a signature covers them.
+type Record struct {
+	ID      string
+	Parents []string
+	SHA256  string
+	Raw     []byte
+}
+
+var sha256Re = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// ParseRecord reads a version record and checks the fields this project
+// relies on: parents are version IDs, sha256 is lowercase hex.
+func ParseRecord(id string, content []byte) (*Record, error) {
+	var doc struct {
+		Parents []string `json:"parents"`
+		SHA256  *string  `json:"sha256"`
+	}
+	if err := json.Unmarshal(content, &doc); err != nil {
+		return nil, fmt.Errorf("version %s: %s: malformed JSON: %w", id, RecordFile, err)
+	}
+	for _, p := range doc.Parents {
+		if err := CheckVersionID(p); err != nil {
+			return nil, fmt.Errorf("version %s: %s: parent: %w", id, RecordFile, err)
+		}
+	}
+	if doc.SHA256 == nil {
+		return nil, fmt.Errorf("version %s: %s: no \"sha256\" of %s", id, RecordFile, CatalogFile)
+	}
+	if !sha256Re.MatchString(*doc.SHA256) {
+		return nil, fmt.Errorf("version %s: %s: \"sha256\" %q is not 64 lowercase hex digits", id, RecordFile, *doc.SHA256)
+	}
+	return &Record{ID: id, Parents: doc.Parents, SHA256: *doc.SHA256, Raw: content}, nil
+}

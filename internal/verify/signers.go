@@ -1,0 +1,5 @@
+package verify
+
+// AllowedSigners is a parsed OpenSSH allowed_signers file.
+// TODO(issue 4): parser and verifier.
+type AllowedSigners struct{}
