@@ -1,0 +1,56 @@
+// Package source opens an upstream repository by its address, read-only.
+// The protocols are the backends in internal/backend/...; this package only
+// turns an address into the right one.
+package source
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"go.uber.org/zap"
+)
+
+// Options carry what some protocols need besides the address.
+type Options struct {
+	// HTTPHeaders are sent with every HTTP(S) request ("Name: value").
+	HTTPHeaders []string
+	Logger      *zap.Logger
+}
+
+// Open returns a reader for the repository at addr: a local path, file://,
+// s3://, gs://, http:// or https://. The returned close function releases it.
+func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func() error, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	scheme, rest := Scheme(addr)
+	switch scheme {
+	case "file":
+		l, err := local.Open(rest)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Close, nil
+	}
+	return nil, nil, fmt.Errorf("source %s: unsupported address scheme %q", addr, scheme)
+}
+
+// Scheme splits an address into its scheme and the rest; a plain path and
+// file:// URLs are "file" with the path as the rest.
+func Scheme(addr string) (scheme, rest string) {
+	if strings.HasPrefix(addr, "file://") {
+		u, err := url.Parse(addr)
+		if err == nil {
+			return "file", u.Path
+		}
+		return "file", strings.TrimPrefix(addr, "file://")
+	}
+	if i := strings.Index(addr, "://"); i > 0 && !strings.ContainsAny(addr[:i], "/.") {
+		return strings.ToLower(addr[:i]), addr
+	}
+	return "file", addr
+}
