@@ -1,0 +1,331 @@
+// Package gcs is the backend for a Google Cloud Storage bucket, through
+// cloud.google.com/go/storage and its JSON API.
+//
+// The address is gs://BUCKET/PREFIX/. Credentials are Application Default
+// Credentials; when STORAGE_EMULATOR_HOST is set the client itself talks to
+// that emulator without credentials, and this package does nothing special
+// about it.
+//
+// Uploads are never visible half-written: GCS publishes an object only when
+// its upload is finalized, and Put cancels the upload (it never finalizes)
+// when the data it was given is short, long or failing.
+package gcs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"cloud.google.com/go/storage"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	gax "github.com/googleapis/gax-go/v2"
+	"go.uber.org/zap"
+	"google.golang.org/api/googleapi"
+	"google.golang.org/api/iterator"
+)
+
+// DefaultChunkSize is the part size of resumable uploads: the writer holds
+// at most one part in memory, and an object larger than one part is sent in
+// several requests, each retried on its own. Smaller objects go in one
+// request.
+const DefaultChunkSize = 16 << 20
+
+// MaxAttempts bounds every retried call (the first try included).
+const MaxAttempts = 8
+
+// listPageSize is the number of objects asked for per List request (the
+// API's maximum).
+const listPageSize = 1000
+
+// Options carry what the address does not.
+type Options struct {
+	// Logger receives one warning per retried request. Nil logs nothing.
+	Logger *zap.Logger
+	// ChunkSize overrides DefaultChunkSize (a multiple of 256 KiB).
+	ChunkSize int
+}
+
+// Store is a bucket and prefix used as a store.
+type Store struct {
+	client    *storage.Client
+	bucket    *storage.BucketHandle
+	name      string // bucket
+	prefix    string // "" or ends in "/"
+	chunkSize int
+	log       *zap.Logger
+	pages     atomic.Int64
+}
+
+// Open returns the store at u (gs://BUCKET/PREFIX/). It does not touch the
+// network: a missing bucket shows up at the first request.
+func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
+	if u.Scheme != "gs" || u.Host == "" {
+		return nil, fmt.Errorf("%s: not a gs://BUCKET/PREFIX/ address", u.Redacted())
+	}
+	if u.RawQuery != "" {
+		return nil, fmt.Errorf("%s: gs:// addresses take no query parameters", u.Redacted())
+	}
+	prefix := strings.Trim(u.Path, "/")
+	if prefix != "" {
+		if err := backend.CheckName(prefix); err != nil {
+			return nil, fmt.Errorf("gs://%s/%s: prefix: %w", u.Host, prefix, err)
+		}
+		prefix += "/"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	client, err := storage.NewClient(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("gs://%s/%s: creating client: %w", u.Host, prefix, err)
+	}
+	s := &Store{
+		client:    client,
+		name:      u.Host,
+		prefix:    prefix,
+		chunkSize: opts.ChunkSize,
+		log:       log.With(zap.String("store", "gs://"+u.Host+"/"+prefix)),
+	}
+	if s.chunkSize <= 0 {
+		s.chunkSize = DefaultChunkSize
+	}
+	// The default policy (RetryIdempotent) retries reads, and writes that
+	// carry a precondition such as Create's does-not-exist. Put, Remove and
+	// CopyFrom opt in to RetryAlways themselves: repeating them is harmless
+	// here because they write the same bytes or delete the same name.
+	client.SetRetry(
+		storage.WithPolicy(storage.RetryIdempotent),
+		storage.WithBackoff(gax.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2}),
+		storage.WithMaxAttempts(MaxAttempts),
+		storage.WithMaxRetryDuration(2*time.Minute),
+		storage.WithErrorFuncWithContext(s.shouldRetry),
+	)
+	s.bucket = client.Bucket(u.Host)
+	return s, nil
+}
+
+// shouldRetry is the client's default decision, plus a log line for every
+// retry it decides on. The client calls it only for calls its policy lets
+// it retry.
+func (s *Store) shouldRetry(err error, rc *storage.RetryContext) bool {
+	if !storage.ShouldRetry(err) {
+		return false
+	}
+	fields := []zap.Field{zap.Error(err)}
+	if rc != nil {
+		fields = append(fields, zap.String("op", rc.Operation), zap.String("object", rc.Object), zap.Int("attempt", rc.Attempt))
+	}
+	s.log.Warn("gcs: retrying request", fields...)
+	return true
+}
+
+// Close releases the client.
+func (s *Store) Close() error { return s.client.Close() }
+
+// Location is gs://BUCKET/PREFIX/.
+func (s *Store) Location() string { return "gs://" + s.name + "/" + s.prefix }
+
+// Properties: a bucket lists, and Create is a conditional write.
+func (s *Store) Properties() backend.Properties {
+	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true}
+}
+
+// Pages is the number of List requests (pages of up to 1000 objects) sent
+// since the store was opened.
+func (s *Store) Pages() int64 { return s.pages.Load() }
+
+func (s *Store) key(name string) string { return s.prefix + name }
+
+// errorf names gs://bucket/key and maps "absent" to backend.ErrNotExist.
+func (s *Store) errorf(op, name string, err error) error {
+	where := "gs://" + s.name + "/" + s.key(name)
+	var gerr *googleapi.Error
+	switch {
+	case errors.Is(err, storage.ErrObjectNotExist):
+		return fmt.Errorf("%s: %s: %w", where, op, backend.ErrNotExist)
+	case errors.As(err, &gerr) && gerr.Code == http.StatusNotFound:
+		// A missing bucket: every object in it is absent too.
+		return fmt.Errorf("%s: %s: %w: %w", where, op, backend.ErrNotExist, err)
+	}
+	return fmt.Errorf("%s: %s: %w", where, op, err)
+}
+
+func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := backend.CheckName(name); err != nil {
+		return nil, err
+	}
+	r, err := s.bucket.Object(s.key(name)).NewReader(ctx)
+	if err != nil {
+		return nil, s.errorf("open", name, err)
+	}
+	return &reader{r: r, s: s, name: name}, nil
+}
+
+// reader names the object in errors met while streaming.
+type reader struct {
+	r    *storage.Reader
+	s    *Store
+	name string
+}
+
+func (r *reader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = r.s.errorf("read", r.name, err)
+	}
+	return n, err
+}
+
+func (r *reader) Close() error { return r.r.Close() }
+
+func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
+	if err := backend.CheckName(name); err != nil {
+		return backend.FileInfo{}, err
+	}
+	a, err := s.bucket.Object(s.key(name)).Attrs(ctx)
+	if err != nil {
+		return backend.FileInfo{}, s.errorf("stat", name, err)
+	}
+	return backend.FileInfo{Name: name, Size: a.Size}, nil
+}
+
+// List pages through the objects under prefix, 1000 per request.
+func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	if err := backend.CheckPrefix(prefix); err != nil {
+		return err
+	}
+	q := &storage.Query{Prefix: s.key(prefix)}
+	if err := q.SetAttrSelection([]string{"Name", "Size"}); err != nil {
+		return err
+	}
+	pager := iterator.NewPager(s.bucket.Objects(ctx, q), listPageSize, "")
+	for {
+		var page []*storage.ObjectAttrs
+		next, err := pager.NextPage(&page)
+		s.pages.Add(1)
+		if err != nil {
+			return s.errorf("list", prefix, err)
+		}
+		for _, a := range page {
+			name := strings.TrimPrefix(a.Name, s.prefix)
+			// Folder placeholders ("a/") made by other tools, and names
+			// this store could not open, are not objects of the store.
+			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
+				continue
+			}
+			if err := fn(backend.FileInfo{Name: name, Size: a.Size}); err != nil {
+				return err
+			}
+		}
+		if next == "" {
+			return nil
+		}
+	}
+}
+
+func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := backend.CheckName(name); err != nil {
+		return err
+	}
+	// Rewriting the same name with the same bytes is harmless, so the
+	// unconditional upload may be retried too.
+	o := s.bucket.Object(s.key(name)).Retryer(storage.WithPolicy(storage.RetryAlways))
+	return s.upload(ctx, o, "put", name, r, size)
+}
+
+func (s *Store) Create(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := backend.CheckName(name); err != nil {
+		return err
+	}
+	o := s.bucket.Object(s.key(name)).If(storage.Conditions{DoesNotExist: true})
+	err := s.upload(ctx, o, "create", name, r, size)
+	var gerr *googleapi.Error
+	if errors.As(err, &gerr) && gerr.Code == http.StatusPreconditionFailed {
+		// A retried attempt whose first try did land also ends here; the
+		// object is then ours, but callers re-read what they create.
+		return fmt.Errorf("gs://%s/%s: create: %w", s.name, s.key(name), backend.ErrExist)
+	}
+	return err
+}
+
+// upload streams exactly size bytes of r into o. Anything else cancels the
+// upload before it is finalized, so no object is published.
+func (s *Store) upload(ctx context.Context, o *storage.ObjectHandle, op, name string, r io.Reader, size int64) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := o.NewWriter(wctx)
+	w.ChunkSize = s.chunkSize
+	// An explicit type keeps the client from sniffing the first bytes.
+	w.ContentType = "application/octet-stream"
+	n, err := io.Copy(w, io.LimitReader(r, size+1))
+	if err == nil && n != size {
+		err = fmt.Errorf("got %d bytes, expected %d", n, size)
+	}
+	if err != nil {
+		cancel()
+		w.Close()
+		return fmt.Errorf("gs://%s/%s: %s: %w", s.name, s.key(name), op, err)
+	}
+	if err := w.Close(); err != nil {
+		return fmt.Errorf("gs://%s/%s: %s: %w", s.name, s.key(name), op, err)
+	}
+	if a := w.Attrs(); a != nil && a.Size != size {
+		return fmt.Errorf("gs://%s/%s: %s: stored %d bytes, sent %d", s.name, s.key(name), op, a.Size, size)
+	}
+	return nil
+}
+
+func (s *Store) Remove(ctx context.Context, name string) error {
+	if err := backend.CheckName(name); err != nil {
+		return err
+	}
+	// Deleting a name twice is harmless: retry it like a read.
+	err := s.bucket.Object(s.key(name)).Retryer(storage.WithPolicy(storage.RetryAlways)).Delete(ctx)
+	if err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
+		return s.errorf("remove", name, err)
+	}
+	return nil
+}
+
+// CopyFrom copies within GCS (any bucket the credentials reach) by a
+// server-side rewrite. The source generation is pinned after checking its
+// size, so a concurrent overwrite of the source cannot slip in other bytes.
+func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
+	from, ok := backend.Innermost(src).(*Store)
+	if !ok {
+		return false, nil
+	}
+	if err := backend.CheckName(srcName); err != nil {
+		return false, err
+	}
+	if err := backend.CheckName(dstName); err != nil {
+		return false, err
+	}
+	srcObj := from.bucket.Object(from.key(srcName))
+	a, err := srcObj.Attrs(ctx)
+	if err != nil {
+		return false, from.errorf("copy", srcName, err)
+	}
+	if a.Size != size {
+		return false, fmt.Errorf("gs://%s/%s: copy: source has %d bytes, expected %d", from.name, from.key(srcName), a.Size, size)
+	}
+	dst := s.bucket.Object(s.key(dstName)).Retryer(storage.WithPolicy(storage.RetryAlways))
+	c := dst.CopierFrom(srcObj.Generation(a.Generation))
+	c.ContentType = "application/octet-stream"
+	if _, err := c.Run(ctx); err != nil {
+		return false, fmt.Errorf("gs://%s/%s: copy from gs://%s/%s: %w", s.name, s.key(dstName), from.name, from.key(srcName), err)
+	}
+	return true, nil
+}
+
+var (
+	_ backend.Backend = (*Store)(nil)
+	_ backend.Copier  = (*Store)(nil)
+)
