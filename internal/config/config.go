@@ -1,0 +1,527 @@
+// Package config reads the YAML file that lists the mirrors a daemon runs
+// and that `sync --config` and `status --config` act on.
+//
+// The file is decoded through yaml.Node rather than straight into structs so
+// that every problem (an unknown key, a value of the wrong type, an unset
+// ${VAR}, a bad schedule) is reported with its line, and all of them at once:
+// an operator fixing a config should not have to restart the daemon once per
+// mistake.
+package config
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	"github.com/robfig/cron/v3"
+	"gopkg.in/yaml.v3"
+)
+
+// Config is a whole config file.
+type Config struct {
+	// Path is the file it was read from ("" when parsed from memory).
+	Path string
+	// Listen is the host:port of /metrics, /healthz and /readyz; "" serves none.
+	Listen  string
+	Mirrors []Mirror
+}
+
+// Mirror is one upstream repository and where to mirror it.
+type Mirror struct {
+	Name   string
+	Source string
+	Sink   string
+	// Schedule is a robfig/cron/v3 spec: five fields or a descriptor such as
+	// "@every 10m" or "@hourly". "" means the daemon does not run this mirror;
+	// `sync --config` still can.
+	Schedule string
+	// TrustedSigners is an allowed_signers file, made absolute against the
+	// config file's folder; "" checks no signatures.
+	TrustedSigners    string
+	RequireSignatures bool
+	// SignatureNamespace is the SSHSIG namespace; "" means "fdl".
+	SignatureNamespace string
+	// Concurrency is the number of parallel copies; 0 means the engine default.
+	Concurrency int
+	// HTTPHeaders are sent with every request to an HTTP(S) source ("Name: value").
+	HTTPHeaders []string
+	// LockWait is how long a run waits for another run's lock on the sink.
+	LockWait time.Duration
+	// Line is where the mirror's entry starts in the file.
+	Line int
+}
+
+// Mirror returns the mirror called name.
+func (c *Config) Mirror(name string) (Mirror, bool) {
+	for _, m := range c.Mirrors {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Mirror{}, false
+}
+
+// Names lists the mirrors' names in file order.
+func (c *Config) Names() []string {
+	names := make([]string, len(c.Mirrors))
+	for i, m := range c.Mirrors {
+		names[i] = m.Name
+	}
+	return names
+}
+
+// Problem is one thing wrong in a config file, at a line.
+type Problem struct {
+	File string
+	Line int
+	Msg  string
+}
+
+func (p Problem) String() string {
+	file := p.File
+	if file == "" {
+		file = "config"
+	}
+	if p.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", file, p.Line, p.Msg)
+	}
+	return fmt.Sprintf("%s: %s", file, p.Msg)
+}
+
+// Problems is every problem found in a config file; it is the error Load and
+// Parse return when the file does not validate.
+type Problems []Problem
+
+func (ps Problems) Error() string {
+	lines := make([]string, len(ps))
+	for i, p := range ps {
+		lines[i] = p.String()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Load reads and validates the config file at path, expanding ${VAR} from the
+// process environment.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return Parse(data, path, os.LookupEnv)
+}
+
+// Parse validates a config held in memory. file names it in problems and
+// anchors relative trusted_signers paths; lookupEnv resolves ${VAR}.
+func Parse(data []byte, file string, lookupEnv func(string) (string, bool)) (*Config, error) {
+	p := &parser{file: file, lookupEnv: lookupEnv}
+	cfg := &Config{Path: file}
+	p.parse(data, cfg)
+	if len(p.problems) > 0 {
+		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
+		return nil, p.problems
+	}
+	return cfg, nil
+}
+
+type parser struct {
+	file      string
+	lookupEnv func(string) (string, bool)
+	problems  Problems
+}
+
+func (p *parser) addf(line int, format string, args ...any) {
+	p.problems = append(p.problems, Problem{File: p.file, Line: line, Msg: fmt.Sprintf(format, args...)})
+}
+
+var (
+	namePattern = regexp.MustCompile(`^[a-z0-9-]+$`)
+	// A reference is ${NAME}; $${ is an escaped, literal "${".
+	envPattern = regexp.MustCompile(`\$\$\{|\$\{([^}]*)\}`)
+	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+func (p *parser) parse(data []byte, cfg *Config) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		// yaml.v3 puts "yaml: line N: ..." in its message; lift the line out.
+		msg := strings.TrimPrefix(err.Error(), "yaml: ")
+		line := 0
+		if rest, ok := strings.CutPrefix(msg, "line "); ok {
+			if i := strings.Index(rest, ":"); i > 0 {
+				if n, err := strconv.Atoi(rest[:i]); err == nil {
+					line, msg = n, strings.TrimSpace(rest[i+1:])
+				}
+			}
+		}
+		p.addf(line, "not valid YAML: %s", msg)
+		return
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		p.addf(0, "empty; it needs at least a mirrors: list")
+		return
+	}
+	root := doc.Content[0]
+	if root.Kind != yaml.MappingNode {
+		p.addf(root.Line, "the top level must be a mapping with a mirrors: list, not %s", kindName(root))
+		return
+	}
+	sawMirrors := false
+	p.fields(root, "", func(key string, k, v *yaml.Node) bool {
+		switch key {
+		case "listen":
+			cfg.Listen = p.str(v, key)
+			p.checkListen(v, cfg.Listen)
+		case "mirrors":
+			sawMirrors = true
+			p.mirrors(v, cfg)
+		default:
+			return false
+		}
+		return true
+	})
+	if !sawMirrors {
+		p.addf(root.Line, "no mirrors: list")
+	}
+}
+
+// fields walks a mapping, reporting duplicate keys, and unknown ones (those
+// set rejects); where names the mapping in messages ("" for the top level).
+func (p *parser) fields(m *yaml.Node, where string, set func(key string, k, v *yaml.Node) bool) {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		key := k.Value
+		if k.Kind != yaml.ScalarNode {
+			p.addf(k.Line, "%skeys must be plain names", prefix(where))
+			continue
+		}
+		if first, dup := seen[key]; dup {
+			p.addf(k.Line, "%s%s: given twice (first on line %d)", prefix(where), key, first)
+			continue
+		}
+		seen[key] = k.Line
+		if !set(key, k, v) {
+			p.addf(k.Line, "%sunknown key %q", prefix(where), key)
+		}
+	}
+}
+
+func prefix(where string) string {
+	if where == "" {
+		return ""
+	}
+	return where + ": "
+}
+
+func (p *parser) mirrors(v *yaml.Node, cfg *Config) {
+	if v.Kind != yaml.SequenceNode {
+		if isNull(v) {
+			p.addf(v.Line, "mirrors: empty; list at least one mirror")
+			return
+		}
+		p.addf(v.Line, "mirrors: must be a list of mirrors, not %s", kindName(v))
+		return
+	}
+	if len(v.Content) == 0 {
+		p.addf(v.Line, "mirrors: empty; list at least one mirror")
+	}
+	names := map[string]int{}
+	for i, item := range v.Content {
+		where := fmt.Sprintf("mirrors[%d]", i)
+		if item.Kind != yaml.MappingNode {
+			p.addf(item.Line, "%s: must be a mapping (name:, source:, sink:...), not %s", where, kindName(item))
+			continue
+		}
+		m := p.mirror(item, where)
+		if m.Name != "" {
+			if first, dup := names[m.Name]; dup {
+				p.addf(m.Line, "%s: name %q is already used by the mirror on line %d", where, m.Name, first)
+			} else {
+				names[m.Name] = m.Line
+			}
+		}
+		cfg.Mirrors = append(cfg.Mirrors, m)
+	}
+}
+
+func (p *parser) mirror(n *yaml.Node, where string) Mirror {
+	m := Mirror{Line: n.Line}
+	var nameNode, sourceNode, sinkNode, signersNode, requireNode *yaml.Node
+	// expanded is false where a value was already reported as unusable, so
+	// that it is not reported a second time as missing.
+	expanded := map[string]bool{}
+	str := func(v *yaml.Node, key string) string {
+		s, ok := p.scalar(v, where+"."+key)
+		expanded[key] = ok
+		return s
+	}
+	p.fields(n, where, func(key string, k, v *yaml.Node) bool {
+		switch key {
+		case "name":
+			nameNode = v
+			m.Name = str(v, "name")
+		case "source":
+			sourceNode = v
+			m.Source = str(v, "source")
+			if m.Source != "" {
+				p.checkAddress(v, where+".source", m.Source, false)
+			}
+		case "sink":
+			sinkNode = v
+			m.Sink = str(v, "sink")
+			if m.Sink != "" {
+				p.checkAddress(v, where+".sink", m.Sink, true)
+			}
+		case "schedule":
+			m.Schedule = p.str(v, where+".schedule")
+			if m.Schedule != "" {
+				if _, err := cron.ParseStandard(m.Schedule); err != nil {
+					p.addf(v.Line, "%s.schedule: %q: %v", where, m.Schedule, err)
+				}
+			}
+		case "trusted_signers":
+			signersNode = v
+			m.TrustedSigners = p.str(v, where+".trusted_signers")
+		case "require_signatures":
+			requireNode = v
+			m.RequireSignatures = p.boolean(v, where+".require_signatures")
+		case "signature_namespace":
+			m.SignatureNamespace = p.str(v, where+".signature_namespace")
+		case "concurrency":
+			m.Concurrency = p.integer(v, where+".concurrency")
+			if m.Concurrency <= 0 && p.isInt(v) {
+				p.addf(v.Line, "%s.concurrency: %d: must be at least 1", where, m.Concurrency)
+			}
+		case "http_headers":
+			m.HTTPHeaders = p.headers(v, where+".http_headers")
+		case "lock_wait":
+			s := p.str(v, where+".lock_wait")
+			if s != "" {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < 0 {
+					p.addf(v.Line, "%s.lock_wait: %q is not a duration such as 30s or 5m", where, s)
+				}
+				m.LockWait = d
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	if nameNode == nil {
+		p.addf(n.Line, "%s: no name", where)
+	} else if m.Name != "" {
+		if !namePattern.MatchString(m.Name) {
+			p.addf(nameNode.Line, "%s.name: %q: use only a-z, 0-9 and -", where, m.Name)
+		}
+		where = fmt.Sprintf("mirror %q", m.Name)
+	} else if expanded["name"] {
+		p.addf(nameNode.Line, "%s.name: empty", where)
+	}
+	if sourceNode == nil {
+		p.addf(n.Line, "%s: no source", where)
+	} else if m.Source == "" && expanded["source"] {
+		p.addf(sourceNode.Line, "%s: source: empty", where)
+	}
+	if sinkNode == nil {
+		p.addf(n.Line, "%s: no sink", where)
+	} else if m.Sink == "" && expanded["sink"] {
+		p.addf(sinkNode.Line, "%s: sink: empty", where)
+	} else if m.Source != "" && m.Source == m.Sink {
+		p.addf(sinkNode.Line, "%s: sink is the source", where)
+	}
+	if m.TrustedSigners != "" {
+		if !filepath.IsAbs(m.TrustedSigners) && p.file != "" {
+			m.TrustedSigners = filepath.Join(filepath.Dir(p.file), m.TrustedSigners)
+		}
+		if f, err := os.Open(m.TrustedSigners); err != nil {
+			p.addf(signersNode.Line, "%s: trusted_signers: %v", where, err)
+		} else {
+			f.Close()
+		}
+	}
+	if m.RequireSignatures && m.TrustedSigners == "" && signersNode == nil {
+		p.addf(requireNode.Line, "%s: require_signatures needs trusted_signers, the keys to check them against", where)
+	}
+	return m
+}
+
+// checkAddress refuses schemes no backend handles, and HTTP as a sink, here
+// rather than at the first tick hours later.
+func (p *parser) checkAddress(v *yaml.Node, where, addr string, sink bool) {
+	scheme, _ := source.Scheme(addr)
+	switch scheme {
+	case "file", "s3", "gs":
+	case "http", "https":
+		if sink {
+			p.addf(v.Line, "%s: %q: HTTP(S) can only be a source", where, addr)
+		}
+	default:
+		p.addf(v.Line, "%s: %q: unknown scheme %q (use a path, file://, s3://, gs://%s)",
+			where, addr, scheme, map[bool]string{false: ", http:// or https://", true: ""}[sink])
+	}
+}
+
+func (p *parser) checkListen(v *yaml.Node, listen string) {
+	if listen == "" {
+		return
+	}
+	_, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		p.addf(v.Line, "listen: %q: %v (want host:port, e.g. 127.0.0.1:9464)", listen, unwrapAddrErr(err))
+		return
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		p.addf(v.Line, "listen: %q: port %q is not a number from 0 to 65535", listen, port)
+	}
+}
+
+func unwrapAddrErr(err error) string {
+	if ae, ok := err.(*net.AddrError); ok {
+		return ae.Err
+	}
+	return err.Error()
+}
+
+// scalar returns a scalar's value with ${VAR} expanded, or reports why it has
+// none.
+func (p *parser) scalar(v *yaml.Node, where string) (string, bool) {
+	if v.Kind == yaml.AliasNode && v.Alias != nil {
+		v = v.Alias
+	}
+	if v.Kind != yaml.ScalarNode {
+		p.addf(v.Line, "%s: must be a single value, not %s", where, kindName(v))
+		return "", false
+	}
+	if isNull(v) {
+		return "", true
+	}
+	return p.expand(v, where)
+}
+
+func (p *parser) expand(v *yaml.Node, where string) (string, bool) {
+	ok := true
+	out := envPattern.ReplaceAllStringFunc(v.Value, func(ref string) string {
+		if ref == "$${" {
+			return "${"
+		}
+		name := ref[2 : len(ref)-1]
+		if !envName.MatchString(name) {
+			p.addf(v.Line, "%s: %q is not a variable reference (${NAME}, NAME of letters, digits and _)", where, ref)
+			ok = false
+			return ""
+		}
+		val, set := p.lookupEnv(name)
+		if !set {
+			p.addf(v.Line, "%s: environment variable %s is not set", where, name)
+			ok = false
+		}
+		return val
+	})
+	return out, ok
+}
+
+func (p *parser) str(v *yaml.Node, where string) string {
+	s, _ := p.scalar(v, where)
+	return s
+}
+
+func (p *parser) boolean(v *yaml.Node, where string) bool {
+	s, ok := p.scalar(v, where)
+	if !ok || s == "" {
+		return false
+	}
+	switch strings.ToLower(s) {
+	case "true", "yes", "on":
+		return true
+	case "false", "no", "off":
+		return false
+	}
+	p.addf(v.Line, "%s: %q is not true or false", where, s)
+	return false
+}
+
+func (p *parser) isInt(v *yaml.Node) bool {
+	s, ok := p.quietScalar(v)
+	if !ok {
+		return false
+	}
+	_, err := strconv.Atoi(s)
+	return err == nil
+}
+
+// quietScalar is scalar without reporting: for a second look at a value
+// already reported on.
+func (p *parser) quietScalar(v *yaml.Node) (string, bool) {
+	saved := p.problems
+	s, ok := p.scalar(v, "")
+	p.problems = saved
+	return s, ok && v.Kind == yaml.ScalarNode
+}
+
+func (p *parser) integer(v *yaml.Node, where string) int {
+	s, ok := p.scalar(v, where)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		p.addf(v.Line, "%s: %q is not a whole number", where, s)
+		return 0
+	}
+	return n
+}
+
+func (p *parser) headers(v *yaml.Node, where string) []string {
+	if isNull(v) {
+		return nil
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.addf(v.Line, "%s: must be a list of \"Name: value\" strings, not %s", where, kindName(v))
+		return nil
+	}
+	var out []string
+	for i, item := range v.Content {
+		w := fmt.Sprintf("%s[%d]", where, i)
+		h, ok := p.scalar(item, w)
+		if !ok {
+			continue
+		}
+		name, _, found := strings.Cut(h, ":")
+		if !found || strings.TrimSpace(name) == "" || strings.ContainsAny(name, " \t") {
+			// Never echo the value: headers carry tokens.
+			p.addf(item.Line, "%s: not a \"Name: value\" header", w)
+			continue
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+func isNull(v *yaml.Node) bool {
+	return v.Kind == yaml.ScalarNode && v.Tag == "!!null"
+}
+
+func kindName(v *yaml.Node) string {
+	switch v.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if isNull(v) {
+			return "nothing"
+		}
+		return fmt.Sprintf("the value %q", v.Value)
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	return "something else"
+}

@@ -1,0 +1,321 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := vars[name]
+		return v, ok
+	}
+}
+
+// problems parses text and returns its problems, failing if it parsed.
+func problems(t *testing.T, text string, vars map[string]string) Problems {
+	t.Helper()
+	_, err := Parse([]byte(text), "test.yaml", env(vars))
+	if err == nil {
+		t.Fatalf("parsed without error:\n%s", text)
+	}
+	var ps Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("error is %T, not Problems: %v", err, err)
+	}
+	return ps
+}
+
+// wantProblem asserts that one problem sits on line and mentions every part.
+func wantProblem(t *testing.T, ps Problems, line int, parts ...string) {
+	t.Helper()
+	for _, p := range ps {
+		if p.Line != line {
+			continue
+		}
+		s := p.String()
+		all := true
+		for _, part := range parts {
+			if !strings.Contains(s, part) {
+				all = false
+			}
+		}
+		if all {
+			if !strings.HasPrefix(s, "test.yaml:") {
+				t.Errorf("problem %q does not start with the file name and line", s)
+			}
+			return
+		}
+	}
+	t.Errorf("no problem on line %d mentioning %q; got:\n%v", line, parts, ps)
+}
+
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
+	data, err := os.ReadFile("../../config.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The example names a system path for the trusted keys; point it at a
+	// real file so the readability check passes here.
+	const examplePath = "/etc/fdl-mirror/towns.allowed_signers"
+	if n := strings.Count(string(data), examplePath); n != 1 {
+		t.Fatalf("example names %s %d times, want 1", examplePath, n)
+	}
+	signers := writeFile(t, t.TempDir(), "towns.allowed_signers", "")
+	data = []byte(strings.Replace(string(data), examplePath, signers, 1))
+
+	cfg, err := Parse(data, "config.example.yaml", env(map[string]string{"TOWNS_TOKEN": "s3cret"}))
+	if err != nil {
+		t.Fatalf("example does not parse:\n%v", err)
+	}
+	if cfg.Listen != "127.0.0.1:9464" {
+		t.Errorf("listen = %q", cfg.Listen)
+	}
+	if got := cfg.Names(); !reflect.DeepEqual(got, []string{"towns", "rivers"}) {
+		t.Fatalf("mirrors = %v", got)
+	}
+	towns := cfg.Mirrors[0]
+	want := Mirror{
+		Name:               "towns",
+		Source:             "https://data.example.org/towns/",
+		Sink:               "s3://mirror-bucket/towns/",
+		Schedule:           "@every 10m",
+		TrustedSigners:     signers,
+		RequireSignatures:  true,
+		SignatureNamespace: "fdl",
+		Concurrency:        8,
+		HTTPHeaders:        []string{"Authorization: Bearer s3cret"},
+		LockWait:           30 * time.Second,
+		Line:               towns.Line,
+	}
+	if !reflect.DeepEqual(towns, want) {
+		t.Errorf("towns =\n%+v\nwant\n%+v", towns, want)
+	}
+	// The first mirror documents every key: a field added to Mirror without
+	// an example fails here.
+	v := reflect.ValueOf(towns)
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).IsZero() {
+			t.Errorf("the example's first mirror leaves %s unset", v.Type().Field(i).Name)
+		}
+	}
+	rivers := cfg.Mirrors[1]
+	if rivers.Source != "/srv/fdl/rivers" || rivers.Sink != "gs://mirror-bucket/rivers/" ||
+		rivers.Schedule != "0 * * * *" || rivers.Concurrency != 0 || rivers.TrustedSigners != "" {
+		t.Errorf("rivers = %+v", rivers)
+	}
+}
+
+func TestMinimalConfig(t *testing.T) {
+	cfg, err := Parse([]byte("mirrors:\n  - name: a\n    source: /up\n    sink: /down\n"), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Listen != "" || len(cfg.Mirrors) != 1 {
+		t.Fatalf("cfg = %+v", cfg)
+	}
+	m, ok := cfg.Mirror("a")
+	if !ok || m.Source != "/up" || m.Sink != "/down" || m.Schedule != "" || m.Line != 2 {
+		t.Errorf("mirror a = %+v", m)
+	}
+	if _, ok := cfg.Mirror("b"); ok {
+		t.Error("found a mirror that is not there")
+	}
+}
+
+func TestEnvironmentExpansion(t *testing.T) {
+	text := `listen: "${HOST}:${PORT}"
+mirrors:
+  - name: ${NAME}-mirror
+    source: s3://${BUCKET}/up/
+    sink: /srv/$${literal}/${EMPTY}x
+    concurrency: ${CONC}
+    require_signatures: ${REQ}
+    trusted_signers: ${KEYS}
+`
+	keys := writeFile(t, t.TempDir(), "keys", "")
+	cfg, err := Parse([]byte(text), "test.yaml", env(map[string]string{
+		"HOST": "127.0.0.1", "PORT": "9100", "NAME": "towns", "BUCKET": "b",
+		"EMPTY": "", "CONC": "3", "REQ": "true", "KEYS": keys,
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Mirrors[0]
+	if cfg.Listen != "127.0.0.1:9100" || m.Name != "towns-mirror" || m.Source != "s3://b/up/" ||
+		m.Sink != "/srv/${literal}/x" || m.Concurrency != 3 || !m.RequireSignatures || m.TrustedSigners != keys {
+		t.Errorf("expanded to listen %q, %+v", cfg.Listen, m)
+	}
+}
+
+func TestUnsetVariableIsAnErrorOnItsLine(t *testing.T) {
+	ps := problems(t, "mirrors:\n  - name: a\n    source: s3://${BUCKET}/x/\n    sink: /d\n    http_headers:\n      - \"Authorization: ${TOKEN}\"\n", nil)
+	wantProblem(t, ps, 3, "BUCKET", "not set")
+	wantProblem(t, ps, 6, "TOKEN", "not set")
+	if len(ps) != 2 {
+		t.Errorf("want 2 problems, got:\n%v", ps)
+	}
+	ps = problems(t, "mirrors:\n  - name: a\n    source: ${1X}\n    sink: /d\n", nil)
+	wantProblem(t, ps, 3, "${1X}", "not a variable reference")
+}
+
+func TestUnknownKeysAreErrorsWithTheirLine(t *testing.T) {
+	ps := problems(t, `listen: 127.0.0.1:1
+lisen: 127.0.0.1:2
+mirrors:
+  - name: a
+    source: /u
+    sink: /d
+    shedule: "@hourly"
+`, nil)
+	wantProblem(t, ps, 2, `unknown key "lisen"`)
+	wantProblem(t, ps, 7, `unknown key "shedule"`)
+	if len(ps) != 2 {
+		t.Errorf("want 2 problems, got:\n%v", ps)
+	}
+}
+
+func TestEveryProblemIsListedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	text := `listen: localhost
+mirrors:
+  - name: Towns
+    source: /u
+    sink: /d
+    schedule: "every ten minutes"
+    concurrency: 0
+  - name: b
+    source: ftp://host/x
+    sink: https://example.org/x/
+    concurrency: lots
+    require_signatures: maybe
+  - name: c
+    trusted_signers: missing.allowed_signers
+  - name: c
+    source: /u
+    sink: /u
+    require_signatures: true
+  - source: /u
+    sink: /d
+    lock_wait: soon
+    http_headers: ["no colon here"]
+  - just a string
+  - name: f
+    source: /u
+    sink: /d
+    source: /v
+`
+	_, err := Parse([]byte(text), filepath.Join(dir, "test.yaml"), env(nil))
+	var ps Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("err = %v", err)
+	}
+	// Relabel so wantProblem's file check holds.
+	for i := range ps {
+		ps[i].File = "test.yaml"
+	}
+	wantProblem(t, ps, 1, "listen", `"localhost"`, "missing port")
+	wantProblem(t, ps, 3, "name", `"Towns"`, "a-z, 0-9 and -")
+	wantProblem(t, ps, 6, "schedule", "every ten minutes")
+	wantProblem(t, ps, 7, "concurrency", "at least 1")
+	wantProblem(t, ps, 9, "source", "ftp://host/x", "unknown scheme")
+	wantProblem(t, ps, 10, "sink", "HTTP(S) can only be a source")
+	wantProblem(t, ps, 11, "concurrency", `"lots"`, "not a whole number")
+	wantProblem(t, ps, 12, "require_signatures", `"maybe"`)
+	wantProblem(t, ps, 13, `mirror "c"`, "no source")
+	wantProblem(t, ps, 13, `mirror "c"`, "no sink")
+	wantProblem(t, ps, 14, "trusted_signers", "missing.allowed_signers", "no such file")
+	wantProblem(t, ps, 15, `name "c"`, "already used", "line 13")
+	wantProblem(t, ps, 17, "sink is the source")
+	wantProblem(t, ps, 18, "require_signatures needs trusted_signers")
+	wantProblem(t, ps, 19, "mirrors[4]", "no name")
+	wantProblem(t, ps, 21, "lock_wait", `"soon"`)
+	wantProblem(t, ps, 22, "http_headers[0]", "Name: value")
+	wantProblem(t, ps, 23, "mirrors[5]", "must be a mapping")
+	wantProblem(t, ps, 27, "source", "given twice", "line 25")
+	if len(ps) != 19 {
+		t.Errorf("want 19 problems, got %d:\n%v", len(ps), ps)
+	}
+	for i := 1; i < len(ps); i++ {
+		if ps[i].Line < ps[i-1].Line {
+			t.Errorf("problems not in line order:\n%v", ps)
+			break
+		}
+	}
+}
+
+func TestTrustedSignersRelativeToTheConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	keys := writeFile(t, dir, "towns.allowed_signers", "")
+	path := writeFile(t, dir, "fdl-mirror.yaml", "mirrors:\n  - name: a\n    source: /u\n    sink: /d\n    trusted_signers: towns.allowed_signers\n")
+	cfg, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Mirrors[0].TrustedSigners != keys {
+		t.Errorf("trusted_signers = %q, want %q", cfg.Mirrors[0].TrustedSigners, keys)
+	}
+	if cfg.Path != path {
+		t.Errorf("path = %q", cfg.Path)
+	}
+}
+
+func TestStructuralErrors(t *testing.T) {
+	cases := []struct {
+		name, text string
+		line       int
+		parts      []string
+	}{
+		{"empty file", "", 0, []string{"empty"}},
+		{"top level is a list", "- a\n- b\n", 1, []string{"top level must be a mapping"}},
+		{"no mirrors", "listen: 127.0.0.1:9464\n", 1, []string{"no mirrors"}},
+		{"mirrors not a list", "mirrors:\n  name: a\n", 2, []string{"mirrors", "must be a list"}},
+		{"empty mirrors", "mirrors: []\n", 1, []string{"mirrors", "empty"}},
+		{"null mirrors", "mirrors:\n", 1, []string{"mirrors", "empty"}},
+		{"listen port", "listen: 127.0.0.1:99999\nmirrors: []\n", 1, []string{"port", "99999"}},
+		{"value is a mapping", "mirrors:\n  - name: a\n    source: {x: 1}\n    sink: /d\n", 3, []string{"source", "single value"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			wantProblem(t, problems(t, c.text, nil), c.line, c.parts...)
+		})
+	}
+}
+
+// yaml.v3 reports the line where the enclosing block starts for some syntax
+// errors, so only the presence of a line is asserted.
+func TestInvalidYAMLHasALine(t *testing.T) {
+	for _, text := range []string{
+		"mirrors:\n  - name: a\n   source: [\n",
+		"mirrors:\n  - name: a\n\tsource: x\n",
+		"mirrors:\n  - name: a\n    source: \"x\n",
+	} {
+		ps := problems(t, text, nil)
+		lines := strings.Count(text, "\n")
+		if len(ps) != 1 || ps[0].Line < 1 || ps[0].Line > lines || !strings.Contains(ps[0].Msg, "not valid YAML") {
+			t.Errorf("%q: problems %v", text, ps)
+		}
+	}
+}
+
+func TestLoadMissingFileNamesIt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := Load(path)
+	if err == nil || !strings.Contains(err.Error(), path) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("err = %v", err)
+	}
+}
