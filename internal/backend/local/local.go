@@ -144,7 +144,9 @@ func (l *Local) List(ctx context.Context, prefix string, fn func(backend.FileInf
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || !strings.HasPrefix(p, prefix) {
+		// A prefix inside the reserved folder starts the walk below the
+		// folder's SkipDir, so its files are skipped here too.
+		if !d.Type().IsRegular() || !strings.HasPrefix(p, prefix) || strings.HasPrefix(p, backend.ReservedPrefix) {
 			return nil
 		}
 		info, err := d.Info()

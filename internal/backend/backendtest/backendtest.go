@@ -1,0 +1,612 @@
+// Package backendtest is the conformance suite for internal/backend: one
+// set of tests that every store runs against its real (or emulated)
+// server. A backend is done when it passes. The tests check the contract
+// written in internal/backend/backend.go, one behaviour per subtest.
+package backendtest
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+)
+
+// Run tests a writable store. open returns a new, empty store; it is
+// called once per subtest.
+func Run(t *testing.T, open func(t *testing.T) backend.Backend) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, backend.Backend)
+	}{
+		{"Properties", testProperties},
+		{"PutOpenStat", testPutOpenStat},
+		{"PutReplaces", testPutReplaces},
+		{"PutReplacesAtomically", testPutReplacesAtomically},
+		{"FailedPutPublishesNothing", testFailedPutPublishesNothing},
+		{"FailedPutKeepsOldObject", testFailedPutKeepsOldObject},
+		{"CreateIfAbsent", testCreateIfAbsent},
+		{"FailedCreatePublishesNothing", testFailedCreatePublishesNothing},
+		{"ConcurrentCreateOneWins", testConcurrentCreate},
+		{"ListRecursiveByPrefix", testList},
+		{"ListMissingPrefix", testListMissingPrefix},
+		{"ListStopsOnCallbackError", testListCallbackError},
+		{"ListSkipsReserved", testListSkipsReserved},
+		{"NotExist", testNotExist},
+		{"InvalidNamesRefusedBeforeIO", testInvalidNames},
+		{"LargeStream", testLargeStream},
+		{"RemoveIdempotent", testRemove},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
+	}
+}
+
+// RunReader tests a read-only store. open returns a store serving exactly
+// files (name → content); it is called once per subtest.
+func RunReader(t *testing.T, open func(t *testing.T, files map[string][]byte) backend.Reader) {
+	files := map[string][]byte{
+		"fdl.json":                        []byte(`{"id":"x"}`),
+		"refs.json":                       []byte(`{"main":"019a"}`),
+		"versions/019a/version.json":      bytes.Repeat([]byte("v"), 1000),
+		"versions/019a/ducklake.duckdb":   generated(1, 3<<20+17),
+		"data/with space/ü+%#?.parquet":   []byte("odd name"),
+		"empty":                           {},
+		backend.ReservedPrefix + "lock":   []byte("not repository content"),
+		backend.ReservedPrefix + "tmp/xx": []byte("partial"),
+	}
+	visible := map[string][]byte{}
+	for name, b := range files {
+		if !isReserved(name) {
+			visible[name] = b
+		}
+	}
+	t.Run("OpenStat", func(t *testing.T) {
+		r := open(t, files)
+		for name, want := range visible {
+			checkContent(t, r, name, want)
+		}
+	})
+	t.Run("NotExist", func(t *testing.T) {
+		checkNotExist(t, open(t, files), "missing", "versions/missing/version.json", "versions")
+	})
+	t.Run("InvalidNamesRefusedBeforeIO", func(t *testing.T) {
+		checkInvalidNamesRefused(t, open(t, files), nil)
+	})
+	t.Run("List", func(t *testing.T) {
+		r := open(t, files)
+		got, err := listAll(r, "")
+		if !r.Properties().CanList {
+			if !errors.Is(err, backend.ErrNotSupported) {
+				t.Fatalf("List on a store that cannot list: err = %v, want ErrNotSupported", err)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkListing(t, "", got, sizes(visible))
+	})
+	t.Run("Location", func(t *testing.T) {
+		if open(t, files).Location() == "" {
+			t.Fatal("Location is empty")
+		}
+	})
+}
+
+func testProperties(t *testing.T, b backend.Backend) {
+	p := b.Properties()
+	if !p.CanWrite {
+		t.Fatalf("Properties().CanWrite is false on a store opened for writing")
+	}
+	if b.Location() == "" {
+		t.Fatal("Location is empty")
+	}
+}
+
+// names used by the round-trip tests: nesting, an empty object, and
+// characters that need escaping in URLs.
+var roundTrip = map[string][]byte{
+	"a":                          []byte("alpha"),
+	"dir/b":                      bytes.Repeat([]byte("b"), 4097),
+	"dir/sub/c.json":             []byte(`{"c":true}`),
+	"empty":                      {},
+	"data/with space/ü+%#?.bin":  []byte("odd name"),
+	"versions/019a/catalog.dat":  generated(2, 1<<20+3),
+	"versions/019a/version.json": []byte(`{}`),
+}
+
+func testPutOpenStat(t *testing.T, b backend.Backend) {
+	ctx := context.Background()
+	for name, content := range roundTrip {
+		if err := b.Put(ctx, name, bytes.NewReader(content), int64(len(content))); err != nil {
+			t.Fatalf("Put %s: %v", name, err)
+		}
+	}
+	for name, want := range roundTrip {
+		checkContent(t, b, name, want)
+	}
+}
+
+func testPutReplaces(t *testing.T, b backend.Backend) {
+	put(t, b, "x", bytes.Repeat([]byte("1"), 100))
+	put(t, b, "x", []byte("second, shorter"))
+	checkContent(t, b, "x", []byte("second, shorter"))
+}
+
+// testPutReplacesAtomically replaces an object while readers read it: each
+// read must see one whole version, never a mix or a truncated one.
+func testPutReplacesAtomically(t *testing.T, b backend.Backend) {
+	ctx := context.Background()
+	versions := [][]byte{bytes.Repeat([]byte("A"), 256<<10), bytes.Repeat([]byte("B"), 100<<10)}
+	put(t, b, "atomic", versions[0])
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for i := 1; i <= 20; i++ {
+			v := versions[i%2]
+			if err := b.Put(ctx, "atomic", bytes.NewReader(v), int64(len(v))); err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		for range errs {
+		}
+		close(done)
+	}()
+	reads := 0
+	for {
+		select {
+		case <-done:
+			if reads == 0 {
+				t.Fatal("no read happened while the object was being replaced")
+			}
+			return
+		default:
+		}
+		got := read(t, b, "atomic")
+		if !bytes.Equal(got, versions[0]) && !bytes.Equal(got, versions[1]) {
+			t.Fatalf("read %d bytes that are neither whole version", len(got))
+		}
+		reads++
+	}
+}
+
+// failingReaders are readers that do not deliver exactly size bytes.
+func failingReaders(size int64) map[string]func() io.Reader {
+	boom := errors.New("reader failed on purpose")
+	return map[string]func() io.Reader{
+		"short": func() io.Reader { return newGenerator(3, size-1) },
+		"long":  func() io.Reader { return newGenerator(3, size+1) },
+		"error": func() io.Reader {
+			return io.MultiReader(newGenerator(3, size/2), errReader{boom})
+		},
+	}
+}
+
+// failureSizes covers a small object and one above a 16 MiB multipart
+// threshold, so that an aborted multipart upload is tested too.
+var failureSizes = []int64{1000, 17<<20 + 5}
+
+func testFailedPutPublishesNothing(t *testing.T, b backend.Backend) {
+	ctx := context.Background()
+	for _, size := range failureSizes {
+		for kind, r := range failingReaders(size) {
+			name := fmt.Sprintf("failed/%s-%d", kind, size)
+			if err := b.Put(ctx, name, r(), size); err == nil {
+				t.Fatalf("Put %s (%s reader, size %d) succeeded", name, kind, size)
+			}
+			checkNotExist(t, b, name)
+		}
+	}
+	if got, _ := listAll(b, ""); len(got) != 0 {
+		t.Fatalf("failed Puts left objects behind: %v", got)
+	}
+}
+
+func testFailedPutKeepsOldObject(t *testing.T, b backend.Backend) {
+	ctx := context.Background()
+	old := []byte("the old object")
+	put(t, b, "keep", old)
+	for kind, r := range failingReaders(1000) {
+		if err := b.Put(ctx, "keep", r(), 1000); err == nil {
+			t.Fatalf("Put with a %s reader succeeded", kind)
+		}
+		checkContent(t, b, "keep", old)
+	}
+}
+
+func testCreateIfAbsent(t *testing.T, b backend.Backend) {
+	ctx := context.Background()
+	first := []byte(`{"id":"first"}`)
+	if err := b.Create(ctx, "fdl.json", bytes.NewReader(first), int64(len(first))); err != nil {
+		t.Fatalf("first Create: %v", err)
+	}
+	second := []byte(`{"id":"second, longer"}`)
+	err := b.Create(ctx, "fdl.json", bytes.NewReader(second), int64(len(second)))
+	if !errors.Is(err, backend.ErrExist) {
+		t.Fatalf("second Create: err = %v, want ErrExist", err)
+	}
+	checkContent(t, b, "fdl.json", first)
+}
+
+func testFailedCreatePublishesNothing(t *testing.T, b backend.Backend) {
+	ctx := context.Background()
+	for kind, r := range failingReaders(1000) {
+		name := "create-" + kind
+		if err := b.Create(ctx, name, r(), 1000); err == nil {
+			t.Fatalf("Create with a %s reader succeeded", kind)
+		}
+		checkNotExist(t, b, name)
+		// The failed attempt must not block a later one.
+		content := []byte("now whole")
+		if err := b.Create(ctx, name, bytes.NewReader(content), int64(len(content))); err != nil {
+			t.Fatalf("Create %s after a failed Create: %v", name, err)
+		}
+		checkContent(t, b, name, content)
+	}
+}
+
+func testConcurrentCreate(t *testing.T, b backend.Backend) {
+	const n = 8
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	contents := make([][]byte, n)
+	start := make(chan struct{})
+	for i := range n {
+		contents[i] = []byte(fmt.Sprintf(`{"writer":%d}`, i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = b.Create(ctx, "race", bytes.NewReader(contents[i]), int64(len(contents[i])))
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("Creates %d and %d both succeeded", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, backend.ErrExist):
+			t.Fatalf("Create %d: err = %v, want nil or ErrExist", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no Create succeeded")
+	}
+	checkContent(t, b, "race", contents[winner])
+}
+
+var listed = map[string][]byte{
+	"l/a":               []byte("1"),
+	"l/b/c":             []byte("22"),
+	"l/b/d/e":           []byte("333"),
+	"l/with space/ü+%#": []byte("4444"),
+	"lx":                []byte("55555"),
+	"m":                 []byte("666666"),
+}
+
+func testList(t *testing.T, b backend.Backend) {
+	if !b.Properties().CanList {
+		t.Skip("store cannot list")
+	}
+	for name, content := range listed {
+		put(t, b, name, content)
+	}
+	for _, prefix := range []string{"", "l/", "l/b/", "l/b", "l", "l/b/d/e", "m"} {
+		got, err := listAll(b, prefix)
+		if err != nil {
+			t.Fatalf("List %q: %v", prefix, err)
+		}
+		want := map[string]int64{}
+		for name, content := range listed {
+			if len(name) >= len(prefix) && name[:len(prefix)] == prefix {
+				want[name] = int64(len(content))
+			}
+		}
+		checkListing(t, prefix, got, want)
+	}
+}
+
+func testListMissingPrefix(t *testing.T, b backend.Backend) {
+	if !b.Properties().CanList {
+		t.Skip("store cannot list")
+	}
+	put(t, b, "present/x", []byte("x"))
+	for _, prefix := range []string{"missing/", "missing", "present/y", "present/x/"} {
+		got, err := listAll(b, prefix)
+		if err != nil {
+			t.Fatalf("List %q: %v", prefix, err)
+		}
+		if len(got) != 0 {
+			t.Fatalf("List %q: got %v, want nothing", prefix, got)
+		}
+	}
+}
+
+func testListCallbackError(t *testing.T, b backend.Backend) {
+	if !b.Properties().CanList {
+		t.Skip("store cannot list")
+	}
+	for i := range 3 {
+		put(t, b, fmt.Sprintf("s/%d", i), []byte("x"))
+	}
+	stop := errors.New("stop here")
+	calls := 0
+	err := b.List(context.Background(), "s/", func(backend.FileInfo) error {
+		calls++
+		return stop
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("List returned %v, want the callback's error", err)
+	}
+	if calls != 1 {
+		t.Fatalf("callback ran %d times after returning an error, want 1", calls)
+	}
+}
+
+// testListSkipsReserved writes an object under backend.ReservedPrefix, as
+// the object-store lock does. Stores that refuse such names (the local
+// folder keeps its own files there) are checked by their own tests.
+func testListSkipsReserved(t *testing.T, b backend.Backend) {
+	if !b.Properties().CanList {
+		t.Skip("store cannot list")
+	}
+	ctx := context.Background()
+	put(t, b, "visible", []byte("v"))
+	lock := backend.ReservedPrefix + "lock"
+	err := b.Put(ctx, lock, bytes.NewReader([]byte("{}")), 2)
+	if errors.Is(err, backend.ErrInvalidName) {
+		t.Logf("store refuses %s; its own test must check the reserved prefix", lock)
+	} else if err != nil {
+		t.Fatalf("Put %s: %v", lock, err)
+	} else {
+		checkContent(t, b, lock, []byte("{}"))
+	}
+	for _, prefix := range []string{"", backend.ReservedPrefix, ".fdl-mirror", lock} {
+		got, err := listAll(b, prefix)
+		if err != nil {
+			t.Fatalf("List %q: %v", prefix, err)
+		}
+		want := map[string]int64{}
+		if prefix == "" {
+			want["visible"] = 1
+		}
+		checkListing(t, prefix, got, want)
+	}
+}
+
+func testNotExist(t *testing.T, b backend.Backend) {
+	put(t, b, "dir/file", []byte("x"))
+	checkNotExist(t, b, "missing", "dir/missing", "missing/dir/file", "dir")
+}
+
+func testInvalidNames(t *testing.T, b backend.Backend) {
+	checkInvalidNamesRefused(t, b, b)
+	if got, err := listAll(b, ""); err == nil && len(got) != 0 {
+		t.Fatalf("refused writes left objects: %v", got)
+	}
+}
+
+// testLargeStream round-trips 40 MiB from a generator, so neither side of
+// the test holds it, and it crosses a multipart threshold of up to 40 MiB.
+func testLargeStream(t *testing.T, b backend.Backend) {
+	const size = 40<<20 + 12345
+	ctx := context.Background()
+	if err := b.Put(ctx, "large/stream", newGenerator(4, size), size); err != nil {
+		t.Fatalf("Put 40 MiB: %v", err)
+	}
+	fi, err := b.Stat(ctx, "large/stream")
+	if err != nil || fi.Size != size {
+		t.Fatalf("Stat = %+v, %v; want size %d", fi, err, size)
+	}
+	rc, err := b.Open(ctx, "large/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got := sha256.New()
+	n, err := io.Copy(got, rc)
+	if err != nil {
+		t.Fatalf("reading back after %d bytes: %v", n, err)
+	}
+	want := sha256.New()
+	io.Copy(want, newGenerator(4, size))
+	if n != size || !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Fatalf("read back %d bytes with a different sha256 than the %d written", n, size)
+	}
+}
+
+func testRemove(t *testing.T, b backend.Backend) {
+	ctx := context.Background()
+	put(t, b, "rm/x", []byte("x"))
+	put(t, b, "rm/y", []byte("y"))
+	for range 2 {
+		if err := b.Remove(ctx, "rm/x"); err != nil {
+			t.Fatalf("Remove rm/x: %v", err)
+		}
+		checkNotExist(t, b, "rm/x")
+	}
+	if err := b.Remove(ctx, "never/was"); err != nil {
+		t.Fatalf("Remove of an absent object: %v", err)
+	}
+	checkContent(t, b, "rm/y", []byte("y"))
+}
+
+// Helpers.
+
+func put(t *testing.T, b backend.Backend, name string, content []byte) {
+	t.Helper()
+	if err := b.Put(context.Background(), name, bytes.NewReader(content), int64(len(content))); err != nil {
+		t.Fatalf("Put %s: %v", name, err)
+	}
+}
+
+func read(t *testing.T, r backend.Reader, name string) []byte {
+	t.Helper()
+	rc, err := r.Open(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Open %s: %v", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("reading %s: %v", name, err)
+	}
+	return b
+}
+
+func checkContent(t *testing.T, r backend.Reader, name string, want []byte) {
+	t.Helper()
+	if got := read(t, r, name); !bytes.Equal(got, want) {
+		t.Fatalf("%s holds %d bytes %.40q, want %d bytes %.40q", name, len(got), got, len(want), want)
+	}
+	fi, err := r.Stat(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Stat %s: %v", name, err)
+	}
+	if fi.Name != name || fi.Size != int64(len(want)) {
+		t.Fatalf("Stat %s = %+v, want size %d", name, fi, len(want))
+	}
+}
+
+func checkNotExist(t *testing.T, r backend.Reader, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, name := range names {
+		if rc, err := r.Open(ctx, name); !errors.Is(err, backend.ErrNotExist) {
+			if err == nil {
+				rc.Close()
+			}
+			t.Fatalf("Open %s: err = %v, want ErrNotExist", name, err)
+		}
+		if _, err := r.Stat(ctx, name); !errors.Is(err, backend.ErrNotExist) {
+			t.Fatalf("Stat %s: err = %v, want ErrNotExist", name, err)
+		}
+	}
+}
+
+var invalidNames = []string{"../x", "/x", "a//b", "a/./b", "a/..", "..", ".", "", "a/", "a\\b", "nul\x00"}
+
+// checkInvalidNamesRefused calls every method with names that could leave
+// the root. A canceled context and a body that fails the test when read
+// show that the name was refused before any I/O: a backend that sent a
+// request would fail with the context's error instead.
+func checkInvalidNamesRefused(t *testing.T, r backend.Reader, b backend.Backend) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	check := func(op, name string, err error) {
+		t.Helper()
+		if !errors.Is(err, backend.ErrInvalidName) {
+			t.Errorf("%s %q: err = %v, want ErrInvalidName", op, name, err)
+		}
+	}
+	body := mustNotRead{t}
+	for _, name := range invalidNames {
+		rc, err := r.Open(ctx, name)
+		if err == nil {
+			rc.Close()
+		}
+		check("Open", name, err)
+		_, err = r.Stat(ctx, name)
+		check("Stat", name, err)
+		if name != "" && name != "a/" {
+			err = r.List(ctx, name, func(fi backend.FileInfo) error {
+				t.Errorf("List %q listed %s", name, fi.Name)
+				return nil
+			})
+			if !errors.Is(err, backend.ErrNotSupported) {
+				check("List", name, err)
+			}
+		}
+		if b == nil {
+			continue
+		}
+		check("Put", name, b.Put(ctx, name, body, 1))
+		check("Create", name, b.Create(ctx, name, body, 1))
+		check("Remove", name, b.Remove(ctx, name))
+	}
+}
+
+type mustNotRead struct{ t *testing.T }
+
+func (m mustNotRead) Read([]byte) (int, error) {
+	m.t.Error("the body of a write to an invalid name was read")
+	return 0, io.EOF
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+func listAll(r backend.Reader, prefix string) (map[string]int64, error) {
+	got := map[string]int64{}
+	var mu sync.Mutex
+	err := r.List(context.Background(), prefix, func(fi backend.FileInfo) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := got[fi.Name]; dup {
+			return fmt.Errorf("%s listed twice", fi.Name)
+		}
+		got[fi.Name] = fi.Size
+		return nil
+	})
+	return got, err
+}
+
+func checkListing(t *testing.T, prefix string, got, want map[string]int64) {
+	t.Helper()
+	if fmt.Sprint(sorted(got)) != fmt.Sprint(sorted(want)) {
+		t.Fatalf("List %q:\n got  %v\n want %v", prefix, sorted(got), sorted(want))
+	}
+}
+
+func sorted(m map[string]int64) []string {
+	var s []string
+	for name, size := range m {
+		s = append(s, fmt.Sprintf("%s=%d", name, size))
+	}
+	sort.Strings(s)
+	return s
+}
+
+func sizes(files map[string][]byte) map[string]int64 {
+	m := map[string]int64{}
+	for name, b := range files {
+		m[name] = int64(len(b))
+	}
+	return m
+}
+
+func isReserved(name string) bool {
+	return len(name) >= len(backend.ReservedPrefix) && name[:len(backend.ReservedPrefix)] == backend.ReservedPrefix
+}
+
+// newGenerator returns size pseudo-random bytes determined by seed,
+// produced as they are read.
+func newGenerator(seed uint64, size int64) io.Reader {
+	var key [32]byte
+	key[0] = byte(seed)
+	return io.LimitReader(rand.NewChaCha8(key), size)
+}
+
+func generated(seed uint64, size int64) []byte {
+	b, _ := io.ReadAll(newGenerator(seed, size))
+	return b
+}
