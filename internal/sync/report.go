@@ -3,7 +3,6 @@ package sync
 import (
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 	"go.uber.org/zap"
 )
 
@@ -13,12 +12,23 @@ type Options struct {
 	Concurrency int
 	// DryRun plans and reports, and writes nothing.
 	DryRun bool
-	// Trust checks version signatures; nil checks none.
-	Trust *verify.Policy
+	// Trust checks version signatures; nil checks none. *verify.Policy is
+	// the implementation.
+	Trust Trust
 	// Logger receives structured logs; nil logs nothing.
 	Logger *zap.Logger
 	// Progress, when set, is told of every file copied (for a display).
 	Progress func(files int64, bytes int64)
+}
+
+// Trust judges a version's signature against keys the operator trusts.
+type Trust interface {
+	// CheckVersion returns an error when the version must not be
+	// published; sig is nil when the version carries no signature.
+	CheckVersion(versionID string, record, sig []byte) (any, error)
+	// CompareRepoSigners returns a warning when the keys the repository
+	// lists differ from the trusted ones ("" when they agree).
+	CompareRepoSigners(lines []string) string
 }
 
 // Refusal reasons: stable, short labels for summaries and metrics.

@@ -1,0 +1,47 @@
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+)
+
+// Fetched is a catalog copied from a store into a local temporary file,
+// hashed on the way: its bytes are read from the store once, then DuckDB
+// and the upload to a mirror read the local copy.
+type Fetched struct {
+	Path   string // local temporary file; Remove deletes it
+	SHA256 string // lowercase hex
+	Size   int64
+}
+
+// Remove deletes the temporary file.
+func (f *Fetched) Remove() { os.Remove(f.Path) }
+
+// Fetch copies name from r into a new file in dir (os.TempDir when empty).
+func Fetch(ctx context.Context, r backend.Reader, name, dir string) (*Fetched, error) {
+	rc, err := r.Open(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	tmp, err := os.CreateTemp(dir, "catalog-*.duckdb")
+	if err != nil {
+		return nil, fmt.Errorf("%s: temporary copy of %s: %w", r.Location(), name, err)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), rc)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return nil, fmt.Errorf("%s: reading %s: %w", r.Location(), name, err)
+	}
+	return &Fetched{Path: tmp.Name(), SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+}

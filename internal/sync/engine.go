@@ -1,0 +1,898 @@
+// Package sync is the engine: it decides what to copy from an upstream
+// repository to a mirror, in which order, and what to refuse.
+//
+// The order is git's and Debian's: every data file a version needs, then the
+// version's directory with version.json last (its presence is what makes a
+// version complete), then the ref files, then refs.json, then HEAD. A run
+// that stops anywhere leaves every ref in the mirror pointing at a complete
+// version. Immutable files (data files, version directories) are never
+// overwritten; a tag is never moved.
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+	gosync "sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// FatalError stops a run as a whole: the source's settings are unreadable,
+// or the sink holds another repository.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
+func fatalf(format string, args ...any) error {
+	return &FatalError{fmt.Errorf(format, args...)}
+}
+
+// refusal is an error that carries its report entry.
+type refusal struct{ Refusal }
+
+func (r *refusal) Error() string { return r.Message }
+
+func refuse(reason, version, file string, format string, args ...any) *refusal {
+	return &refusal{Refusal{Version: version, File: file, Reason: reason, Message: fmt.Sprintf(format, args...)}}
+}
+
+type engine struct {
+	src      backend.Reader
+	dst      backend.Backend
+	opts     Options
+	log      *zap.Logger
+	settings *repo.Settings
+	tmpDir   string
+
+	copySlots    chan struct{} // bounds file copies across all versions
+	catalogSlots chan struct{} // bounds catalogs held and read at once
+
+	// Inventories, each read with one listing where the store can list.
+	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
+	dstVersions map[string]map[string]int64
+	dstData     lazyListing // the sink's data_dir, listed only when a version needs it
+
+	mu        gosync.Mutex
+	report    *Report
+	published map[string]bool          // versions complete in the sink, before or now
+	refused   map[string]*refusal      // versions refused in this run
+	dataCalls map[string]*dataFileCall // one copy per data file across versions
+}
+
+type lazyListing struct {
+	once  gosync.Once
+	files map[string]int64
+	err   error
+}
+
+type dataFileCall struct {
+	done chan struct{}
+	size int64
+	err  error
+}
+
+// Run mirrors src into dst. The error is a FatalError, or the context's
+// error when the run was cancelled; everything else that went wrong is a
+// Refusal in the report, and the rest of the repository is still mirrored
+// where that is safe.
+func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Options) (*Report, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	e := &engine{
+		src:          src,
+		dst:          dst,
+		opts:         opts,
+		log:          opts.Logger,
+		copySlots:    make(chan struct{}, opts.Concurrency),
+		catalogSlots: make(chan struct{}, 2),
+		published:    map[string]bool{},
+		refused:      map[string]*refusal{},
+		dataCalls:    map[string]*dataFileCall{},
+		report: &Report{
+			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
+			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{},
+		},
+	}
+	err := e.run(ctx)
+	e.report.Duration = time.Since(e.report.Started)
+	sort.Strings(e.report.VersionsPublished)
+	return e.report, err
+}
+
+func (e *engine) run(ctx context.Context) error {
+	if err := e.readSettings(ctx); err != nil {
+		return err
+	}
+	upstream, head := e.upstreamRefs(ctx)
+	if err := e.listVersions(ctx); err != nil {
+		return err
+	}
+	sinkRefs, err := e.sinkRefs(ctx)
+	if err != nil {
+		return err
+	}
+
+	// Stage one: versions and the data files they need.
+	var roots []string
+	for _, name := range upstream.Names() {
+		roots = append(roots, upstream[name])
+	}
+	e.mirrorVersions(ctx, roots)
+	if err := ctx.Err(); err != nil {
+		return err // never move refs after an interrupted stage one
+	}
+
+	// Stage two: refs, refs.json, HEAD.
+	return e.publishRefs(ctx, upstream, head, sinkRefs)
+}
+
+func (e *engine) addRefusal(r *refusal) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.report.Refused = append(e.report.Refused, r.Refusal)
+	e.log.Warn("refused", zap.String("reason", r.Reason), zap.String("ref", r.Ref),
+		zap.String("version", r.Version), zap.String("file", r.File), zap.String("message", r.Message))
+}
+
+// readSettings reads the upstream's fdl.json and makes sure the sink holds
+// the same repository, creating its fdl.json only where it has none.
+func (e *engine) readSettings(ctx context.Context) error {
+	raw, err := backend.ReadAll(ctx, e.src, repo.SettingsFile, repo.MaxSmallFile)
+	if err != nil {
+		return fatalf("source %s: %s: %w", e.src.Location(), repo.SettingsFile, err)
+	}
+	s, err := repo.ParseSettings(raw)
+	if err != nil {
+		return fatalf("source %s: %w", e.src.Location(), err)
+	}
+	e.settings = s
+	if e.opts.Trust != nil {
+		if w := e.opts.Trust.CompareRepoSigners(s.Signers); w != "" {
+			e.log.Warn("repository signers differ from the trusted signers", zap.String("detail", w))
+		}
+	}
+
+	have, err := backend.ReadAll(ctx, e.dst, repo.SettingsFile, repo.MaxSmallFile)
+	switch {
+	case backend.IsNotExist(err):
+		if e.opts.DryRun {
+			e.plan(repo.SettingsFile)
+			return nil
+		}
+		err = e.dst.Create(ctx, repo.SettingsFile, strings.NewReader(string(raw)), int64(len(raw)))
+		if errors.Is(err, backend.ErrExist) {
+			// Another writer made it between our read and our create: judge theirs.
+			return e.readSettings(ctx)
+		}
+		if err != nil {
+			return fatalf("sink %s: creating %s: %w", e.dst.Location(), repo.SettingsFile, err)
+		}
+		return nil
+	case err != nil:
+		return fatalf("sink %s: %s: %w", e.dst.Location(), repo.SettingsFile, err)
+	}
+	mine, err := repo.ParseSettings(have)
+	if err != nil {
+		return fatalf("sink %s: existing %w", e.dst.Location(), err)
+	}
+	if mine.ID != s.ID {
+		return fatalf("sink %s holds another repository: its %s has id %q, upstream's is %q; refusing to mix them",
+			e.dst.Location(), repo.SettingsFile, mine.ID, s.ID)
+	}
+	if mine.DataDir != s.DataDir {
+		return fatalf("sink %s: %s has data_dir %q, upstream's is %q", e.dst.Location(), repo.SettingsFile, mine.DataDir, s.DataDir)
+	}
+	if string(have) != string(raw) {
+		// fdl.json is created once and kept (If-None-Match: *): a changed
+		// upstream copy is reported, not copied over.
+		e.log.Warn("upstream fdl.json differs from the mirror's; the mirror keeps the one it was created with",
+			zap.String("sink", e.dst.Location()))
+	}
+	return nil
+}
+
+// upstreamRefs reads every ref upstream: by listing refs/ where the source
+// can list, else from refs.json. Refs that break the rules are refused and
+// left out; the rest go on.
+func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
+	refs := repo.Refs{}
+	if e.src.Properties().CanList {
+		var names []string
+		err := e.src.List(ctx, repo.RefsDir, func(fi backend.FileInfo) error {
+			names = append(names, fi.Name)
+			return nil
+		})
+		if err != nil {
+			e.addRefusal(refuse(ReasonBadRef, "", repo.RefsDir, "listing %s upstream: %v", repo.RefsDir, err))
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if _, err := repo.CheckRefName(name); err != nil {
+				r := refuse(ReasonBadRef, "", name, "%v", err)
+				r.Ref = name
+				e.addRefusal(r)
+				continue
+			}
+			raw, err := backend.ReadAll(ctx, e.src, name, repo.MaxSmallFile)
+			if err == nil {
+				var id string
+				if id, err = repo.ParseRefFile(name, raw); err == nil {
+					refs[name] = id
+					continue
+				}
+			}
+			r := refuse(ReasonBadRef, "", name, "%v", err)
+			r.Ref = name
+			e.addRefusal(r)
+		}
+	} else {
+		raw, err := backend.ReadAll(ctx, e.src, repo.RefsFile, repo.MaxRefsJSON)
+		if err != nil {
+			e.addRefusal(refuse(ReasonBadRef, "", repo.RefsFile, "%s cannot list and has no readable %s: %v", e.src.Location(), repo.RefsFile, err))
+		} else {
+			parsed, bad, err := repo.ParseRefsJSON(raw)
+			if err != nil {
+				e.addRefusal(refuse(ReasonBadRef, "", repo.RefsFile, "%v", err))
+			}
+			for _, b := range bad {
+				r := refuse(ReasonBadRef, "", repo.RefsFile, "%v", b.Err)
+				r.Ref = b.Ref
+				e.addRefusal(r)
+			}
+			for k, v := range parsed {
+				refs[k] = v
+			}
+		}
+	}
+
+	head := ""
+	raw, err := backend.ReadAll(ctx, e.src, repo.HeadFile, repo.MaxSmallFile)
+	switch {
+	case err == nil:
+		if head, err = repo.ParseHead(raw); err != nil {
+			r := refuse(ReasonBadRef, "", repo.HeadFile, "%v", err)
+			r.Ref = repo.HeadFile
+			e.addRefusal(r)
+		}
+	case !backend.IsNotExist(err):
+		e.addRefusal(refuse(ReasonBadRef, "", repo.HeadFile, "reading %s: %v", repo.HeadFile, err))
+	}
+	return refs, head
+}
+
+// listVersions takes inventory of versions/ in the sink (which versions are
+// complete, which files they already have) and, where it can list, in the
+// source. Two listings, whatever the number of versions.
+func (e *engine) listVersions(ctx context.Context) error {
+	var err error
+	e.dstVersions, err = versionListing(ctx, e.dst)
+	if err != nil {
+		return fatalf("sink %s: %w", e.dst.Location(), err)
+	}
+	for id, files := range e.dstVersions {
+		if _, ok := files[repo.RecordFile]; ok {
+			e.published[id] = true
+		}
+	}
+	if e.src.Properties().CanList {
+		if e.srcVersions, err = versionListing(ctx, e.src); err != nil {
+			return fatalf("source %s: %w", e.src.Location(), err)
+		}
+	}
+	return nil
+}
+
+func versionListing(ctx context.Context, r backend.Reader) (map[string]map[string]int64, error) {
+	out := map[string]map[string]int64{}
+	err := r.List(ctx, repo.VersionsDir, func(fi backend.FileInfo) error {
+		rest := strings.TrimPrefix(fi.Name, repo.VersionsDir)
+		id, file, ok := strings.Cut(rest, "/")
+		if !ok || repo.CheckVersionID(id) != nil {
+			return nil // not a version directory: someone else's file
+		}
+		if out[id] == nil {
+			out[id] = map[string]int64{}
+		}
+		out[id][file] = fi.Size
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", repo.VersionsDir, err)
+	}
+	return out, nil
+}
+
+// sinkRefs reads the refs the mirror holds now.
+func (e *engine) sinkRefs(ctx context.Context) (repo.Refs, error) {
+	refs, err := ReadRefs(ctx, e.dst)
+	if err != nil {
+		return nil, fatalf("sink %s: reading refs: %w", e.dst.Location(), err)
+	}
+	return refs, nil
+}
+
+// mirrorVersions mirrors every version the refs name and their ancestors
+// that exist upstream, each once, several at a time. A version complete in
+// the sink is a leaf: its ancestors were walked when it was published.
+func (e *engine) mirrorVersions(ctx context.Context, roots []string) {
+	var wg gosync.WaitGroup
+	seen := map[string]bool{}
+	var seenMu gosync.Mutex
+	var visit func(id string, isRoot bool)
+	visit = func(id string, isRoot bool) {
+		seenMu.Lock()
+		if seen[id] {
+			seenMu.Unlock()
+			return
+		}
+		seen[id] = true
+		seenMu.Unlock()
+		e.mu.Lock()
+		done := e.published[id]
+		e.mu.Unlock()
+		if done {
+			e.completeVersionDir(ctx, id)
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			parents, err := e.mirrorVersion(ctx, id, isRoot)
+			if err != nil {
+				var r *refusal
+				if !errors.As(err, &r) {
+					r = refuse(ReasonCopy, id, "", "version %s: %v", id, err)
+				}
+				e.mu.Lock()
+				e.refused[id] = r
+				e.mu.Unlock()
+				if ctx.Err() == nil {
+					e.addRefusal(r)
+				}
+			}
+			for _, p := range parents {
+				visit(p, false)
+			}
+		}()
+	}
+	for _, id := range roots {
+		visit(id, true)
+	}
+	wg.Wait()
+}
+
+// errAbsentAncestor marks an ancestor that the upstream does not have.
+var errAbsentAncestor = errors.New("absent upstream")
+
+// mirrorVersion copies one version: record, signature check, catalog
+// (sha256), data files, then the directory with version.json last. It
+// returns the version's parents so that the walk goes on even when this
+// version is refused.
+func (e *engine) mirrorVersion(ctx context.Context, id string, isRoot bool) (parents []string, err error) {
+	recordName := repo.VersionFile(id, repo.RecordFile)
+	raw, err := backend.ReadAll(ctx, e.src, recordName, repo.MaxRecordFile)
+	if backend.IsNotExist(err) && !isRoot {
+		e.log.Info("ancestor version absent upstream; skipped", zap.String("version", id))
+		return nil, nil
+	}
+	if backend.IsNotExist(err) {
+		return nil, refuse(ReasonMissingFile, id, recordName, "version %s: %s is missing upstream", id, recordName)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := repo.ParseRecord(id, raw)
+	if err != nil {
+		return nil, refuse(ReasonRecord, id, recordName, "%v", err)
+	}
+	parents = rec.Parents
+
+	files, err := e.versionFiles(ctx, id)
+	if err != nil {
+		return parents, err
+	}
+	var sig []byte
+	if _, ok := files[repo.SignatureFile]; ok {
+		if sig, err = backend.ReadAll(ctx, e.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
+			return parents, err
+		}
+	}
+	if e.opts.Trust != nil {
+		if _, err := e.opts.Trust.CheckVersion(id, raw, sig); err != nil {
+			return parents, refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
+		}
+	}
+
+	select {
+	case e.catalogSlots <- struct{}{}:
+	case <-ctx.Done():
+		return parents, ctx.Err()
+	}
+	catalogName := repo.VersionFile(id, repo.CatalogFile)
+	fetched, err := catalog.Fetch(ctx, e.src, catalogName, e.tmpDir)
+	if err != nil {
+		<-e.catalogSlots
+		if backend.IsNotExist(err) {
+			return parents, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
+		}
+		return parents, err
+	}
+	defer fetched.Remove()
+	if fetched.SHA256 != rec.SHA256 {
+		<-e.catalogSlots
+		return parents, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
+			id, catalogName, fetched.SHA256, rec.SHA256)
+	}
+	cat, err := catalog.Read(ctx, fetched.Path)
+	<-e.catalogSlots
+	if err != nil {
+		return parents, refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
+	}
+
+	if err := e.mirrorDataFiles(ctx, id, cat); err != nil {
+		return parents, err
+	}
+	if err := e.writeVersionDir(ctx, id, files, fetched, raw, sig); err != nil {
+		return parents, err
+	}
+	e.mu.Lock()
+	e.published[id] = true
+	e.report.VersionsPublished = append(e.report.VersionsPublished, id)
+	e.mu.Unlock()
+	e.log.Info("version published", zap.String("version", id), zap.Int("data_files", len(cat.Files)), zap.Bool("dry_run", e.opts.DryRun))
+	return parents, nil
+}
+
+// versionFiles names the files of a version's directory upstream, with
+// their sizes (-1 where unknown until read). A source that cannot list is
+// asked for the names the layout knows.
+func (e *engine) versionFiles(ctx context.Context, id string) (map[string]int64, error) {
+	if e.srcVersions != nil {
+		return e.srcVersions[id], nil
+	}
+	names := append([]string{}, repo.KnownVersionFiles...)
+	for _, f := range e.settings.CatalogFormats {
+		names = append(names, "catalogs/"+f+".duckdb")
+	}
+	files := map[string]int64{}
+	for _, n := range names {
+		fi, err := e.src.Stat(ctx, repo.VersionFile(id, n))
+		if backend.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		files[n] = fi.Size
+	}
+	return files, nil
+}
+
+// mirrorDataFiles makes sure the sink has every file the catalog needs,
+// with the recorded size.
+func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog) error {
+	var wg gosync.WaitGroup
+	errs := make([]error, len(cat.Files))
+	for i, f := range cat.Files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.dataFile(ctx, e.settings.DataDir+f.Path, f.Size)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		name := e.settings.DataDir + cat.Files[i].Path
+		var r *refusal
+		if errors.As(err, &r) {
+			c := *r
+			c.Version = id
+			return &c
+		}
+		if backend.IsNotExist(err) {
+			return refuse(ReasonMissingFile, id, name, "version %s: data file %s is missing upstream", id, name)
+		}
+		return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
+	}
+	return nil
+}
+
+// dataFile copies one data file unless the sink has it; each name is
+// handled once per run, whichever versions need it.
+func (e *engine) dataFile(ctx context.Context, name string, size int64) error {
+	e.mu.Lock()
+	call, ok := e.dataCalls[name]
+	if !ok {
+		call = &dataFileCall{done: make(chan struct{}), size: size}
+		e.dataCalls[name] = call
+	}
+	e.mu.Unlock()
+	if ok {
+		<-call.done
+		if call.err == nil && size >= 0 && call.size >= 0 && call.size != size {
+			return refuse(ReasonSizeMismatch, "", name, "data file %s: catalogs record %d and %d bytes", name, call.size, size)
+		}
+		return call.err
+	}
+	defer close(call.done)
+	call.err = e.ensureDataFile(ctx, name, size)
+	return call.err
+}
+
+func (e *engine) ensureDataFile(ctx context.Context, name string, size int64) error {
+	have, known, err := e.sinkDataFile(ctx, name)
+	if err != nil {
+		return err
+	}
+	if known {
+		if size >= 0 && have != size {
+			return refuse(ReasonSizeMismatch, "", name, "data file %s exists in the sink with %d bytes, the catalog records %d; immutable, left alone", name, have, size)
+		}
+		return nil
+	}
+	return e.copyFile(ctx, name, size)
+}
+
+// sinkDataFile says whether the sink has a data file, from one listing of
+// its data_dir made the first time a version needs it.
+func (e *engine) sinkDataFile(ctx context.Context, name string) (int64, bool, error) {
+	l := &e.dstData
+	l.once.Do(func() {
+		l.files = map[string]int64{}
+		l.err = e.dst.List(ctx, e.settings.DataDir, func(fi backend.FileInfo) error {
+			l.files[fi.Name] = fi.Size
+			return nil
+		})
+	})
+	if l.err != nil {
+		return 0, false, fmt.Errorf("sink %s: listing %s: %w", e.dst.Location(), e.settings.DataDir, l.err)
+	}
+	size, ok := l.files[name]
+	return size, ok, nil
+}
+
+// copyFile streams one immutable file from source to sink (or copies it
+// server-side), refusing it when its size is not the recorded one. size -1
+// means unknown: whatever the source has is taken. Transient failures are
+// retried.
+func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
+	select {
+	case e.copySlots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-e.copySlots }()
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var n int64
+		n, err = e.copyOnce(ctx, name, size)
+		if err == nil {
+			e.copied(n)
+			return nil
+		}
+		var r *refusal
+		if errors.As(err, &r) || backend.IsNotExist(err) || ctx.Err() != nil || errors.Is(err, backend.ErrInvalidName) {
+			return err
+		}
+		e.log.Warn("copy failed; retrying", zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
+		select {
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {
+	if c, ok := backend.Innermost(e.dst).(backend.Copier); ok {
+		fi, err := e.src.Stat(ctx, name)
+		if err != nil {
+			return 0, err
+		}
+		if size >= 0 && fi.Size != size {
+			return 0, sizeRefusal(name, fi.Size, size)
+		}
+		if ok, err := c.CopyFrom(ctx, backend.Innermost(e.src), name, name, fi.Size); ok || err != nil {
+			return fi.Size, err
+		}
+	}
+	rc, err := e.src.Open(ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	var body io.Reader = rc
+	if st, ok := rc.(interface{ Stat() (fs.FileInfo, error) }); ok {
+		// A local file: its size is known without reading it, and passing
+		// the *os.File on lets the kernel copy it (copy_file_range).
+		fi, err := st.Stat()
+		if err != nil {
+			return 0, err
+		}
+		if size >= 0 && fi.Size() != size {
+			return 0, sizeRefusal(name, fi.Size(), size)
+		}
+		size = fi.Size()
+	} else {
+		if size < 0 {
+			fi, err := e.src.Stat(ctx, name)
+			if err != nil {
+				return 0, err
+			}
+			size = fi.Size
+		}
+		body = &exactReader{r: rc, left: size, name: name, want: size}
+	}
+	if err := e.dst.Put(ctx, name, body, size); err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return 0, r
+		}
+		if x, ok := body.(*exactReader); ok && x.mismatch != nil {
+			return 0, x.mismatch
+		}
+		return 0, err
+	}
+	return size, nil
+}
+
+func sizeRefusal(name string, got, want int64) *refusal {
+	return refuse(ReasonSizeMismatch, "", name, "data file %s has %d bytes upstream, the catalog records %d", name, got, want)
+}
+
+// exactReader passes on exactly want bytes and fails the stream when the
+// source has more or fewer, so that a Put never publishes a file of the
+// wrong size.
+type exactReader struct {
+	r        io.Reader
+	left     int64
+	name     string
+	want     int64
+	mismatch *refusal
+}
+
+func (x *exactReader) Read(p []byte) (int, error) {
+	if x.left <= 0 {
+		var one [1]byte
+		n, err := io.ReadFull(x.r, one[:])
+		if n > 0 {
+			x.mismatch = refuse(ReasonSizeMismatch, "", x.name, "data file %s is larger upstream than the %d bytes the catalog records", x.name, x.want)
+			return 0, x.mismatch
+		}
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(p)) > x.left {
+		p = p[:x.left]
+	}
+	n, err := x.r.Read(p)
+	x.left -= int64(n)
+	if err == io.EOF && x.left > 0 {
+		x.mismatch = sizeRefusal(x.name, x.want-x.left, x.want)
+		return n, x.mismatch
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	return n, err
+}
+
+// writeVersionDir copies the version's own directory: opaque files first,
+// the catalog from its verified local copy, then version.json.sig, and
+// version.json last, because its presence makes the version complete.
+func (e *engine) writeVersionDir(ctx context.Context, id string, files map[string]int64, cat *catalog.Fetched, record, sig []byte) error {
+	have := e.dstVersions[id]
+	var opaque []string
+	for f := range files {
+		if f != repo.RecordFile && f != repo.SignatureFile && f != repo.CatalogFile {
+			opaque = append(opaque, f)
+		}
+	}
+	sort.Strings(opaque)
+	var wg gosync.WaitGroup
+	errs := make([]error, len(opaque))
+	for i, f := range opaque {
+		name := repo.VersionFile(id, f)
+		if err := backend.CheckName(name); err != nil {
+			return refuse(ReasonBadRef, id, name, "version %s: file name %q is not allowed", id, f)
+		}
+		if size, ok := have[f]; ok {
+			if files[f] >= 0 && size != files[f] {
+				return refuse(ReasonSizeMismatch, id, name, "version %s: %s exists in the sink with %d bytes, upstream has %d; immutable, left alone", id, name, size, files[f])
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.copyFile(ctx, name, files[f])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return refuse(ReasonCopy, id, repo.VersionFile(id, opaque[i]), "version %s: %s: %v", id, opaque[i], err)
+		}
+	}
+	if size, ok := have[repo.CatalogFile]; ok && size == cat.Size {
+		// Written by an interrupted run from a verified copy.
+	} else if err := e.putLocalFile(ctx, repo.VersionFile(id, repo.CatalogFile), cat.Path, cat.Size); err != nil {
+		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.CatalogFile), "version %s: writing catalog: %v", id, err)
+	}
+	if sig != nil {
+		if err := e.putBytes(ctx, repo.VersionFile(id, repo.SignatureFile), sig); err != nil {
+			return refuse(ReasonCopy, id, repo.VersionFile(id, repo.SignatureFile), "version %s: %v", id, err)
+		}
+	}
+	if err := e.putBytes(ctx, repo.VersionFile(id, repo.RecordFile), record); err != nil {
+		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
+	}
+	return nil
+}
+
+// completeVersionDir copies files that appeared upstream in a version the
+// sink already has (expired.json is added when a version passes its
+// retention period). It costs nothing where the source cannot list.
+func (e *engine) completeVersionDir(ctx context.Context, id string) {
+	if e.srcVersions == nil {
+		return
+	}
+	have := e.dstVersions[id]
+	for f, size := range e.srcVersions[id] {
+		if _, ok := have[f]; ok || f == repo.RecordFile || f == repo.SignatureFile || f == repo.CatalogFile {
+			continue
+		}
+		name := repo.VersionFile(id, f)
+		if err := e.copyFile(ctx, name, size); err != nil && ctx.Err() == nil {
+			e.addRefusal(refuse(ReasonCopy, id, name, "version %s: new file %s: %v", id, name, err))
+		}
+	}
+}
+
+func (e *engine) putLocalFile(ctx context.Context, name, local string, size int64) error {
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := e.dst.Put(ctx, name, f, size); err != nil {
+		return err
+	}
+	e.copied(size)
+	return nil
+}
+
+func (e *engine) putBytes(ctx context.Context, name string, b []byte) error {
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	if err := e.dst.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
+		return err
+	}
+	e.copied(int64(len(b)))
+	return nil
+}
+
+func (e *engine) copied(n int64) {
+	e.mu.Lock()
+	e.report.FilesCopied++
+	e.report.BytesCopied += n
+	files, bytes := e.report.FilesCopied, e.report.BytesCopied
+	e.mu.Unlock()
+	if e.opts.Progress != nil {
+		e.opts.Progress(files, bytes)
+	}
+}
+
+func (e *engine) plan(name string) {
+	e.mu.Lock()
+	e.report.Planned = append(e.report.Planned, name)
+	e.mu.Unlock()
+}
+
+// publishRefs is stage two: each ref whose version is complete in the sink
+// is written (tags only when new), then refs.json, then HEAD.
+func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head string, sinkRefs repo.Refs) error {
+	for _, name := range upstream.Names() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		id := upstream[name]
+		kind, _ := repo.CheckRefName(name)
+		cur, exists := sinkRefs[name]
+		if exists && cur == id {
+			continue
+		}
+		if kind == repo.Tag && exists {
+			r := refuse(ReasonTagMoved, id, name, "tag %s is %s in the mirror and %s upstream; tags never move", name, cur, id)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
+		e.mu.Lock()
+		complete, why := e.published[id], e.refused[id]
+		e.mu.Unlock()
+		if !complete {
+			msg := fmt.Sprintf("ref %s not moved to %s: version not complete", name, id)
+			if why != nil {
+				msg = fmt.Sprintf("ref %s not moved to %s: version refused (%s)", name, id, why.Reason)
+			}
+			r := refuse(ReasonVersion, id, name, "%s", msg)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
+		if err := e.putBytes(ctx, name, repo.RefFileContent(id)); err != nil {
+			r := refuse(ReasonCopy, id, name, "ref %s: %v", name, err)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
+		e.mu.Lock()
+		e.report.RefsMoved = append(e.report.RefsMoved, RefMove{Ref: name, From: cur, To: id})
+		e.mu.Unlock()
+		e.log.Info("ref moved", zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.Bool("dry_run", e.opts.DryRun))
+		sinkRefs[name] = id
+	}
+	for _, name := range sinkRefs.Names() {
+		if _, ok := upstream[name]; !ok {
+			e.log.Info("ref in the mirror is not upstream; kept", zap.String("ref", name))
+		}
+	}
+	for _, name := range upstream.Names() {
+		if sinkRefs[name] != upstream[name] {
+			e.report.Lag++
+		}
+	}
+
+	want := repo.RefsJSON(sinkRefs)
+	if have, err := backend.ReadAll(ctx, e.dst, repo.RefsFile, repo.MaxRefsJSON); err != nil || string(have) != string(want) {
+		if err := e.putBytes(ctx, repo.RefsFile, want); err != nil {
+			e.addRefusal(refuse(ReasonCopy, "", repo.RefsFile, "writing %s: %v", repo.RefsFile, err))
+		}
+	}
+	if head != "" {
+		if _, ok := sinkRefs[head]; !ok {
+			e.log.Warn("HEAD names a ref the mirror does not have yet; HEAD not written", zap.String("head", head))
+			return nil
+		}
+		content := []byte("ref: " + head + "\n")
+		if have, err := backend.ReadAll(ctx, e.dst, repo.HeadFile, repo.MaxSmallFile); err != nil || string(have) != string(content) {
+			if err := e.putBytes(ctx, repo.HeadFile, content); err != nil {
+				e.addRefusal(refuse(ReasonCopy, "", repo.HeadFile, "writing %s: %v", repo.HeadFile, err))
+			}
+		}
+	}
+	return nil
+}

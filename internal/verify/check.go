@@ -1,0 +1,250 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	gosync "sync"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// Problem is one thing wrong in a repository.
+type Problem struct {
+	Ref     string `json:"ref,omitempty"`
+	Version string `json:"version,omitempty"`
+	File    string `json:"file,omitempty"`
+	Message string `json:"message"`
+}
+
+func (p Problem) String() string { return p.Message }
+
+// CheckOptions tune CheckRepository.
+type CheckOptions struct {
+	// Trust, when set, checks every version's signature too.
+	Trust *Policy
+	// Concurrency bounds the size checks at once (default 8).
+	Concurrency int
+}
+
+// CheckRepository checks a repository or mirror without trusting it, the
+// way git fsck does: every ref resolves to a version whose version.json
+// parses, whose catalog matches the record's sha256, and whose data files
+// are all present with the sizes the catalog records. Ancestors that exist
+// are checked as well. It returns every problem found; the error is for a
+// store that cannot be read at all.
+func CheckRepository(ctx context.Context, r backend.Reader, opts CheckOptions) ([]Problem, error) {
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 8
+	}
+	c := &checker{r: r, opts: opts}
+	return c.run(ctx)
+}
+
+type checker struct {
+	r        backend.Reader
+	opts     CheckOptions
+	settings *repo.Settings
+	problems []Problem
+	mu       gosync.Mutex
+	data     map[string]int64 // data_dir listing, where the store lists
+}
+
+func (c *checker) add(p Problem) {
+	c.mu.Lock()
+	c.problems = append(c.problems, p)
+	c.mu.Unlock()
+}
+
+func (c *checker) run(ctx context.Context) ([]Problem, error) {
+	raw, err := backend.ReadAll(ctx, c.r, repo.SettingsFile, repo.MaxSmallFile)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", c.r.Location(), repo.SettingsFile, err)
+	}
+	if c.settings, err = repo.ParseSettings(raw); err != nil {
+		c.add(Problem{File: repo.SettingsFile, Message: err.Error()})
+		return c.problems, nil
+	}
+	refs := c.refs(ctx)
+	if c.r.Properties().CanList {
+		c.data = map[string]int64{}
+		err := c.r.List(ctx, c.settings.DataDir, func(fi backend.FileInfo) error {
+			c.data[fi.Name] = fi.Size
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: listing %s: %w", c.r.Location(), c.settings.DataDir, err)
+		}
+	}
+	seen := map[string]bool{}
+	queue := []string{}
+	for _, name := range refs.Names() {
+		queue = append(queue, refs[name])
+	}
+	roots := map[string]bool{}
+	for _, id := range queue {
+		roots[id] = true
+	}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		queue = append(queue, c.version(ctx, id, roots[id])...)
+	}
+	sort.SliceStable(c.problems, func(i, j int) bool { return c.problems[i].Version < c.problems[j].Version })
+	return c.problems, nil
+}
+
+func (c *checker) refs(ctx context.Context) repo.Refs {
+	refs := repo.Refs{}
+	if c.r.Properties().CanList {
+		err := c.r.List(ctx, repo.RefsDir, func(fi backend.FileInfo) error {
+			if _, err := repo.CheckRefName(fi.Name); err != nil {
+				c.add(Problem{Ref: fi.Name, File: fi.Name, Message: err.Error()})
+				return nil
+			}
+			raw, err := backend.ReadAll(ctx, c.r, fi.Name, repo.MaxSmallFile)
+			if err == nil {
+				var id string
+				if id, err = repo.ParseRefFile(fi.Name, raw); err == nil {
+					refs[fi.Name] = id
+					return nil
+				}
+			}
+			c.add(Problem{Ref: fi.Name, File: fi.Name, Message: err.Error()})
+			return nil
+		})
+		if err != nil {
+			c.add(Problem{File: repo.RefsDir, Message: fmt.Sprintf("listing %s: %v", repo.RefsDir, err)})
+		}
+	}
+	raw, err := backend.ReadAll(ctx, c.r, repo.RefsFile, repo.MaxRefsJSON)
+	switch {
+	case err == nil:
+		listed, bad, err := repo.ParseRefsJSON(raw)
+		if err != nil {
+			c.add(Problem{File: repo.RefsFile, Message: err.Error()})
+		}
+		for _, b := range bad {
+			c.add(Problem{Ref: b.Ref, File: repo.RefsFile, Message: b.Err.Error()})
+		}
+		if !c.r.Properties().CanList {
+			return listed
+		}
+		// refs.json must agree with the ref files: readers that cannot
+		// list rely on it.
+		for _, name := range refs.Names() {
+			if listed[name] != refs[name] {
+				c.add(Problem{Ref: name, File: repo.RefsFile, Message: fmt.Sprintf("%s says %s is %q, the ref file says %q", repo.RefsFile, name, listed[name], refs[name])})
+			}
+		}
+	case backend.IsNotExist(err):
+		if !c.r.Properties().CanList {
+			c.add(Problem{File: repo.RefsFile, Message: fmt.Sprintf("%s is missing and %s cannot list refs", repo.RefsFile, c.r.Location())})
+		}
+	default:
+		c.add(Problem{File: repo.RefsFile, Message: err.Error()})
+	}
+	if raw, err := backend.ReadAll(ctx, c.r, repo.HeadFile, repo.MaxSmallFile); err == nil {
+		if head, err := repo.ParseHead(raw); err != nil {
+			c.add(Problem{File: repo.HeadFile, Message: err.Error()})
+		} else if _, ok := refs[head]; !ok {
+			c.add(Problem{File: repo.HeadFile, Message: fmt.Sprintf("%s names %s, which does not exist", repo.HeadFile, head)})
+		}
+	}
+	return refs
+}
+
+// version checks one version and returns its parents.
+func (c *checker) version(ctx context.Context, id string, isRoot bool) []string {
+	bad := func(file, format string, args ...any) {
+		c.add(Problem{Version: id, File: file, Message: fmt.Sprintf("version %s: "+format, append([]any{id}, args...)...)})
+	}
+	recordName := repo.VersionFile(id, repo.RecordFile)
+	raw, err := backend.ReadAll(ctx, c.r, recordName, repo.MaxRecordFile)
+	if err != nil {
+		if isRoot || !backend.IsNotExist(err) {
+			bad(recordName, "%s: %v", recordName, err)
+		}
+		return nil
+	}
+	rec, err := repo.ParseRecord(id, raw)
+	if err != nil {
+		c.add(Problem{Version: id, File: recordName, Message: err.Error()})
+		return nil
+	}
+	if c.opts.Trust != nil {
+		sigName := repo.VersionFile(id, repo.SignatureFile)
+		sig, err := backend.ReadAll(ctx, c.r, sigName, repo.MaxSmallFile)
+		if backend.IsNotExist(err) {
+			sig, err = nil, nil
+		}
+		if err != nil {
+			bad(sigName, "%v", err)
+		} else if _, err := c.opts.Trust.CheckVersion(id, raw, sig); err != nil {
+			c.add(Problem{Version: id, File: sigName, Message: err.Error()})
+		}
+	}
+	catalogName := repo.VersionFile(id, repo.CatalogFile)
+	fetched, err := catalog.Fetch(ctx, c.r, catalogName, "")
+	if err != nil {
+		bad(catalogName, "%v", err)
+		return rec.Parents
+	}
+	defer fetched.Remove()
+	if fetched.SHA256 != rec.SHA256 {
+		bad(catalogName, "catalog sha256 mismatch: %s has %s, version.json records %s", catalogName, fetched.SHA256, rec.SHA256)
+		return rec.Parents
+	}
+	cat, err := catalog.Read(ctx, fetched.Path)
+	if err != nil {
+		bad(catalogName, "%v", err)
+		return rec.Parents
+	}
+	c.dataFiles(ctx, id, cat)
+	return rec.Parents
+}
+
+func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog) {
+	slots := make(chan struct{}, c.opts.Concurrency)
+	var wg gosync.WaitGroup
+	for _, f := range cat.Files {
+		name := c.settings.DataDir + f.Path
+		if c.data != nil {
+			c.compare(id, name, c.data[name], hasKey(c.data, name), f.Size)
+			continue
+		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			fi, err := c.r.Stat(ctx, name)
+			if err != nil && !backend.IsNotExist(err) {
+				c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: %v", id, name, err)})
+				return
+			}
+			c.compare(id, name, fi.Size, err == nil, f.Size)
+		}()
+	}
+	wg.Wait()
+}
+
+func hasKey(m map[string]int64, k string) bool { _, ok := m[k]; return ok }
+
+func (c *checker) compare(id, name string, have int64, exists bool, want int64) {
+	switch {
+	case !exists:
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s is missing", id, name)})
+	case want >= 0 && have != want:
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s has %d bytes, the catalog records %d", id, name, have, want)})
+	}
+}
+
