@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/backendtest"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
 	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
@@ -101,4 +102,20 @@ func TestPutLargeChunked(t *testing.T) {
 	if got := read(t, s, "big"); !bytes.Equal(got, data) {
 		t.Fatalf("read %d bytes, want %d", len(got), len(data))
 	}
+}
+
+func TestConformance(t *testing.T) {
+	srv := testserver.GCS(t)
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		// A small chunk size makes the suite's large objects take the
+		// resumable, several-request path.
+		return open(t, srv, srv.Bucket(t), "some/prefix", gcs.Options{ChunkSize: 1 << 20})
+	})
+}
+
+func TestConformanceBucketRoot(t *testing.T) {
+	srv := testserver.GCS(t)
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		return open(t, srv, srv.Bucket(t), "", gcs.Options{})
+	})
 }

@@ -1,0 +1,209 @@
+package testserver
+
+import (
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Fault is what the proxy does to one request.
+type Fault int
+
+const (
+	// Pass forwards the request untouched.
+	Pass Fault = iota
+	// Drop closes the connection without answering.
+	Drop
+	// Status500 answers 500 Internal Server Error without forwarding.
+	Status500
+	// Status503 answers 503 Service Unavailable without forwarding.
+	Status503
+	// Stall waits StallFor without answering, then closes the connection:
+	// a client with a shorter timeout gives up first.
+	Stall
+	// CutBody forwards the request and the response's headers, then
+	// closes the connection after CutAfter bytes of the body.
+	CutBody
+	// StallBody forwards the request and CutAfter bytes of the body, then
+	// waits StallFor and closes the connection.
+	StallBody
+)
+
+func (f Fault) String() string {
+	return [...]string{"pass", "drop", "500", "503", "stall", "cut-body", "stall-body"}[f]
+}
+
+// Schedule decides the fault for the n-th request (counting from 1).
+type Schedule func(n int64, r *http.Request) Fault
+
+// EveryNth faults every n-th request, cycling through faults: with n=3
+// and faults (Drop, Status503), requests 3, 9, 15… are dropped and 6, 12,
+// 18… get 503; all others pass.
+func EveryNth(n int64, faults ...Fault) Schedule {
+	return func(k int64, _ *http.Request) Fault {
+		if n <= 0 || len(faults) == 0 || k%n != 0 {
+			return Pass
+		}
+		return faults[(k/n-1)%int64(len(faults))]
+	}
+}
+
+// FaultProxy is an HTTP reverse proxy on 127.0.0.1 in front of a server,
+// that injects faults by a deterministic schedule. It keeps the client's
+// Host header, so S3 signatures made for the proxy's address stay valid.
+type FaultProxy struct {
+	URL string // http://127.0.0.1:port, to be used instead of the target
+
+	// StallFor is how long Stall and StallBody wait (default 2 s).
+	StallFor time.Duration
+	// CutAfter is how many body bytes CutBody and StallBody let through
+	// (default 1).
+	CutAfter int64
+
+	proxy    *httputil.ReverseProxy
+	mu       sync.Mutex
+	schedule Schedule
+	failAll  Fault
+	requests atomic.Int64
+	faults   atomic.Int64
+}
+
+// NewFaultProxy starts a proxy in front of target (http://host:port) that
+// passes everything until SetSchedule or FailAll say otherwise; it is
+// stopped when the test ends.
+func NewFaultProxy(t testing.TB, target string) *FaultProxy {
+	t.Helper()
+	tu, err := url.Parse(target)
+	if err != nil {
+		t.Fatalf("testserver: proxy target %q: %v", target, err)
+	}
+	tu.Path, tu.RawPath, tu.RawQuery = "", "", ""
+	p := &FaultProxy{StallFor: 2 * time.Second, CutAfter: 1}
+	p.proxy = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(tu)
+			pr.Out.Host = pr.In.Host
+		},
+		Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16},
+		// Aborted and stalled requests are the point, not news.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testserver: listening: %v", err)
+	}
+	srv := &http.Server{Handler: p}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	p.URL = "http://" + l.Addr().String()
+	return p
+}
+
+// SetSchedule sets the faults to inject from now on; nil passes all.
+func (p *FaultProxy) SetSchedule(s Schedule) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.schedule = s
+}
+
+// FailAll makes every request get fault f, whatever the schedule, until
+// FailAll(Pass): an upstream that cannot complete anything.
+func (p *FaultProxy) FailAll(f Fault) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failAll = f
+}
+
+// Requests is the number of requests received.
+func (p *FaultProxy) Requests() int64 { return p.requests.Load() }
+
+// Faults is the number of requests that got a fault.
+func (p *FaultProxy) Faults() int64 { return p.faults.Load() }
+
+func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := p.requests.Add(1)
+	p.mu.Lock()
+	f := p.failAll
+	if f == Pass && p.schedule != nil {
+		f = p.schedule(n, r)
+	}
+	p.mu.Unlock()
+	if f != Pass {
+		p.faults.Add(1)
+	}
+	switch f {
+	case Drop:
+		// Makes net/http close the connection without a response.
+		panic(http.ErrAbortHandler)
+	case Status500, Status503:
+		code := http.StatusInternalServerError
+		if f == Status503 {
+			code = http.StatusServiceUnavailable
+		}
+		io.Copy(io.Discard, r.Body)
+		http.Error(w, "injected fault", code)
+		return
+	case Stall:
+		p.sleep(r)
+		panic(http.ErrAbortHandler)
+	case CutBody, StallBody:
+		// The copy error makes ReverseProxy abort the connection, so the
+		// client sees a body shorter than its Content-Length.
+		rw := &cutWriter{ResponseWriter: w, left: p.CutAfter}
+		if f == StallBody {
+			rw.stall = func() { p.sleep(r) }
+		}
+		p.proxy.ServeHTTP(rw, r)
+		return
+	}
+	p.proxy.ServeHTTP(w, r)
+}
+
+func (p *FaultProxy) sleep(r *http.Request) {
+	select {
+	case <-time.After(p.StallFor):
+	case <-r.Context().Done():
+	}
+}
+
+var errCut = errors.New("testserver: body cut by fault proxy")
+
+// cutWriter lets left bytes of the body through, then fails every write
+// (after stalling, for StallBody).
+type cutWriter struct {
+	http.ResponseWriter
+	left  int64
+	stall func()
+}
+
+func (c *cutWriter) Write(b []byte) (int, error) {
+	if int64(len(b)) <= c.left {
+		c.left -= int64(len(b))
+		return c.ResponseWriter.Write(b)
+	}
+	n, _ := c.ResponseWriter.Write(b[:c.left])
+	c.left = 0
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+	if c.stall != nil {
+		c.stall()
+	}
+	// ReverseProxy answers a failed write by closing the upstream body
+	// and aborting the connection to the client.
+	return n, errCut
+}
+
+func (c *cutWriter) Flush() {
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
