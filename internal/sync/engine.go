@@ -441,6 +441,9 @@ func (e *engine) mirrorVersion(ctx context.Context, id string, isRoot bool) (par
 	}
 	cat, err := catalog.Read(ctx, fetched.Path)
 	<-e.catalogSlots
+	e.mu.Lock()
+	e.report.CatalogsRead++
+	e.mu.Unlock()
 	if err != nil {
 		return parents, refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
 	}

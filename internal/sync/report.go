@@ -71,8 +71,11 @@ type Report struct {
 	FilesCopied       int64         `json:"files_copied"`
 	BytesCopied       int64         `json:"bytes_copied"`
 	VersionsPublished []string      `json:"versions_published"`
-	RefsMoved         []RefMove     `json:"refs_moved"`
-	Refused           []Refusal     `json:"refused"`
+	// CatalogsRead counts catalogs fetched and opened: zero on a run with
+	// nothing new.
+	CatalogsRead int       `json:"catalogs_read"`
+	RefsMoved    []RefMove `json:"refs_moved"`
+	Refused      []Refusal `json:"refused"`
 	// Planned lists the files a dry run would copy.
 	Planned []string `json:"planned,omitempty"`
 	// Lag counts upstream refs the sink does not match after the run.

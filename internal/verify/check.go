@@ -139,11 +139,13 @@ func (c *checker) refs(ctx context.Context) repo.Refs {
 		if !c.r.Properties().CanList {
 			return listed
 		}
-		// refs.json must agree with the ref files: readers that cannot
-		// list rely on it.
-		for _, name := range refs.Names() {
-			if listed[name] != refs[name] {
-				c.add(Problem{Ref: name, File: repo.RefsFile, Message: fmt.Sprintf("%s says %s is %q, the ref file says %q", repo.RefsFile, name, listed[name], refs[name])})
+		// Readers that cannot list follow refs.json, so its versions must
+		// be complete too. It may lag the ref files by one interrupted
+		// run (it is written after them): that is not a problem, a ref
+		// to an incomplete version is.
+		for name, id := range listed {
+			if refs[name] != id {
+				refs["refs.json:"+name] = id
 			}
 		}
 	case backend.IsNotExist(err):
@@ -247,4 +249,3 @@ func (c *checker) compare(id, name string, have int64, exists bool, want int64) 
 		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s has %d bytes, the catalog records %d", id, name, have, want)})
 	}
 }
-

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+)
+
+// A sync killed with SIGKILL at any moment leaves every ref in the mirror
+// pointing at a complete version, never blocks the next run, and a final
+// sync finishes the mirror.
+func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test skipped in -short mode")
+	}
+	_, up, sink := layout(t)
+	gen(t, up, generate.Options{Versions: 12, FilesPerVersion: 200, RowsPerFile: 10, Tags: true, FastParquet: true})
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	t.Logf("upstream has %d files", len(fdltest.Files(t, up)))
+
+	kills := 0
+	for i := 0; i < 25; i++ {
+		cmd := exec.Command(binary, "sync", "--log-level", "error", "--concurrency", "4", up, sink)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		delay := time.Duration(rng.IntN(1500)+10) * time.Millisecond
+		select {
+		case <-exited:
+			// Finished before the kill: the mirror is complete; the
+			// remaining rounds are reruns, still worth killing.
+		case <-time.After(delay):
+			cmd.Process.Kill()
+			<-exited
+			kills++
+		}
+		if _, err := os.Stat(filepath.Join(sink, "fdl.json")); err != nil {
+			continue // killed before anything was written
+		}
+		if p := fdltest.Complete(t, sink); len(p) > 0 {
+			t.Fatalf("after kill %d (at %s): refs to incomplete versions: %v", i, delay, p)
+		}
+	}
+	t.Logf("%d syncs killed mid-run", kills)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if res := runCtx(t, ctx, "sync", up, sink); res.code != 0 {
+		t.Fatalf("final sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	fdltest.AssertMirrored(t, up, sink, nil)
+	if p := fdltest.Complete(t, sink); len(p) > 0 {
+		t.Fatalf("final mirror: %v", p)
+	}
+}

@@ -1,0 +1,87 @@
+// Command fdl-mirror mirrors FDL repositories: sync, verify, daemon, status,
+// version. This package parses flags and prints; the engine decides.
+package main
+
+import (
+	"fmt"
+	"os"
+	"runtime/debug"
+)
+
+// Exit codes, the same for every command.
+const (
+	exitOK      = 0 // everything mirrored / verified / current
+	exitRefused = 1 // something refused, failed, or behind
+	exitUsage   = 2 // usage or configuration error
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = ""
+
+const usage = `fdl-mirror: a read-only mirror of FDL repositories
+
+usage:
+  fdl-mirror sync [flags] SOURCE SINK     mirror once (SOURCE: path, file://, s3://, gs://, http(s)://)
+  fdl-mirror sync --config FILE [--mirror NAME]
+  fdl-mirror verify [flags] TARGET        check a repository or mirror, trusting nothing
+  fdl-mirror status SOURCE SINK | --config FILE
+  fdl-mirror daemon --config FILE         run every configured mirror on its schedule
+  fdl-mirror version
+
+Run 'fdl-mirror COMMAND -h' for a command's flags.
+Exit codes: 0 all good, 1 something refused, failed or behind, 2 usage or configuration error.
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(exitUsage)
+	}
+	cmd, args := os.Args[1], os.Args[2:]
+	var code int
+	switch cmd {
+	case "sync":
+		code = cmdSync(args)
+	case "verify":
+		code = cmdVerify(args)
+	case "status":
+		code = cmdStatus(args)
+	case "daemon":
+		code = cmdDaemon(args)
+	case "version", "--version", "-version":
+		fmt.Println("fdl-mirror", versionString())
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+	default:
+		fmt.Fprintf(os.Stderr, "fdl-mirror: unknown command %q\n\n%s", cmd, usage)
+		code = exitUsage
+	}
+	os.Exit(code)
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		rev, dirty := "", ""
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				if s.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if rev != "" {
+			if len(rev) > 12 {
+				rev = rev[:12]
+			}
+			return "dev-" + rev + dirty + " (" + info.GoVersion + ")"
+		}
+		return "dev (" + info.GoVersion + ")"
+	}
+	return "dev"
+}

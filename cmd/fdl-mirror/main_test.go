@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// The command is tested as users run it: a built binary, its exit code,
+// its output, and the folders it leaves.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "fdl-mirror-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "fdl-mirror")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		panic("building fdl-mirror: " + err.Error())
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	return runCtx(t, context.Background(), args...)
+}
+
+func runCtx(t *testing.T, ctx context.Context, args ...string) result {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running fdl-mirror %v: %v", args, err)
+	}
+	return result{out.String(), errb.String(), code}
+}

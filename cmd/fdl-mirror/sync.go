@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+)
+
+// trustFlags are the signature flags shared by sync and verify.
+type trustFlags struct {
+	signers   string
+	require   bool
+	namespace string
+}
+
+func (t *trustFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.signers, "trusted-signers", "", "OpenSSH allowed_signers `file` of keys you trust, got from the publisher by another channel")
+	fs.BoolVar(&t.require, "require-signatures", false, "refuse versions without a valid signature by a trusted key")
+	fs.StringVar(&t.namespace, "signature-namespace", "fdl", "SSH signature namespace")
+}
+
+func cmdSync(args []string) int {
+	fs := newFlagSet("sync", "sync [flags] SOURCE SINK | sync --config FILE [--mirror NAME]")
+	concurrency := fs.Int("concurrency", 8, "files copied at once")
+	dryRun := fs.Bool("dry-run", false, "print the plan; write nothing")
+	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
+	configPath := fs.String("config", "", "run the mirrors of this config `file` once")
+	mirror := fs.String("mirror", "", "with --config: only this mirror")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
+	var headers stringList
+	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
+	var trust trustFlags
+	trust.register(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	log, err := newLogger(*logLevel, *jsonOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
+		return exitUsage
+	}
+	defer log.Sync()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if *configPath != "" {
+		if len(pos) != 0 {
+			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --config takes no SOURCE or SINK")
+			return exitUsage
+		}
+		return syncFromConfig(ctx, *configPath, *mirror, *jsonOut, log)
+	}
+	if len(pos) != 2 {
+		fs.Usage()
+		return exitUsage
+	}
+	if *concurrency < 1 {
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync: --concurrency must be at least 1")
+		return exitUsage
+	}
+	job := fdlsync.Job{
+		Source: pos[0], Sink: pos[1], HTTPHeaders: headers,
+		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
+		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait,
+	}
+	progress, done := newProgress(!*jsonOut)
+	report, err := fdlsync.RunJob(ctx, job, log, progress)
+	done()
+	return finishSync(os.Stdout, job, report, err, *jsonOut, log)
+}
+
+// finishSync prints a run's summary and returns its exit code; shared by
+// plain sync and sync --config.
+func finishSync(w io.Writer, job fdlsync.Job, report *fdlsync.Report, err error, jsonOut bool, log *zap.Logger) int {
+	code := exitOK
+	var cfg *fdlsync.ConfigError
+	switch {
+	case errors.As(err, &cfg):
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
+		return exitUsage
+	case err != nil:
+		log.Error("sync stopped", zap.Error(err))
+		code = exitRefused
+	case !report.OK():
+		code = exitRefused
+	}
+	if jsonOut {
+		out := struct {
+			Mirror string `json:"mirror,omitempty"`
+			OK     bool   `json:"ok"`
+			Error  string `json:"error,omitempty"`
+			*fdlsync.Report
+		}{Mirror: job.Name, OK: code == exitOK, Report: report}
+		if err != nil {
+			out.Error = err.Error()
+		}
+		if out.Report == nil {
+			out.Report = &fdlsync.Report{Source: job.Source, Sink: job.Sink}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(out)
+		return code
+	}
+	printSummary(w, job, report, err)
+	return code
+}
+
+func printSummary(w io.Writer, job fdlsync.Job, r *fdlsync.Report, err error) {
+	name := ""
+	if job.Name != "" {
+		name = job.Name + ": "
+	}
+	if r == nil {
+		fmt.Fprintf(w, "%ssync %s -> %s failed: %v\n", name, job.Source, job.Sink, err)
+		return
+	}
+	verb := "copied"
+	if r.DryRun {
+		verb = "would copy"
+		fmt.Fprintf(w, "%sdry run: nothing written\n", name)
+		for _, p := range r.Planned {
+			fmt.Fprintf(w, "  would write %s\n", p)
+		}
+	}
+	fmt.Fprintf(w, "%s%s -> %s: %s %d files, %s, in %s\n", name, r.Source, r.Sink, verb,
+		r.FilesCopied, humanBytes(r.BytesCopied), r.Duration.Round(time.Millisecond))
+	fmt.Fprintf(w, "  versions published: %d\n", len(r.VersionsPublished))
+	for _, m := range r.RefsMoved {
+		from := m.From
+		if from == "" {
+			from = "(new)"
+		}
+		fmt.Fprintf(w, "  ref %s: %s -> %s\n", m.Ref, from, m.To)
+	}
+	if len(r.RefsMoved) == 0 {
+		fmt.Fprintf(w, "  refs: none moved\n")
+	}
+	for _, x := range r.Refused {
+		fmt.Fprintf(w, "  REFUSED [%s] %s\n", x.Reason, x.Message)
+	}
+	if err != nil {
+		fmt.Fprintf(w, "  STOPPED: %v\n", err)
+	}
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

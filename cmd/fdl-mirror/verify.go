@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/fdl-mirror/fdl-mirror/internal/verify"
+)
+
+func cmdVerify(args []string) int {
+	fs := newFlagSet("verify", "verify [flags] TARGET")
+	jsonOut := fs.Bool("json", false, "print the problems as JSON on stdout")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	concurrency := fs.Int("concurrency", 8, "size checks at once")
+	var headers stringList
+	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) target (repeatable)")
+	var trust trustFlags
+	trust.register(fs)
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return exitUsage
+	}
+	log, err := newLogger(*logLevel, *jsonOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		return exitUsage
+	}
+	defer log.Sync()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	job := fdlsync.Job{TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace}
+	policy, err := job.Policy()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		return exitUsage
+	}
+	target, closeTarget, err := source.Open(ctx, pos[0], source.Options{HTTPHeaders: headers, Logger: log})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		return exitUsage
+	}
+	defer closeTarget()
+	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency})
+	if err != nil {
+		log.Error("verify stopped", zap.Error(err))
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		return exitRefused
+	}
+	if *jsonOut {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(struct {
+			Target   string           `json:"target"`
+			OK       bool             `json:"ok"`
+			Problems []verify.Problem `json:"problems"`
+		}{target.Location(), len(problems) == 0, append([]verify.Problem{}, problems...)})
+	} else {
+		for _, p := range problems {
+			fmt.Println("PROBLEM", p.Message)
+		}
+		if len(problems) == 0 {
+			fmt.Printf("%s: OK, every ref resolves to a complete version\n", target.Location())
+		} else {
+			fmt.Printf("%s: %d problems\n", target.Location(), len(problems))
+		}
+	}
+	if len(problems) > 0 {
+		return exitRefused
+	}
+	return exitOK
+}

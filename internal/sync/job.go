@@ -1,0 +1,182 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	"github.com/fdl-mirror/fdl-mirror/internal/verify"
+)
+
+// Job is one mirror as the command line or the config gives it.
+type Job struct {
+	Name               string // for logs and metrics; "" for a plain CLI sync
+	Source, Sink       string // addresses
+	HTTPHeaders        []string
+	TrustedSigners     string // allowed_signers path; "" checks no signatures
+	RequireSignatures  bool
+	SignatureNamespace string // "" = "fdl"
+	Concurrency        int
+	DryRun             bool
+	LockWait           time.Duration // how long to wait for another run's lock
+}
+
+// ConfigError is a problem with the job itself (an address, a trust file):
+// the command line calls it a usage error.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Policy loads the job's trust policy; nil when it checks no signatures.
+func (j Job) Policy() (*verify.Policy, error) {
+	if j.TrustedSigners == "" {
+		if j.RequireSignatures {
+			return nil, &ConfigError{errors.New("--require-signatures needs --trusted-signers: an allowed_signers file of keys you trust")}
+		}
+		return nil, nil
+	}
+	signers, err := verify.LoadAllowedSigners(j.TrustedSigners)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	return &verify.Policy{Signers: signers, Require: j.RequireSignatures, Namespace: j.SignatureNamespace}, nil
+}
+
+// policyTrust adapts *verify.Policy to the engine's Trust.
+type policyTrust struct{ p *verify.Policy }
+
+func (t policyTrust) CheckVersion(id string, record, sig []byte) (any, error) {
+	return t.p.CheckVersion(id, record, sig)
+}
+func (t policyTrust) CompareRepoSigners(lines []string) string { return t.p.CompareRepoSigners(lines) }
+
+// TrustOf returns the engine's Trust for a policy (nil for none).
+func TrustOf(p *verify.Policy) Trust {
+	if p == nil {
+		return nil
+	}
+	return policyTrust{p}
+}
+
+// RunJob opens the source and the sink, takes the sink's lock, runs the
+// engine and releases the lock. Cancelling ctx stops the run at a safe
+// point: never a ref to an incomplete version.
+func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) (*Report, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if job.Name != "" {
+		log = log.With(zap.String("mirror", job.Name))
+	}
+	policy, err := job.Policy()
+	if err != nil {
+		return nil, err
+	}
+	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Logger: log})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	defer closeSrc()
+	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Logger: log})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	defer closeDst()
+
+	opts := Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress}
+	if job.DryRun {
+		return Run(ctx, src, readOnly{dst}, opts)
+	}
+	held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
+	}
+	// Losing the lock (its renewal failed) stops the run like a cancel: at
+	// a safe point.
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-held.Lost():
+			log.Error("lost the sink's lock; stopping at a safe point", zap.String("sink", dst.Location()))
+			cancel()
+		case <-runCtx.Done():
+		}
+	}()
+	report, err := Run(runCtx, src, dst, opts)
+	if rerr := held.Release(context.WithoutCancel(ctx)); rerr != nil {
+		log.Warn("releasing the sink's lock", zap.Error(rerr))
+	}
+	if err == nil && runCtx.Err() != nil && ctx.Err() == nil {
+		err = errors.New("lost the sink's lock")
+	}
+	return report, err
+}
+
+// readOnly lets a dry run read the sink while making sure it writes nothing.
+type readOnly struct{ backend.Backend }
+
+func (r readOnly) Put(ctx context.Context, name string, _ io.Reader, _ int64) error {
+	return fmt.Errorf("dry run: refusing to write %s", name)
+}
+
+func (r readOnly) Create(ctx context.Context, name string, _ io.Reader, _ int64) error {
+	return fmt.Errorf("dry run: refusing to write %s", name)
+}
+
+func (r readOnly) Remove(ctx context.Context, name string) error {
+	return fmt.Errorf("dry run: refusing to remove %s", name)
+}
+
+// RefStatus compares one ref upstream and in the mirror.
+type RefStatus struct {
+	Ref      string `json:"ref"`
+	Upstream string `json:"upstream"`
+	Mirror   string `json:"mirror"`
+	Behind   bool   `json:"behind"`
+}
+
+// StatusJob reads the refs upstream and in the mirror, copying nothing.
+func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Logger: log})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	defer closeSrc()
+	mine := repo.Refs{}
+	dst, closeDst, err := source.Open(ctx, job.Sink, source.Options{Logger: log})
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// A mirror not made yet is behind on every ref.
+	case err != nil:
+		return nil, &ConfigError{err}
+	default:
+		defer closeDst()
+		if mine, err = ReadRefs(ctx, dst); err != nil {
+			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
+		}
+	}
+	up, upErr := ReadRefs(ctx, src)
+	if upErr != nil {
+		return nil, fmt.Errorf("source %s: %w", src.Location(), upErr)
+	}
+	var out []RefStatus
+	for _, name := range up.Names() {
+		out = append(out, RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], Behind: up[name] != mine[name]})
+	}
+	return out, nil
+}
+
