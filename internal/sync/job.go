@@ -179,4 +179,3 @@ func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, erro
 	}
 	return out, nil
 }
-
