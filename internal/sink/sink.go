@@ -5,9 +5,11 @@ package sink
 import (
 	"context"
 	"fmt"
+	"net/url"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	"go.uber.org/zap"
 )
@@ -31,6 +33,16 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Backend, func
 			return nil, nil, err
 		}
 		return l, l.Close, nil
+	case "s3":
+		u, err := url.Parse(addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sink %s: %w", addr, err)
+		}
+		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, func() error { return nil }, nil
 	case "http", "https":
 		return nil, nil, fmt.Errorf("sink %s: HTTP(S) can only be a source", addr)
 	}

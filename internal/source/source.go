@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
 	"go.uber.org/zap"
 )
 
@@ -35,6 +36,16 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 			return nil, nil, err
 		}
 		return l, l.Close, nil
+	case "s3":
+		u, err := url.Parse(addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("source %s: %w", addr, err)
+		}
+		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, func() error { return nil }, nil
 	}
 	return nil, nil, fmt.Errorf("source %s: unsupported address scheme %q", addr, scheme)
 }

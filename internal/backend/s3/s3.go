@@ -1,0 +1,578 @@
+// Package s3 is the backend for Amazon S3 and S3-compatible stores (R2,
+// MinIO, Versity S3 Gateway…), through aws-sdk-go-v2.
+//
+// An address is s3://BUCKET/PREFIX/?endpoint=URL&region=REGION&use_path_style=true;
+// the query parameters are optional and follow the Go CDK URL convention.
+// Credentials and, unless the address names one, the region come from the
+// SDK's standard chain (environment, shared config, IMDS, web identity);
+// nothing here reads a secret itself.
+//
+// Every request goes through the SDK's standard retryer (backoff with
+// jitter on 5xx, 429, throttling, connection resets and timeouts), bounded
+// in attempts and backoff, and each retry is logged. A connection that
+// delivers nothing for StallTimeout fails, so a stalled server costs a
+// retry, not a hung sync.
+//
+// Writes are atomic as S3 makes them: an object is published whole by
+// PutObject, or by CompleteMultipartUpload above PartSize, never partly.
+// Data is read into part-sized buffers before it is sent, so memory stays
+// bounded (PartSize × Concurrency per Put) and each request can be retried.
+package s3
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+)
+
+// Options tune the backend; the zero value is the defaults.
+type Options struct {
+	Logger *zap.Logger
+	// MaxAttempts bounds the tries of one request, the first included
+	// (default 8).
+	MaxAttempts int
+	// MaxBackoff caps the wait between two tries (default 20 s).
+	MaxBackoff time.Duration
+	// StallTimeout fails a connection that delivers no byte for this long
+	// (default 2 min: long enough for a server assembling a large
+	// multipart upload).
+	StallTimeout time.Duration
+	// PartSize is both the multipart threshold and the part size (default
+	// 16 MiB). It grows for objects that would need more than 10000 parts.
+	PartSize int64
+	// Concurrency is the number of parts one Put uploads at once
+	// (default 4).
+	Concurrency int
+}
+
+const (
+	maxParts = 10000
+	// maxCopySize is the largest object a single CopyObject may copy.
+	maxCopySize = 5 << 30
+)
+
+// Store is a bucket prefix used as a store.
+type Store struct {
+	client    *awss3.Client
+	bucket    string
+	prefix    string // "" or ending in "/"
+	endpoint  string // as given in the address; "" for AWS
+	location  string
+	log       *zap.Logger
+	opts      Options
+	checksums bool // ask for CRC32 checksums on multipart uploads
+}
+
+// Open returns the store at u, an s3:// URL. It sends no request: a wrong
+// bucket or missing credentials show on first use.
+func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 8
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = 20 * time.Second
+	}
+	if opts.StallTimeout <= 0 {
+		opts.StallTimeout = 2 * time.Minute
+	}
+	if opts.PartSize <= 0 {
+		opts.PartSize = 16 << 20
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = 4
+	}
+
+	if u.Scheme != "s3" || u.Host == "" {
+		return nil, fmt.Errorf("%s: not an s3://BUCKET/PREFIX/ address", redacted(u))
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("%s: credentials do not belong in the address; they come from the AWS environment or shared config", redacted(u))
+	}
+	prefix := strings.TrimPrefix(u.Path, "/")
+	if prefix != "" {
+		if !strings.HasSuffix(prefix, "/") {
+			prefix += "/"
+		}
+		if err := backend.CheckPrefix(prefix); err != nil {
+			return nil, fmt.Errorf("%s: prefix: %w", redacted(u), err)
+		}
+	}
+	s := &Store{bucket: u.Host, prefix: prefix, opts: opts}
+	s.location = "s3://" + s.bucket + "/" + s.prefix
+
+	var region string
+	var pathStyle bool
+	for key, values := range u.Query() {
+		value := values[len(values)-1]
+		switch key {
+		case "endpoint":
+			s.endpoint = value
+		case "region":
+			region = value
+		case "use_path_style":
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: use_path_style=%q is not a boolean", s.location, value)
+			}
+			pathStyle = b
+		default:
+			return nil, fmt.Errorf("%s: unknown query parameter %q (known: endpoint, region, use_path_style)", s.location, key)
+		}
+	}
+	s.log = opts.Logger.With(zap.String("store", s.location))
+
+	// The SDK's own buildable client, not an http.Client of ours: the
+	// standard chain adds AWS_CA_BUNDLE to it, and refuses any other type.
+	httpClient := awshttp.NewBuildableClient().WithReadTimeout(opts.StallTimeout)
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(httpClient),
+		config.WithRetryer(func() aws.Retryer {
+			return retry.NewStandard(func(o *retry.StandardOptions) {
+				o.MaxAttempts = opts.MaxAttempts
+				o.MaxBackoff = opts.MaxBackoff
+				// The client-side retry quota would fail requests fast
+				// after a burst of faults; the attempt bound is enough.
+				o.RateLimiter = ratelimit.None
+				// AWS answers 409 ConditionalRequestConflict when two
+				// conditional writes race; trying again gets the real
+				// answer (412 for the loser).
+				o.Retryables = append(append([]retry.IsErrorRetryable{}, o.Retryables...),
+					retry.RetryableErrorCode{Codes: map[string]struct{}{"ConditionalRequestConflict": {}}})
+			})
+		}),
+	}
+	if region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(region))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: loading AWS configuration: %w", s.location, err)
+	}
+	if cfg.Region == "" {
+		if s.endpoint == "" {
+			return nil, fmt.Errorf("%s: no region: add ?region=… to the address or set AWS_REGION", s.location)
+		}
+		// S3-compatible stores mostly ignore the region but SigV4 needs one.
+		cfg.Region = "us-east-1"
+	}
+	s.checksums = cfg.RequestChecksumCalculation != aws.RequestChecksumCalculationWhenRequired
+	s.client = awss3.NewFromConfig(cfg, func(o *awss3.Options) {
+		if s.endpoint != "" {
+			o.BaseEndpoint = aws.String(s.endpoint)
+		}
+		o.UsePathStyle = pathStyle
+	})
+	return s, nil
+}
+
+// redacted is u without any user information, for messages.
+func redacted(u *url.URL) string {
+	c := *u
+	c.User = nil
+	return c.String()
+}
+
+func (s *Store) Location() string { return s.location }
+
+func (s *Store) Properties() backend.Properties {
+	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true}
+}
+
+func (s *Store) key(name string) string { return s.prefix + name }
+
+// addr is an object's address for messages and logs.
+func (s *Store) addr(name string) string { return "s3://" + s.bucket + "/" + s.key(name) }
+
+// err wraps an SDK error with the object's address, mapping "no such key"
+// to backend.ErrNotExist and a failed If-None-Match to backend.ErrExist.
+func (s *Store) err(op, name string, err error) error {
+	switch {
+	case isNotFound(err):
+		return fmt.Errorf("%s: %s: %w", s.addr(name), op, backend.ErrNotExist)
+	case isPreconditionFailed(err):
+		return fmt.Errorf("%s: %s: %w", s.addr(name), op, backend.ErrExist)
+	}
+	return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+}
+
+func isNotFound(err error) bool {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode() {
+		case "NoSuchKey", "NotFound":
+			return true
+		case "NoSuchBucket":
+			return false // a configuration error, not an absent object
+		}
+	}
+	var respErr *awshttp.ResponseError
+	return errors.As(err, &respErr) && respErr.HTTPStatusCode() == http.StatusNotFound
+}
+
+func isPreconditionFailed(err error) bool {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode() == "PreconditionFailed" {
+		return true
+	}
+	var respErr *awshttp.ResponseError
+	return errors.As(err, &respErr) && respErr.HTTPStatusCode() == http.StatusPreconditionFailed
+}
+
+// retryLogger logs every retry the SDK's retryer decides on, naming the
+// object.
+type retryLogger struct {
+	aws.RetryerV2
+	log  *zap.Logger
+	addr string
+}
+
+func (r retryLogger) RetryDelay(attempt int, err error) (time.Duration, error) {
+	d, derr := r.RetryerV2.RetryDelay(attempt, err)
+	if derr == nil {
+		r.log.Warn("retrying S3 request", zap.String("object", r.addr),
+			zap.Int("attempt", attempt), zap.Duration("after", d), zap.Error(err))
+	}
+	return d, derr
+}
+
+// logRetries is a per-request option that logs retries under the
+// object's address.
+func (s *Store) logRetries(name string) func(*awss3.Options) {
+	return func(o *awss3.Options) {
+		if r, ok := o.Retryer.(aws.RetryerV2); ok {
+			o.Retryer = retryLogger{RetryerV2: r, log: s.log, addr: s.addr(name)}
+		}
+	}
+}
+
+func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if err := backend.CheckName(name); err != nil {
+		return nil, err
+	}
+	out, err := s.client.GetObject(ctx, &awss3.GetObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.key(name)),
+	}, s.logRetries(name))
+	if err != nil {
+		return nil, s.err("open", name, err)
+	}
+	return out.Body, nil
+}
+
+func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
+	if err := backend.CheckName(name); err != nil {
+		return backend.FileInfo{}, err
+	}
+	out, err := s.client.HeadObject(ctx, &awss3.HeadObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.key(name)),
+	}, s.logRetries(name))
+	if err != nil {
+		return backend.FileInfo{}, s.err("stat", name, err)
+	}
+	return backend.FileInfo{Name: name, Size: aws.ToInt64(out.ContentLength)}, nil
+}
+
+// List lists with ListObjectsV2, a thousand objects per request. Keys that
+// are not valid names (folder markers ending in "/", "a//b" written by
+// other tools) cannot be opened through a store and are skipped, as are
+// the store's own files under backend.ReservedPrefix.
+func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	if err := backend.CheckPrefix(prefix); err != nil {
+		return err
+	}
+	pages := awss3.NewListObjectsV2Paginator(s.client, &awss3.ListObjectsV2Input{
+		Bucket: aws.String(s.bucket),
+		Prefix: aws.String(s.key(prefix)),
+	})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx, s.logRetries(prefix))
+		if err != nil {
+			return fmt.Errorf("%s: listing: %w", s.addr(prefix), err)
+		}
+		for _, obj := range page.Contents {
+			name := strings.TrimPrefix(aws.ToString(obj.Key), s.prefix)
+			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
+				continue
+			}
+			if err := fn(backend.FileInfo{Name: name, Size: aws.ToInt64(obj.Size)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	return s.put(ctx, name, r, size, false)
+}
+
+// Create is Put with If-None-Match: *, which S3 evaluates atomically when
+// it publishes the object; a 412 answer means another writer was first.
+func (s *Store) Create(ctx context.Context, name string, r io.Reader, size int64) error {
+	return s.put(ctx, name, r, size, true)
+}
+
+func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, create bool) error {
+	if err := backend.CheckName(name); err != nil {
+		return err
+	}
+	op := "put"
+	if create {
+		op = "create"
+	}
+	if size < 0 {
+		return fmt.Errorf("%s: %s: negative size %d", s.addr(name), op, size)
+	}
+	if size > s.opts.PartSize {
+		return s.putMultipart(ctx, name, r, size, create)
+	}
+	buf := make([]byte, size)
+	if err := readPart(r, buf, 0, size); err != nil {
+		return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+	}
+	in := &awss3.PutObjectInput{
+		Bucket:        aws.String(s.bucket),
+		Key:           aws.String(s.key(name)),
+		Body:          bytes.NewReader(buf),
+		ContentLength: aws.Int64(size),
+	}
+	if create {
+		in.IfNoneMatch = aws.String("*")
+	}
+	if _, err := s.client.PutObject(ctx, in, s.logRetries(name)); err != nil {
+		return s.err(op, name, err)
+	}
+	return nil
+}
+
+// readPart fills buf, the part of an object of size bytes that starts at
+// off, from r. The last part also checks that r ends there: a reader
+// yielding more or fewer than size bytes fails the Put before anything is
+// published.
+func readPart(r io.Reader, buf []byte, off, size int64) error {
+	if n, err := io.ReadFull(r, buf); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("reading source: got %d bytes, want %d", off+int64(n), size)
+		}
+		return fmt.Errorf("reading source at byte %d: %w", off+int64(n), err)
+	}
+	if off+int64(len(buf)) < size {
+		return nil
+	}
+	var one [1]byte
+	for {
+		n, err := r.Read(one[:])
+		if n > 0 {
+			return fmt.Errorf("reading source: more than the expected %d bytes", size)
+		}
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading source at byte %d: %w", size, err)
+		}
+	}
+}
+
+// putMultipart uploads in parts of PartSize, Concurrency at a time. Any
+// failure aborts the upload, so that nothing is published and the parts
+// do not linger (and cost) in the bucket.
+func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size int64, create bool) (err error) {
+	op := "put"
+	if create {
+		op = "create"
+	}
+	partSize := max(s.opts.PartSize, (size+maxParts-1)/maxParts)
+	nparts := int((size + partSize - 1) / partSize)
+
+	in := &awss3.CreateMultipartUploadInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.key(name)),
+	}
+	if s.checksums {
+		in.ChecksumAlgorithm = types.ChecksumAlgorithmCrc32
+	}
+	created, err := s.client.CreateMultipartUpload(ctx, in, s.logRetries(name))
+	if err != nil {
+		return s.err(op, name, err)
+	}
+	uploadID := created.UploadId
+	defer func() {
+		if err != nil {
+			s.abort(ctx, name, uploadID)
+		}
+	}()
+
+	partCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+		parts    = make([]types.CompletedPart, nparts)
+		slots    = make(chan struct{}, s.opts.Concurrency)
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+	}
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return firstErr != nil
+	}
+	for i := 0; i < nparts && !failed(); i++ {
+		select {
+		case slots <- struct{}{}:
+		case <-partCtx.Done():
+			fail(partCtx.Err())
+			continue
+		}
+		off := int64(i) * partSize
+		buf := make([]byte, min(partSize, size-off))
+		if err := readPart(r, buf, off, size); err != nil {
+			<-slots
+			fail(err)
+			continue
+		}
+		wg.Add(1)
+		go func(num int32, buf []byte) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			up := &awss3.UploadPartInput{
+				Bucket:        aws.String(s.bucket),
+				Key:           aws.String(s.key(name)),
+				UploadId:      uploadID,
+				PartNumber:    aws.Int32(num),
+				Body:          bytes.NewReader(buf),
+				ContentLength: aws.Int64(int64(len(buf))),
+			}
+			if s.checksums {
+				up.ChecksumAlgorithm = types.ChecksumAlgorithmCrc32
+			}
+			out, err := s.client.UploadPart(partCtx, up, s.logRetries(name))
+			if err != nil {
+				fail(fmt.Errorf("part %d: %w", num, err))
+				return
+			}
+			parts[num-1] = types.CompletedPart{
+				PartNumber:    aws.Int32(num),
+				ETag:          out.ETag,
+				ChecksumCRC32: out.ChecksumCRC32,
+			}
+		}(int32(i+1), buf)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return s.err(op, name, firstErr)
+	}
+	complete := &awss3.CompleteMultipartUploadInput{
+		Bucket:          aws.String(s.bucket),
+		Key:             aws.String(s.key(name)),
+		UploadId:        uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
+	}
+	if create {
+		complete.IfNoneMatch = aws.String("*")
+	}
+	if _, err := s.client.CompleteMultipartUpload(ctx, complete, s.logRetries(name)); err != nil {
+		return s.err(op, name, err)
+	}
+	return nil
+}
+
+// abort discards a multipart upload, even when ctx was canceled: the
+// parts would otherwise stay in the bucket, invisible and billed.
+func (s *Store) abort(ctx context.Context, name string, uploadID *string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	_, err := s.client.AbortMultipartUpload(ctx, &awss3.AbortMultipartUploadInput{
+		Bucket:   aws.String(s.bucket),
+		Key:      aws.String(s.key(name)),
+		UploadId: uploadID,
+	}, s.logRetries(name))
+	if err != nil {
+		s.log.Warn("aborting multipart upload failed; a lifecycle rule for incomplete uploads will remove its parts",
+			zap.String("object", s.addr(name)), zap.Error(err))
+	}
+}
+
+func (s *Store) Remove(ctx context.Context, name string) error {
+	if err := backend.CheckName(name); err != nil {
+		return err
+	}
+	_, err := s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{
+		Bucket: aws.String(s.bucket),
+		Key:    aws.String(s.key(name)),
+	}, s.logRetries(name))
+	if err != nil && !isNotFound(err) {
+		return s.err("remove", name, err)
+	}
+	return nil
+}
+
+// CopyFrom copies with CopyObject when src is an S3 store on the same
+// endpoint, so the bytes stay in the service. Objects above 5 GiB, which
+// CopyObject cannot copy, are left to the caller to stream.
+func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
+	from, ok := backend.Innermost(src).(*Store)
+	if !ok || from.endpoint != s.endpoint || size > maxCopySize {
+		return false, nil
+	}
+	if err := backend.CheckName(srcName); err != nil {
+		return false, err
+	}
+	if err := backend.CheckName(dstName); err != nil {
+		return false, err
+	}
+	_, err := s.client.CopyObject(ctx, &awss3.CopyObjectInput{
+		Bucket:     aws.String(s.bucket),
+		Key:        aws.String(s.key(dstName)),
+		CopySource: aws.String(copySource(from.bucket, from.key(srcName))),
+	}, s.logRetries(dstName))
+	if err != nil {
+		if isNotFound(err) {
+			return false, fmt.Errorf("copying %s to %s: %w", from.addr(srcName), s.addr(dstName), backend.ErrNotExist)
+		}
+		return false, fmt.Errorf("copying %s to %s: %w", from.addr(srcName), s.addr(dstName), err)
+	}
+	return true, nil
+}
+
+// copySource is the x-amz-copy-source value: bucket/key, URL-encoded by
+// segment. "+" is escaped too, as some servers decode it as a space.
+func copySource(bucket, key string) string {
+	segs := strings.Split(key, "/")
+	for i, seg := range segs {
+		segs[i] = strings.ReplaceAll(url.PathEscape(seg), "+", "%2B")
+	}
+	return bucket + "/" + strings.Join(segs, "/")
+}

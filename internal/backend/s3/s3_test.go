@@ -1,0 +1,328 @@
+package s3_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/backendtest"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
+	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+)
+
+// startS3 starts the gateway and sets AWS_CA_BUNDLE, as many operators
+// do: the SDK then insists on its own HTTP client type, which the backend
+// must keep working with, over plain http:// too.
+func startS3(t *testing.T) *testserver.S3Server {
+	t.Helper()
+	srv := testserver.S3(t)
+	t.Setenv("AWS_CA_BUNDLE", writeCABundle(t))
+	return srv
+}
+
+func open(t *testing.T, addr string, opts s3.Options) *s3.Store {
+	t.Helper()
+	u, err := url.Parse(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s3.Open(context.Background(), u, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestConformance(t *testing.T) {
+	srv := startS3(t)
+	backendtest.Run(t, func(t *testing.T) backend.Backend {
+		return open(t, srv.URL(srv.Bucket(t), "mirrors/one"), s3.Options{})
+	})
+}
+
+func TestConformanceReaderAtBucketRoot(t *testing.T) {
+	srv := startS3(t)
+	backendtest.RunReader(t, func(t *testing.T, files map[string][]byte) backend.Reader {
+		bucket := srv.Bucket(t)
+		for name, content := range files {
+			_, err := srv.Client().PutObject(context.Background(), &awss3.PutObjectInput{
+				Bucket: aws.String(bucket), Key: aws.String(name), Body: bytes.NewReader(content),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return open(t, srv.URL(bucket, ""), s3.Options{})
+	})
+}
+
+func TestCreateAboveMultipartThresholdIsIfAbsent(t *testing.T) {
+	srv := startS3(t)
+	st := open(t, srv.URL(srv.Bucket(t), "m"), s3.Options{PartSize: 5 << 20})
+	ctx := context.Background()
+	first := bytes.Repeat([]byte("1"), 11<<20)
+	if err := st.Create(ctx, "big", bytes.NewReader(first), int64(len(first))); err != nil {
+		t.Fatalf("first Create: %v", err)
+	}
+	second := bytes.Repeat([]byte("2"), 11<<20)
+	if err := st.Create(ctx, "big", bytes.NewReader(second), int64(len(second))); !errors.Is(err, backend.ErrExist) {
+		t.Fatalf("second Create: err = %v, want ErrExist", err)
+	}
+	if got := readAll(t, st, "big"); sha256.Sum256(got) != sha256.Sum256(first) {
+		t.Fatal("the second Create changed the object")
+	}
+}
+
+func TestFailedMultipartUploadIsAborted(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	st := open(t, srv.URL(bucket, "m"), s3.Options{PartSize: 5 << 20})
+	size := int64(23 << 20)
+	r := io.MultiReader(io.LimitReader(zeros{}, 17<<20), errReader{})
+	if err := st.Put(context.Background(), "big", r, size); err == nil {
+		t.Fatal("Put with a failing reader succeeded")
+	}
+	out, err := srv.Client().ListMultipartUploads(context.Background(), &awss3.ListMultipartUploadsInput{Bucket: aws.String(bucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Uploads) != 0 {
+		t.Fatalf("%d multipart uploads left in the bucket after a failed Put", len(out.Uploads))
+	}
+}
+
+func TestCopyFromSameEndpoint(t *testing.T) {
+	srv := startS3(t)
+	src := open(t, srv.URL(srv.Bucket(t), "upstream"), s3.Options{})
+	dst := open(t, srv.URL(srv.Bucket(t), "mirror"), s3.Options{})
+	ctx := context.Background()
+	name := "data/with space/ü+%#?.parquet"
+	content := []byte("copied server-side")
+	if err := src.Put(ctx, name, bytes.NewReader(content), int64(len(content))); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := dst.CopyFrom(ctx, src, name, "copy/"+name, int64(len(content)))
+	if err != nil || !ok {
+		t.Fatalf("CopyFrom = %v, %v; want true, nil", ok, err)
+	}
+	if got := readAll(t, dst, "copy/"+name); !bytes.Equal(got, content) {
+		t.Fatalf("copy holds %q", got)
+	}
+	ok, err = dst.CopyFrom(ctx, src, "missing", "copy/missing", 1)
+	if ok || !errors.Is(err, backend.ErrNotExist) {
+		t.Fatalf("CopyFrom of a missing object = %v, %v; want false, ErrNotExist", ok, err)
+	}
+}
+
+func TestCopyFromOtherStoreDeclines(t *testing.T) {
+	srv := startS3(t)
+	dst := open(t, srv.URL(srv.Bucket(t), "mirror"), s3.Options{})
+	other := open(t, srv.URL(srv.Bucket(t), "x")+"&endpoint=http://127.0.0.2:1", s3.Options{})
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), []byte("local"), 0o644)
+	loc, err := local.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loc.Close()
+	for _, src := range []backend.Reader{loc, other} {
+		ok, err := dst.CopyFrom(context.Background(), src, "f", "f", 5)
+		if ok || err != nil {
+			t.Fatalf("CopyFrom %s = %v, %v; want false, nil", src.Location(), ok, err)
+		}
+	}
+	if _, err := dst.Stat(context.Background(), "f"); !errors.Is(err, backend.ErrNotExist) {
+		t.Fatalf("a declined copy wrote something: Stat err = %v", err)
+	}
+}
+
+// faultProxy forwards to the gateway, answering the first failures
+// requests with 503 or stalling them.
+func faultProxy(t *testing.T, target string, failures int32, stall time.Duration) *httptest.Server {
+	u, _ := url.Parse(target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var n atomic.Int32
+	p := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) <= failures {
+			if stall > 0 {
+				select {
+				case <-time.After(stall):
+				case <-r.Context().Done():
+				}
+				return
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestRetriesAreLoggedWithTheObject(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	direct := open(t, srv.URL(bucket, "p"), s3.Options{})
+	ctx := context.Background()
+	if err := direct.Put(ctx, "obj", strings.NewReader("hello"), 5); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		stall time.Duration
+	}{{"503", 0}, {"stall", 10 * time.Second}} {
+		t.Run(tc.name, func(t *testing.T) {
+			proxy := faultProxy(t, srv.Endpoint, 3, tc.stall)
+			core, logs := observer.New(zap.WarnLevel)
+			addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+			st := open(t, addr, s3.Options{Logger: zap.New(core), MaxBackoff: 50 * time.Millisecond, StallTimeout: 300 * time.Millisecond})
+			start := time.Now()
+			if got := readAll(t, st, "obj"); string(got) != "hello" {
+				t.Fatalf("read %q through the faults", got)
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("took %v: stalls were waited out, not timed out", time.Since(start))
+			}
+			retries := logs.FilterMessage("retrying S3 request").FilterField(zap.String("object", "s3://"+bucket+"/p/obj")).Len()
+			if retries != 3 {
+				t.Fatalf("logged %d retries naming the object, want 3; all logs: %v", retries, logs.All())
+			}
+		})
+	}
+}
+
+func TestGivesUpAfterMaxAttempts(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	proxy := faultProxy(t, srv.Endpoint, 1000, 0)
+	addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+	core, logs := observer.New(zap.WarnLevel)
+	st := open(t, addr, s3.Options{Logger: zap.New(core), MaxAttempts: 4, MaxBackoff: 10 * time.Millisecond})
+	_, err := st.Stat(context.Background(), "obj")
+	if err == nil || errors.Is(err, backend.ErrNotExist) {
+		t.Fatalf("Stat through a failing server: err = %v", err)
+	}
+	if !strings.Contains(err.Error(), "s3://"+bucket+"/p/obj") {
+		t.Fatalf("error does not name the object: %v", err)
+	}
+	if n := logs.Len(); n != 3 {
+		t.Fatalf("logged %d retries for 4 attempts, want 3", n)
+	}
+}
+
+func TestErrorsNameTheObjectNeverTheSecret(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	wrong := "wrong" + srv.SecretKey
+	t.Setenv("AWS_SECRET_ACCESS_KEY", wrong)
+	st := open(t, srv.URL(bucket, "p"), s3.Options{MaxAttempts: 1})
+	_, err := st.Stat(context.Background(), "some/object")
+	if err == nil {
+		t.Fatal("Stat with a wrong secret succeeded")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "s3://"+bucket+"/p/some/object") {
+		t.Fatalf("error does not name the object: %v", err)
+	}
+	if strings.Contains(msg, wrong) || strings.Contains(msg, srv.SecretKey) {
+		t.Fatalf("error holds the secret: %v", err)
+	}
+}
+
+func TestOpenRefusesBadAddresses(t *testing.T) {
+	for _, addr := range []string{
+		"s3://bucket/p/?endpoint=http://x&regoin=eu",       // typo: unknown parameter
+		"s3://AKIAEXAMPLE:hunter2@bucket/p/",               // credentials in the address
+		"s3://bucket/a/../b/?region=eu-west-1",             // prefix leaving itself
+		"s3:///p/?region=eu-west-1",                        // no bucket
+		"s3://bucket/p/?region=x&use_path_style=sometimes", // not a boolean
+	} {
+		u, err := url.Parse(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s3.Open(context.Background(), u, s3.Options{})
+		if err == nil {
+			t.Errorf("Open %s succeeded", addr)
+		} else if strings.Contains(err.Error(), "hunter2") {
+			t.Errorf("Open %s: error holds the password: %v", addr, err)
+		}
+	}
+}
+
+func readAll(t *testing.T, r backend.Reader, name string) []byte {
+	t.Helper()
+	rc, err := r.Open(context.Background(), name)
+	if err != nil {
+		t.Fatalf("Open %s: %v", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatalf("reading %s: %v", name, err)
+	}
+	return b
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) { return 0, errors.New("source failed on purpose") }
+
+// writeCABundle writes a PEM file with a fresh self-signed CA, so the test
+// does not depend on the machine's bundle.
+func writeCABundle(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "fdl-mirror test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
