@@ -243,14 +243,16 @@ func TestMalformedSignaturesAreRefused(t *testing.T) {
 }
 
 // FuzzParseSignature feeds the SSHSIG parser anything; what parses is then
-// verified. Neither may panic.
+// verified. Neither may panic. The seeds in testdata/fuzz were made by
+// ssh-keygen -Y sign -n fdl over fuzzMessage.
 func FuzzParseSignature(f *testing.F) {
+	fuzzMessage := []byte(`{"id":"019a"}` + "\n")
 	f.Fuzz(func(t *testing.T, armored []byte) {
 		s, err := ParseSignature(armored)
 		if err != nil {
 			return
 		}
 		_ = ssh.FingerprintSHA256(s.PublicKey)
-		_ = s.Verify(record, s.Namespace)
+		_ = s.Verify(fuzzMessage, s.Namespace)
 	})
 }
