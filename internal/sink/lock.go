@@ -1,0 +1,328 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+)
+
+// LockName is the lock's object in an object-store mirror, and its file in
+// a local one. Readers ignore it: it sits under backend.ReservedPrefix.
+const LockName = backend.ReservedPrefix + "lock"
+
+// ErrLocked is wrapped by Lock's error when another run holds the lock
+// and did not let go within LockOptions.Wait.
+var ErrLocked = errors.New("mirror is locked by another run")
+
+// LockOptions say who locks and how patiently.
+type LockOptions struct {
+	// Owner names this run in the lock, for the message another run
+	// shows (default "hostname pid N").
+	Owner string
+	// TTL is how long an object-store lock stays valid without renewal
+	// (default 2 min). It is renewed every TTL/3 while held.
+	TTL time.Duration
+	// Wait is how long to wait for a lock held by another run before
+	// giving up; 0 gives up at once.
+	Wait   time.Duration
+	Logger *zap.Logger
+}
+
+// lockRecord is the content of an object-store lock.
+type lockRecord struct {
+	Owner   string    `json:"owner"`
+	Expires time.Time `json:"expires"`
+	Token   string    `json:"token"`
+}
+
+// Held is a lock this run holds.
+type Held struct {
+	b     backend.Backend // object store; nil for a local folder
+	file  *os.File        // local folder: the flock(2)ed file
+	rec   lockRecord      // Expires is the renewal goroutine's alone
+	log   *zap.Logger
+	stop  context.CancelFunc
+	done  chan struct{} // closed when the renewal goroutine has ended
+	lost  chan struct{}
+	lose  sync.Once
+	freed sync.Once
+}
+
+// Lock takes the mirror's lock so that two runs (a CronJob that ran long,
+// two replicas) do not write it at once.
+//
+// A local folder is locked with flock(2) on .fdl-mirror/lock: the kernel
+// drops it when the process dies, so a killed run never blocks the next.
+// Temporary files a killed run left are then cleared.
+//
+// An object store gets a lock object, LockName, holding owner, expiry and
+// a random token. It is made with Create (If-None-Match: * on S3, a
+// does-not-exist precondition on GCS), so of two runs starting together
+// exactly one gets it. The holder renews it every TTL/3, after checking
+// that the object still carries its token; if renewal fails until the
+// lock is about to expire, or the token changed, Lost is closed and the
+// run must stop.
+//
+// A lock past its expiry is taken over by removing it and creating ours.
+// Removal is unconditional (the store interface has no delete-if-match),
+// so two runs taking over the same expired lock at the same moment can
+// race: A removes it and creates its own; B, which read the old lock
+// before A's create, removes A's and creates its own. To catch that, a
+// run that took a lock over waits a moment and reads the lock back before
+// returning: A then sees B's token and goes back to waiting. The race
+// remains only if B's read-to-remove gap exceeds that pause (a stalled
+// process or network); then A's next renewal, at most TTL/3 later, sees
+// B's token and closes Lost. Expiry is judged by the taker's clock
+// against the holder's, so clocks must agree to well within TTL.
+func Lock(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.TTL <= 0 {
+		opts.TTL = 2 * time.Minute
+	}
+	if opts.Owner == "" {
+		host, _ := os.Hostname()
+		opts.Owner = host + " pid " + strconv.Itoa(os.Getpid())
+	}
+	if l, ok := backend.Innermost(b).(*local.Local); ok {
+		return lockLocal(ctx, l, opts)
+	}
+	return lockObject(ctx, b, opts)
+}
+
+// Lost is closed when the lock could not be renewed or was taken by
+// another run. A local folder's lock is never lost.
+func (h *Held) Lost() <-chan struct{} { return h.lost }
+
+// Release gives the lock up: the object is removed if it still carries
+// our token; the flock is dropped.
+func (h *Held) Release(ctx context.Context) error {
+	var err error
+	h.freed.Do(func() {
+		if h.file != nil {
+			err = h.file.Close() // closing the last descriptor drops the flock
+			return
+		}
+		h.stop()
+		<-h.done
+		var cur lockRecord
+		cur, err = readLock(ctx, h.b)
+		switch {
+		case backend.IsNotExist(err):
+			err = fmt.Errorf("%s: lock %s was already gone at release", h.b.Location(), LockName)
+		case err != nil:
+		case cur.Token != h.rec.Token:
+			err = fmt.Errorf("%s: lock %s now belongs to %s; left in place", h.b.Location(), LockName, cur.Owner)
+		default:
+			err = h.b.Remove(ctx, LockName)
+		}
+	})
+	return err
+}
+
+func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, error) {
+	log := opts.Logger.With(zap.String("sink", b.Location()))
+	if !b.Properties().AtomicCreate {
+		log.Warn("this store cannot create objects atomically; two runs starting at once may both take the lock")
+	}
+	var token [16]byte
+	rand.Read(token[:])
+	h := &Held{
+		b:    b,
+		rec:  lockRecord{Owner: opts.Owner, Token: hex.EncodeToString(token[:])},
+		log:  log,
+		done: make(chan struct{}),
+		lost: make(chan struct{}),
+	}
+	deadline := time.Now().Add(opts.Wait)
+	poll := min(max(opts.TTL/8, 50*time.Millisecond), 5*time.Second)
+	// A takeover is confirmed after this pause (see Lock).
+	settle := min(max(opts.TTL/20, 100*time.Millisecond), 2*time.Second)
+	for {
+		h.rec.Expires = time.Now().Add(opts.TTL).UTC()
+		err := b.Create(ctx, LockName, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, backend.ErrExist) {
+			return nil, fmt.Errorf("taking lock %s: %w", LockName, err)
+		}
+		cur, err := readLock(ctx, b)
+		if backend.IsNotExist(err) {
+			continue // released meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		if now := time.Now(); now.After(cur.Expires) {
+			log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
+			if err := b.Remove(ctx, LockName); err != nil {
+				return nil, fmt.Errorf("removing expired lock %s: %w", LockName, err)
+			}
+			h.rec.Expires = time.Now().Add(opts.TTL).UTC()
+			err := b.Create(ctx, LockName, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
+			if errors.Is(err, backend.ErrExist) {
+				continue // another run was quicker
+			}
+			if err != nil {
+				return nil, fmt.Errorf("taking lock %s: %w", LockName, err)
+			}
+			if err := sleep(ctx, settle); err != nil {
+				return nil, err
+			}
+			if again, err := readLock(ctx, b); err == nil && again.Token == h.rec.Token {
+				break
+			}
+			log.Warn("another run took the expired lock over at the same time; waiting")
+			continue
+		}
+		if !time.Now().Before(deadline) {
+			return nil, fmt.Errorf("%w: %s holds %s until %s", ErrLocked, cur.Owner, LockName, cur.Expires.Format(time.RFC3339))
+		}
+		log.Info("waiting for the lock", zap.String("owner", cur.Owner), zap.Time("expires", cur.Expires))
+		if err := sleep(ctx, min(poll, time.Until(deadline))); err != nil {
+			return nil, err
+		}
+	}
+	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	h.stop = stop
+	go h.renew(renewCtx, opts.TTL)
+	return h, nil
+}
+
+// renew extends the lock every TTL/3 until stopped. A failed renewal is
+// tried again at the next tick, unless the lock would expire before it.
+func (h *Held) renew(ctx context.Context, ttl time.Duration) {
+	defer close(h.done)
+	tick := time.NewTicker(ttl / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		err := h.renewOnce(ctx, ttl)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		if errors.Is(err, ErrLocked) || time.Until(h.rec.Expires) < ttl/3 {
+			h.log.Error("lost the lock", zap.Error(err))
+			h.lose.Do(func() { close(h.lost) })
+			return
+		}
+		h.log.Warn("renewing the lock failed; will try again", zap.Error(err))
+	}
+}
+
+func (h *Held) renewOnce(ctx context.Context, ttl time.Duration) error {
+	cur, err := readLock(ctx, h.b)
+	if backend.IsNotExist(err) {
+		return fmt.Errorf("%w: lock %s was removed by someone else", ErrLocked, LockName)
+	}
+	if err != nil {
+		return err
+	}
+	if cur.Token != h.rec.Token {
+		return fmt.Errorf("%w: lock %s was taken over by %s", ErrLocked, LockName, cur.Owner)
+	}
+	rec := h.rec
+	rec.Expires = time.Now().Add(ttl).UTC()
+	if err := h.b.Put(ctx, LockName, bytes.NewReader(rec.encode()), int64(len(rec.encode()))); err != nil {
+		return err
+	}
+	h.rec.Expires = rec.Expires
+	return nil
+}
+
+func (r lockRecord) encode() []byte {
+	b, _ := json.Marshal(r)
+	return b
+}
+
+func readLock(ctx context.Context, b backend.Reader) (lockRecord, error) {
+	data, err := backend.ReadAll(ctx, b, LockName, 64<<10)
+	if err != nil {
+		return lockRecord{}, err
+	}
+	var rec lockRecord
+	if err := json.Unmarshal(data, &rec); err != nil || rec.Token == "" {
+		// Not ours to judge: a human should look before it is removed.
+		return lockRecord{}, fmt.Errorf("%s: lock %s is not a lock record (%.100q); remove it by hand if no run holds it", b.Location(), LockName, data)
+	}
+	return rec, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// lockLocal flocks <dir>/.fdl-mirror/lock and writes the owner into it,
+// for the message a waiting run shows.
+func lockLocal(ctx context.Context, l *local.Local, opts LockOptions) (*Held, error) {
+	p := filepath.Join(l.Dir(), filepath.FromSlash(LockName))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return nil, fmt.Errorf("%s: %w", p, err)
+	}
+	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening lock %s: %w", p, err)
+	}
+	deadline := time.Now().Add(opts.Wait)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("locking %s: %w", p, err)
+		}
+		if !time.Now().Before(deadline) {
+			owner, _ := io.ReadAll(io.LimitReader(f, 1024))
+			f.Close()
+			return nil, fmt.Errorf("%w: %s holds %s", ErrLocked, bytes.TrimSpace(owner), p)
+		}
+		if err := sleep(ctx, min(100*time.Millisecond, time.Until(deadline))); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(opts.Owner+"\n"), 0)
+	}
+	if err := l.ClearTemp(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	close(done)
+	return &Held{file: f, log: opts.Logger, done: done, lost: make(chan struct{})}, nil
+}
