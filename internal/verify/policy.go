@@ -106,6 +106,9 @@ func (p *Policy) CheckVersion(versionID string, record, sig []byte) (*SignatureR
 		return refuse(SigBadSignature, "", "", err)
 	}
 	fp := ssh.FingerprintSHA256(s.PublicKey)
+	if cert, ok := s.PublicKey.(*ssh.Certificate); ok {
+		fp = ssh.FingerprintSHA256(cert.Key) // as ssh-keygen shows it
+	}
 	lines := p.Signers.withKey(s.PublicKey)
 	principal := ""
 	if len(lines) > 0 {

@@ -144,6 +144,24 @@ func TestKeyListedOnlyByTheRepositoryIsRefused(t *testing.T) {
 	wantRefused(t, res, err, SigUntrustedKey, &newcomer, "")
 }
 
+// newCert certifies user's key with ca's for principal, and returns the
+// certificate as a key to sign with.
+func newCert(t *testing.T, user, ca testKey, principal string) testKey {
+	t.Helper()
+	run(t, sshKeygen(t), "-q", "-s", ca.path, "-I", "test", "-n", principal, user.path+".pub")
+	return testKey{path: user.path + "-cert.pub", fingerprint: user.fingerprint}
+}
+
+// cert-authority lines are refused when the file is read; a signature by a
+// certificate is refused even when its key is trusted, as ssh-keygen does.
+func TestSignatureByACertificateIsRefused(t *testing.T) {
+	alice, ca := newKey(t, "ed25519", 0), newKey(t, "ed25519", 0)
+	cert := newCert(t, alice, ca, "alice@example.org")
+	p := &Policy{Signers: signers(t, "alice@example.org "+alice.authorized)}
+	res, err := p.CheckVersion(versionID, record, sign(t, cert, "fdl", record))
+	wantRefused(t, res, err, SigBadSignature, &alice, "")
+}
+
 func TestSignatureForAnotherNamespaceIsRefused(t *testing.T) {
 	alice := newKey(t, "ed25519", 0)
 	p := &Policy{Signers: signers(t, "alice@example.org "+alice.authorized)}
@@ -254,6 +272,7 @@ func TestCompareRepoSigners(t *testing.T) {
 func TestAgreesWithSSHKeygen(t *testing.T) {
 	kg := sshKeygen(t)
 	alice, ecdsa, rsa, mallory := newKey(t, "ed25519", 0), newKey(t, "ecdsa", 384), newKey(t, "rsa", 2048), newKey(t, "ed25519", 0)
+	cert := newCert(t, mallory, alice, "alice@example.org")
 	tampered := bytes.Replace(record, []byte("sha256"), []byte("sha512"), 1)
 	cases := []struct {
 		name    string
@@ -275,6 +294,7 @@ func TestAgreesWithSSHKeygen(t *testing.T) {
 		{"expired", `alice@example.org valid-before="20240101" ` + alice.authorized, sign(t, alice, "fdl", record), record},
 		{"not yet valid", `alice@example.org valid-after="20990101Z" ` + alice.authorized, sign(t, alice, "fdl", record), record},
 		{"valid window", `*@example.org,bob@* VALID-AFTER="20200101",valid-before="209912312359Z" ` + alice.authorized, sign(t, alice, "fdl", record), record},
+		{"certificate", "alice@example.org " + mallory.authorized, sign(t, cert, "fdl", record), record},
 		{"second line", "# two lines\nbob@example.org " + ecdsa.authorized + "\n\"alice smith\" " + alice.authorized, sign(t, alice, "fdl", record), record},
 	}
 	accepted, refused := 0, 0

@@ -87,7 +87,7 @@ func parseSignerLine(line string) (*AllowedSigner, error) {
 	if err != nil {
 		return nil, err
 	}
-	rest = strings.TrimLeft(rest, " \t")
+	rest = strings.TrimLeft(rest, " \t\r")
 	var opts string
 	if f := strings.Fields(rest); len(f) == 0 || !keyTypes[f[0]] {
 		if opts, rest, err = optionsField(rest); err != nil {
@@ -112,7 +112,7 @@ func parseSignerLine(line string) (*AllowedSigner, error) {
 // principalsField splits off the first field. Like OpenSSH, a double quote
 // starts a quoted part that may hold spaces and ends the field.
 func principalsField(line string) (field, rest string, err error) {
-	i := strings.IndexAny(line, " \t\"")
+	i := strings.IndexAny(line, " \t\r\"")
 	switch {
 	case i < 0:
 		return "", "", errors.New("missing key")
