@@ -93,7 +93,7 @@ func parseSignerLine(line string) (*AllowedSigner, error) {
 		if opts, rest, err = optionsField(rest); err != nil {
 			return nil, err
 		}
-		rest = strings.TrimLeft(rest, " \t")
+		rest = strings.TrimLeft(rest, " \t\r")
 	}
 	if rest == "" {
 		return nil, errors.New("missing key")
