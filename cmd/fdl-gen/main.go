@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -96,6 +97,7 @@ func run(args []string) int {
 	fs.BoolVar(&opts.FastParquet, "fast", false, "reuse the bytes of a few real Parquet files for the rest (benchmarks)")
 	fs.StringVar(&opts.ID, "id", "", "repository id (default: a random UUID)")
 	fs.Int64Var(&opts.Seed, "seed", 0, "varies the generated values")
+	asJSON := fs.Bool("json", false, "print what was made as JSON (dir, id, versions, refs, data_files)")
 	add := fs.Int("add", 0, "add one version with N data files to the existing repository in DIR")
 	fixture := fs.String("fixture", "", "build a one-version repository around this DuckLake catalog (.db.gz)")
 	fixtureParquet := fs.String("fixture-parquet", "", "with -fixture: the folder holding the catalog's Parquet files")
@@ -123,6 +125,9 @@ func run(args []string) int {
 			fmt.Fprintf(os.Stderr, "fdl-gen: %v\n", err)
 			return 1
 		}
+		if *asJSON {
+			return printJSON(map[string]string{"dir": dir, "version": id})
+		}
 		fmt.Printf("%s: added version %s with %d data files on refs/heads/main (%s)\n", dir, id, *add, time.Since(start).Round(time.Millisecond))
 		return 0
 	case *fixture != "":
@@ -130,6 +135,9 @@ func run(args []string) int {
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "fdl-gen: %v\n", err)
 			return 1
+		}
+		if *asJSON {
+			return printJSON(r)
 		}
 		report(r, time.Since(start))
 		for _, m := range r.Missing {
@@ -142,7 +150,20 @@ func run(args []string) int {
 		fmt.Fprintf(os.Stderr, "fdl-gen: %v\n", err)
 		return 1
 	}
+	if *asJSON {
+		return printJSON(r)
+	}
 	report(r, time.Since(start))
+	return 0
+}
+
+func printJSON(v any) int {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintf(os.Stderr, "fdl-gen: %v\n", err)
+		return 1
+	}
 	return 0
 }
 

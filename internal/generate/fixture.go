@@ -17,7 +17,7 @@ import (
 )
 
 // FromFixture builds a one-version repository in dir around a real DuckLake
-// catalog (a gzipped .db as in ../shared/fixtures/ducklake). The Parquet
+// catalog (a gzipped .db as in ../shared/fixtures/ducklake, or a plain one). The Parquet
 // files its catalog references are copied from under parquetDir (may be
 // "") into the data_dir where the catalog's paths say they belong, byte for
 // byte: a file whose size differs from its record stays as it is, so the
@@ -197,9 +197,21 @@ func gunzipFile(dst, src string) error {
 		return err
 	}
 	defer in.Close()
-	zr, err := gzip.NewReader(in)
-	if err != nil {
+	// A catalog that is not gzipped is copied as it is.
+	var r io.Reader = in
+	var magic [2]byte
+	if _, err := io.ReadFull(in, magic[:]); err != nil {
 		return fmt.Errorf("fixture %s: %w", src, err)
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	if magic == [2]byte{0x1f, 0x8b} {
+		zr, err := gzip.NewReader(in)
+		if err != nil {
+			return fmt.Errorf("fixture %s: %w", src, err)
+		}
+		r = zr
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
@@ -208,7 +220,7 @@ func gunzipFile(dst, src string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, zr); err != nil {
+	if _, err := io.Copy(out, r); err != nil {
 		out.Close()
 		return fmt.Errorf("fixture %s: %w", src, err)
 	}

@@ -30,21 +30,21 @@ import (
 
 // Options shape a generated repository. The zero value is valid.
 type Options struct {
-	Versions             int     // versions in a chain on main (default 3)
-	FilesPerVersion      int     // data files each version adds (default 2)
-	RowsPerFile          int     // rows per generated Parquet file (default 100)
-	LargeFiles           []int64 // approximate sizes in bytes of extra large data files added in the first version
-	DataDir              string  // fdl.json data_dir (default "data/")
-	Layout               string  // "0.3" (default: schema and table paths) or "0.1" (no schema/table paths)
-	DeleteFiles          bool    // each version after the first adds a delete file against an earlier data file
-	RemoveFiles          bool    // each version after the first ends (sets end_snapshot on) one earlier data file: historical rows
-	ScheduledForDeletion bool    // add a row to ducklake_files_scheduled_for_deletion naming a file that is NOT written
-	Tags                 bool    // refs/tags/v1, v2, ... one per version
-	ID                   string  // repository id (default: random UUID)
-	ExtraFiles           bool    // dataset.json and files.json in each version directory
-	Signer               func(record []byte) ([]byte, error)
-	FastParquet          bool  // write a few Parquet files with DuckDB and reuse their bytes under new names (catalog sizes still exact)
-	Seed                 int64 // varies the generated values
+	Versions             int                                 // versions in a chain on main (default 3)
+	FilesPerVersion      int                                 // data files each version adds (default 2)
+	RowsPerFile          int                                 // rows per generated Parquet file (default 100)
+	LargeFiles           []int64                             // approximate sizes in bytes of extra large data files added in the first version
+	DataDir              string                              // fdl.json data_dir (default "data/")
+	Layout               string                              // "0.3" (default: schema and table paths) or "0.1" (no schema/table paths)
+	DeleteFiles          bool                                // each version after the first adds a delete file against an earlier data file
+	RemoveFiles          bool                                // each version after the first ends (sets end_snapshot on) one earlier data file: historical rows
+	ScheduledForDeletion bool                                // add a row to ducklake_files_scheduled_for_deletion naming a file that is NOT written
+	Tags                 bool                                // refs/tags/v1, v2, ... one per version
+	ID                   string                              // repository id (default: random UUID)
+	ExtraFiles           bool                                // dataset.json and files.json in each version directory
+	Signer               func(record []byte) ([]byte, error) // when set, version.json.sig = Signer(version.json bytes)
+	FastParquet          bool                                // write a few Parquet files with DuckDB and reuse their bytes under new names (catalog sizes still exact)
+	Seed                 int64                               // varies the generated values
 
 	// CatalogDataPath is the data_path stored in new catalogs (default
 	// "/var/lib/publisher/data/"): FDL readers replace it with
@@ -112,15 +112,15 @@ func (o Options) withDefaults() (Options, error) {
 
 // Repo describes a generated repository.
 type Repo struct {
-	Dir       string
-	ID        string
-	Versions  []string          // oldest first; Versions[len-1] is refs/heads/main
-	Refs      map[string]string // every ref written
-	DataFiles []string          // repo-relative paths of every data and delete file, sorted
+	Dir       string            `json:"dir"`
+	ID        string            `json:"id"`
+	Versions  []string          `json:"versions"`   // oldest first; Versions[len-1] is refs/heads/main
+	Refs      map[string]string `json:"refs"`       // every ref written
+	DataFiles []string          `json:"data_files"` // repo-relative paths of every data and delete file, sorted
 
 	// Missing lists the repo-relative paths of files a fixture's catalog
 	// references that FromFixture did not find to copy (sorted).
-	Missing []string
+	Missing []string `json:"missing,omitempty"`
 }
 
 // MainRef is the branch generated repositories publish on.
