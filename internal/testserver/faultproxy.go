@@ -125,7 +125,9 @@ func (p *FaultProxy) FailAll(f Fault) {
 // Requests is the number of requests received.
 func (p *FaultProxy) Requests() int64 { return p.requests.Load() }
 
-// Faults is the number of requests that got a fault.
+// Faults is the number of faults injected. A CutBody or StallBody fault
+// counts only when there was a body longer than CutAfter to cut (a HEAD
+// request has none).
 func (p *FaultProxy) Faults() int64 { return p.faults.Load() }
 
 func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -136,7 +138,7 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f = p.schedule(n, r)
 	}
 	p.mu.Unlock()
-	if f != Pass {
+	if f != Pass && f != CutBody && f != StallBody {
 		p.faults.Add(1)
 	}
 	switch f {
@@ -157,7 +159,7 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case CutBody, StallBody:
 		// The copy error makes ReverseProxy abort the connection, so the
 		// client sees a body shorter than its Content-Length.
-		rw := &cutWriter{ResponseWriter: w, left: p.CutAfter}
+		rw := &cutWriter{ResponseWriter: w, left: p.CutAfter, cut: &p.faults}
 		if f == StallBody {
 			rw.stall = func() { p.sleep(r) }
 		}
@@ -182,6 +184,7 @@ type cutWriter struct {
 	http.ResponseWriter
 	left  int64
 	stall func()
+	cut   *atomic.Int64 // counts the cut
 }
 
 func (c *cutWriter) Write(b []byte) (int, error) {
@@ -191,6 +194,7 @@ func (c *cutWriter) Write(b []byte) (int, error) {
 	}
 	n, _ := c.ResponseWriter.Write(b[:c.left])
 	c.left = 0
+	c.cut.Add(1)
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
