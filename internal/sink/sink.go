@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
@@ -43,6 +44,16 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Backend, func
 			return nil, nil, err
 		}
 		return st, func() error { return nil }, nil
+	case "gs":
+		u, err := url.Parse(addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sink %s: %w", addr, err)
+		}
+		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, st.Close, nil
 	case "http", "https":
 		return nil, nil, fmt.Errorf("sink %s: HTTP(S) can only be a source", addr)
 	}

@@ -5,11 +5,14 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
 	"go.uber.org/zap"
@@ -46,6 +49,31 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 			return nil, nil, err
 		}
 		return st, func() error { return nil }, nil
+	case "gs":
+		u, err := url.Parse(addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("source %s: %w", addr, err)
+		}
+		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, st.Close, nil
+	case "http", "https":
+		u, err := url.Parse(addr)
+		if err != nil {
+			// The address may hold user:password; url.Error would print it.
+			var uerr *url.Error
+			if errors.As(err, &uerr) {
+				err = uerr.Err
+			}
+			return nil, nil, fmt.Errorf("source: invalid %s:// address: %w", scheme, err)
+		}
+		st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, Logger: opts.Logger})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, st.Close, nil
 	}
 	return nil, nil, fmt.Errorf("source %s: unsupported address scheme %q", addr, scheme)
 }
