@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+)
+
+func cmdStatus(args []string) int {
+	fs := newFlagSet("status", "status [flags] SOURCE SINK | status --config FILE [--mirror NAME]")
+	configPath := fs.String("config", "", "compare the mirrors of this config `file`")
+	mirror := fs.String("mirror", "", "with --config: only this mirror")
+	jsonOut := fs.Bool("json", false, "print one JSON object per mirror on stdout")
+	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	var headers stringList
+	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	log, err := newLogger(*logLevel, *jsonOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror status:", err)
+		return exitUsage
+	}
+	defer log.Sync()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var jobs []fdlsync.Job
+	switch {
+	case *configPath != "" && len(pos) == 0:
+		if len(headers) > 0 {
+			fmt.Fprintln(os.Stderr, "fdl-mirror status: with --config, set http_headers in the config")
+			return exitUsage
+		}
+		cfg, err := config.Load(*configPath)
+		if err != nil {
+			printConfigError(os.Stderr, "status", *configPath, err)
+			return exitUsage
+		}
+		mirrors, ok := selectMirrors(os.Stderr, "status", cfg, *mirror)
+		if !ok {
+			return exitUsage
+		}
+		for _, m := range mirrors {
+			jobs = append(jobs, daemon.Job(m))
+		}
+	case *configPath == "" && *mirror == "" && len(pos) == 2:
+		jobs = []fdlsync.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers}}
+	default:
+		fs.Usage()
+		return exitUsage
+	}
+
+	code := exitOK
+	for _, job := range jobs {
+		refs, err := fdlsync.StatusJob(ctx, job, log)
+		code = max(code, printStatus(os.Stdout, job, refs, err, *jsonOut, log))
+	}
+	return code
+}
+
+// printStatus prints one mirror's refs and returns its exit code: 0 current,
+// 1 behind or unreadable, 2 for a job that cannot work (bad address).
+func printStatus(w io.Writer, job fdlsync.Job, refs []fdlsync.RefStatus, err error, jsonOut bool, log *zap.Logger) int {
+	code := exitOK
+	behind := 0
+	for _, r := range refs {
+		if r.Behind {
+			behind++
+		}
+	}
+	var cfgErr *fdlsync.ConfigError
+	switch {
+	case errors.As(err, &cfgErr):
+		code = exitUsage
+	case err != nil || behind > 0:
+		code = exitRefused
+	}
+	if jsonOut {
+		out := struct {
+			Mirror string              `json:"mirror,omitempty"`
+			Source string              `json:"source"`
+			Sink   string              `json:"sink"`
+			Behind bool                `json:"behind"`
+			Refs   []fdlsync.RefStatus `json:"refs"`
+			Error  string              `json:"error,omitempty"`
+		}{Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0, Refs: refs}
+		if out.Refs == nil {
+			out.Refs = []fdlsync.RefStatus{}
+		}
+		if err != nil {
+			out.Error = err.Error()
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(out)
+		return code
+	}
+	name := ""
+	if job.Name != "" {
+		name = job.Name + ": "
+	}
+	if err != nil {
+		log.Debug("status failed", zap.Error(err))
+		fmt.Fprintf(w, "%s%s -> %s: cannot compare: %v\n", name, job.Source, job.Sink, err)
+		return code
+	}
+	state := "current"
+	if behind > 0 {
+		state = fmt.Sprintf("behind on %d of %d refs", behind, len(refs))
+	}
+	fmt.Fprintf(w, "%s%s -> %s: %s\n", name, job.Source, job.Sink, state)
+	if len(refs) == 0 {
+		fmt.Fprintln(w, "  (no refs upstream)")
+		return code
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  REF\tUPSTREAM\tMIRROR\tSTATE")
+	for _, r := range refs {
+		mirror, st := r.Mirror, "current"
+		if mirror == "" {
+			mirror = "-"
+		}
+		if r.Behind {
+			st = "behind"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Ref, r.Upstream, mirror, st)
+	}
+	tw.Flush()
+	return code
+}

@@ -1,0 +1,393 @@
+// Package daemon runs the mirrors of a config file on their schedules, and
+// serves their metrics and health over HTTP.
+//
+// Each mirror runs on its own: a tick that comes while the mirror's previous
+// run is still going is skipped (never two runs of one mirror at once), and
+// one mirror's failure, or even a panic, never stops the others. Stopping
+// cancels the running syncs, which the engine ends at a safe point, so a
+// daemon stopped at any moment leaves every ref in every mirror pointing at
+// a complete version.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
+)
+
+// RunFunc runs one mirror once; fdlsync.RunJob in production.
+type RunFunc func(ctx context.Context, job fdlsync.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
+
+// DefaultStopTimeout is how long a stop waits for running syncs to reach a
+// safe point: with the HTTP server's shutdown after it, the process exits
+// within the 15 s an orchestrator usually grants before SIGKILL.
+const DefaultStopTimeout = 12 * time.Second
+
+// Options configure a Daemon.
+type Options struct {
+	// ConfigPath is the file loaded at start and on every reload.
+	ConfigPath string
+	Logger     *zap.Logger
+	// Run runs one mirror; nil means fdlsync.RunJob.
+	Run RunFunc
+	// StopTimeout bounds the wait for running syncs at a stop; 0 means
+	// DefaultStopTimeout.
+	StopTimeout time.Duration
+}
+
+// Daemon schedules the mirrors of one config file.
+type Daemon struct {
+	opts    Options
+	log     *zap.Logger
+	metrics *Metrics
+	ready   atomic.Bool
+
+	// runCtx is the parent of every run; cancelling it is how a stop asks
+	// running syncs to end.
+	runCtx    context.Context
+	cancelRun context.CancelFunc
+
+	mu       sync.Mutex
+	cfg      *config.Config
+	gen      int // bumped at every reload; ticks of an older schedule are ignored
+	sched    *cron.Cron
+	running  map[string]bool
+	stopping bool
+	runs     sync.WaitGroup
+}
+
+// New loads the config and prepares the daemon. A config that does not
+// validate is returned as config.Problems, every problem with its line.
+func New(opts Options) (*Daemon, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Run == nil {
+		opts.Run = fdlsync.RunJob
+	}
+	if opts.StopTimeout <= 0 {
+		opts.StopTimeout = DefaultStopTimeout
+	}
+	cfg, err := load(opts.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{
+		opts:    opts,
+		log:     opts.Logger,
+		metrics: NewMetrics(),
+		cfg:     cfg,
+		running: map[string]bool{},
+	}
+	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
+	for _, m := range cfg.Mirrors {
+		d.metrics.AddMirror(m.Name)
+	}
+	d.metrics.Reloaded(true)
+	return d, nil
+}
+
+// load reads a config the daemon can run: every mirror needs a schedule.
+func load(path string) (*config.Config, error) {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	var ps config.Problems
+	for _, m := range cfg.Mirrors {
+		if m.Schedule == "" {
+			ps = append(ps, config.Problem{File: path, Line: m.Line,
+				Msg: fmt.Sprintf("mirror %q: no schedule; the daemon needs one for every mirror (sync --config runs mirrors without)", m.Name)})
+		}
+	}
+	if len(ps) > 0 {
+		return nil, ps
+	}
+	return cfg, nil
+}
+
+// Metrics returns the daemon's metrics.
+func (d *Daemon) Metrics() *Metrics { return d.metrics }
+
+// Config returns the config in use.
+func (d *Daemon) Config() *config.Config {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfg
+}
+
+// Handler serves /metrics, /healthz (200 while the process serves) and
+// /readyz (200 once the config is loaded and the mirrors scheduled, 503
+// before and while stopping).
+func (d *Daemon) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{
+		Registry:          d.metrics.Registry,
+		EnableOpenMetrics: true,
+	}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !d.ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// Serve schedules the mirrors and serves HTTP on the config's listen address
+// until ctx is done; a value on reload reloads the config. When ctx is done
+// it stops scheduling, cancels running syncs and waits for them (at most
+// StopTimeout). The error is for what kept it from starting.
+func (d *Daemon) Serve(ctx context.Context, reload <-chan struct{}) error {
+	var srv *http.Server
+	srvDone := make(chan struct{})
+	if listen := d.Config().Listen; listen != "" {
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", listen, err)
+		}
+		srv = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		d.log.Info("serving /metrics, /healthz, /readyz", zap.String("address", ln.Addr().String()))
+		go func() {
+			defer close(srvDone)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				d.log.Error("HTTP server stopped", zap.String("address", listen), zap.Error(err))
+			}
+		}()
+	} else {
+		close(srvDone)
+	}
+
+	d.mu.Lock()
+	d.scheduleLocked(d.cfg)
+	d.mu.Unlock()
+	d.ready.Store(true)
+
+wait:
+	for {
+		select {
+		case <-reload:
+			d.Reload()
+		case <-ctx.Done():
+			break wait
+		}
+	}
+
+	d.ready.Store(false)
+	d.stop()
+	if srv != nil {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			srv.Close()
+		}
+		<-srvDone
+	}
+	return nil
+}
+
+// stop ends scheduling, cancels the running syncs and waits for them to
+// reach a safe point.
+func (d *Daemon) stop() {
+	d.mu.Lock()
+	d.stopping = true
+	if d.sched != nil {
+		d.sched.Stop()
+	}
+	running := make([]string, 0, len(d.running))
+	for name := range d.running {
+		running = append(running, name)
+	}
+	d.mu.Unlock()
+	slices.Sort(running)
+	d.log.Info("stopping: no new runs; cancelling running syncs", zap.Strings("running", running))
+	d.cancelRun()
+
+	done := make(chan struct{})
+	go func() {
+		d.runs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		d.log.Info("stopped")
+	case <-time.After(d.opts.StopTimeout):
+		// Writes are atomic and refs move last: exiting now still leaves
+		// no ref to an incomplete version, only temporary files to clean.
+		d.log.Error("syncs still running after the stop timeout; exiting anyway", zap.Duration("timeout", d.opts.StopTimeout))
+	}
+}
+
+// Reload reads the config file again. A config that does not validate is
+// logged, with every problem, and the one in use kept.
+func (d *Daemon) Reload() error {
+	cfg, err := load(d.opts.ConfigPath)
+	if err != nil {
+		d.metrics.Reloaded(false)
+		var ps config.Problems
+		if errors.As(err, &ps) {
+			lines := make([]string, len(ps))
+			for i, p := range ps {
+				lines[i] = p.String()
+			}
+			d.log.Error("config reload refused; keeping the config in use", zap.String("config", d.opts.ConfigPath), zap.Strings("problems", lines))
+		} else {
+			d.log.Error("config reload failed; keeping the config in use", zap.String("config", d.opts.ConfigPath), zap.Error(err))
+		}
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.stopping {
+		return nil
+	}
+	old := d.cfg
+	if cfg.Listen != old.Listen {
+		d.log.Warn("listen changed; it takes effect at the next restart", zap.String("in_use", old.Listen), zap.String("new", cfg.Listen))
+		cfg.Listen = old.Listen
+	}
+	for _, m := range old.Mirrors {
+		if _, ok := cfg.Mirror(m.Name); !ok && !d.running[m.Name] {
+			d.metrics.RemoveMirror(m.Name)
+		}
+	}
+	for _, m := range cfg.Mirrors {
+		d.metrics.AddMirror(m.Name)
+	}
+	d.cfg = cfg
+	d.scheduleLocked(cfg)
+	d.metrics.Reloaded(true)
+	d.log.Info("config reloaded", zap.String("config", d.opts.ConfigPath), zap.Strings("mirrors", cfg.Names()))
+	return nil
+}
+
+// scheduleLocked replaces the schedule with cfg's. Runs going on continue;
+// their mirrors still skip ticks until they end.
+func (d *Daemon) scheduleLocked(cfg *config.Config) {
+	if d.sched != nil {
+		d.sched.Stop()
+	}
+	d.gen++
+	gen := d.gen
+	d.sched = cron.New(cron.WithParser(cron.NewParser(
+		cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)))
+	for _, m := range cfg.Mirrors {
+		name := m.Name
+		if _, err := d.sched.AddFunc(m.Schedule, func() { d.tick(gen, name) }); err != nil {
+			// config.Load parsed the same spec with the same parser.
+			d.log.Error("mirror not scheduled", zap.String("mirror", name), zap.String("schedule", m.Schedule), zap.Error(err))
+			continue
+		}
+		d.log.Info("mirror scheduled", zap.String("mirror", name), zap.String("schedule", m.Schedule),
+			zap.String("source", m.Source), zap.String("sink", m.Sink))
+	}
+	d.sched.Start()
+}
+
+// tick starts a run of the mirror unless one is going.
+func (d *Daemon) tick(gen int, name string) {
+	d.mu.Lock()
+	if d.stopping || gen != d.gen {
+		d.mu.Unlock()
+		return
+	}
+	m, ok := d.cfg.Mirror(name)
+	if !ok {
+		d.mu.Unlock()
+		return
+	}
+	if d.running[name] {
+		d.mu.Unlock()
+		d.metrics.Skipped(name)
+		d.log.Info("previous run still going; tick skipped", zap.String("mirror", name))
+		return
+	}
+	d.running[name] = true
+	d.runs.Add(1)
+	d.mu.Unlock()
+
+	defer d.runs.Done()
+	d.runOnce(m)
+
+	d.mu.Lock()
+	delete(d.running, name)
+	if _, still := d.cfg.Mirror(name); !still {
+		// Removed by a reload while it ran.
+		d.metrics.RemoveMirror(name)
+	}
+	d.mu.Unlock()
+}
+
+// runOnce runs a mirror and records the outcome. A panic in the run is
+// recovered and counted as a failure: it must not take the other mirrors
+// down with it.
+func (d *Daemon) runOnce(m config.Mirror) {
+	log := d.log.With(zap.String("mirror", m.Name))
+	d.metrics.Running(m.Name, true)
+	defer d.metrics.Running(m.Name, false)
+	start := time.Now()
+	var rep *fdlsync.Report
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+				log.Error("run panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			}
+		}()
+		log.Info("run started")
+		rep, err = d.opts.Run(d.runCtx, Job(m), log, nil)
+	}()
+	end := time.Now()
+	result := Result(rep, err, d.runCtx.Err() != nil)
+	d.metrics.Observe(m.Name, end, end.Sub(start), result, rep)
+
+	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}
+	if rep != nil {
+		fields = append(fields, zap.Int64("files_copied", rep.FilesCopied), zap.Int64("bytes_copied", rep.BytesCopied),
+			zap.Int("versions_published", len(rep.VersionsPublished)), zap.Int("refs_moved", len(rep.RefsMoved)),
+			zap.Int("refused", len(rep.Refused)), zap.Int("lag", rep.Lag))
+	}
+	switch {
+	case err != nil && result == ResultCanceled:
+		log.Info("run stopped at a safe point", append(fields, zap.Error(err))...)
+	case err != nil:
+		log.Error("run failed", append(fields, zap.Error(err))...)
+	case result == ResultRefused:
+		log.Warn("run finished with refusals", fields...)
+	default:
+		log.Info("run finished", fields...)
+	}
+}
+
+// Job turns a configured mirror into the engine's job.
+func Job(m config.Mirror) fdlsync.Job {
+	return fdlsync.Job{
+		Name:               m.Name,
+		Source:             m.Source,
+		Sink:               m.Sink,
+		HTTPHeaders:        m.HTTPHeaders,
+		TrustedSigners:     m.TrustedSigners,
+		RequireSignatures:  m.RequireSignatures,
+		SignatureNamespace: m.SignatureNamespace,
+		Concurrency:        m.Concurrency,
+		LockWait:           m.LockWait,
+	}
+}

@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"time"
+
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Run results, the values of the runs_total "result" label.
+const (
+	ResultSuccess  = "success"  // finished, nothing refused
+	ResultRefused  = "refused"  // finished, something refused (exit 1 of a plain sync)
+	ResultFailed   = "failed"   // stopped as a whole: cannot open, lock held, another repository...
+	ResultCanceled = "canceled" // stopped by a shutdown
+)
+
+var results = []string{ResultSuccess, ResultRefused, ResultFailed, ResultCanceled}
+
+// Metrics are the daemon's Prometheus metrics, on a registry of their own so
+// that nothing a library registers globally leaks into /metrics.
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	lastSuccess   *prometheus.GaugeVec
+	lastRun       *prometheus.GaugeVec
+	lastDuration  *prometheus.GaugeVec
+	runs          *prometheus.CounterVec
+	skipped       *prometheus.CounterVec
+	running       *prometheus.GaugeVec
+	files         *prometheus.CounterVec
+	bytes         *prometheus.CounterVec
+	versions      *prometheus.CounterVec
+	refsMoved     *prometheus.CounterVec
+	refused       *prometheus.CounterVec
+	lag           *prometheus.GaugeVec
+	reloads       *prometheus.CounterVec
+	configSuccess prometheus.Gauge
+}
+
+// NewMetrics makes the metrics and registers them, with the Go runtime and
+// process collectors, on a new registry.
+func NewMetrics() *Metrics {
+	const ns = "fdl_mirror"
+	mirror := []string{"mirror"}
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		lastSuccess: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "last_success_timestamp_seconds",
+			Help: "Unix time of the end of the last run that finished with nothing refused.",
+		}, mirror),
+		lastRun: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "last_run_timestamp_seconds",
+			Help: "Unix time of the end of the last run, whatever its result.",
+		}, mirror),
+		lastDuration: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "last_run_duration_seconds",
+			Help: "How long the last run took.",
+		}, mirror),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "runs_total",
+			Help: "Runs by result: success, refused (something refused, the rest mirrored), failed (the run stopped as a whole), canceled (shutdown).",
+		}, []string{"mirror", "result"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "skipped_ticks_total",
+			Help: "Schedule ticks skipped because the mirror's previous run was still going.",
+		}, mirror),
+		running: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "running",
+			Help: "1 while a run of the mirror is going.",
+		}, mirror),
+		files: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "files_copied_total",
+			Help: "Files written to the mirror.",
+		}, mirror),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "bytes_copied_total",
+			Help: "Bytes written to the mirror.",
+		}, mirror),
+		versions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "versions_published_total",
+			Help: "Versions made complete in the mirror.",
+		}, mirror),
+		refsMoved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "refs_moved_total",
+			Help: "Refs written in the mirror (new or moved).",
+		}, mirror),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "refused_total",
+			Help: "Refs and versions refused, by kind (ref, version) and reason; counted again at every run that refuses them.",
+		}, []string{"mirror", "kind", "reason"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "lag_refs",
+			Help: "Upstream refs the mirror did not match at the end of the last run.",
+		}, mirror),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "config_loads_total",
+			Help: "Config loads, at start and on SIGHUP, by result: success, failed (a failed reload keeps the old config).",
+		}, []string{"result"}),
+		configSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "config_last_reload_successful",
+			Help: "1 when the last config load succeeded, 0 when it failed and the previous config is in use.",
+		}),
+	}
+	m.Registry.MustRegister(
+		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag,
+		m.reloads, m.configSuccess,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m.reloads.WithLabelValues("success")
+	m.reloads.WithLabelValues("failed")
+	return m
+}
+
+// AddMirror creates a mirror's series at zero, so that rates and alerts work
+// before its first run. The timestamps stay absent until there is one.
+func (m *Metrics) AddMirror(name string) {
+	for _, r := range results {
+		m.runs.WithLabelValues(name, r)
+	}
+	m.skipped.WithLabelValues(name)
+	m.running.WithLabelValues(name)
+	m.files.WithLabelValues(name)
+	m.bytes.WithLabelValues(name)
+	m.versions.WithLabelValues(name)
+	m.refsMoved.WithLabelValues(name)
+}
+
+// RemoveMirror drops every series of a mirror no longer in the config.
+func (m *Metrics) RemoveMirror(name string) {
+	l := prometheus.Labels{"mirror": name}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag,
+	} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// Skipped counts a tick that found the mirror's previous run still going.
+func (m *Metrics) Skipped(name string) { m.skipped.WithLabelValues(name).Inc() }
+
+// Running marks a mirror's run as going or not.
+func (m *Metrics) Running(name string, on bool) {
+	v := 0.0
+	if on {
+		v = 1
+	}
+	m.running.WithLabelValues(name).Set(v)
+}
+
+// Result classifies what RunJob returned.
+func Result(rep *fdlsync.Report, err error, canceled bool) string {
+	switch {
+	case err == nil && rep != nil && rep.OK():
+		return ResultSuccess
+	case canceled:
+		return ResultCanceled
+	case err != nil:
+		return ResultFailed
+	}
+	return ResultRefused
+}
+
+// RefusalKind says whether a refusal is about a ref or a version.
+func RefusalKind(r fdlsync.Refusal) string {
+	if r.Ref != "" || r.Reason == fdlsync.ReasonBadRef {
+		return "ref"
+	}
+	return "version"
+}
+
+// Observe records one finished run.
+func (m *Metrics) Observe(name string, end time.Time, took time.Duration, result string, rep *fdlsync.Report) {
+	m.runs.WithLabelValues(name, result).Inc()
+	m.lastRun.WithLabelValues(name).Set(float64(end.UnixNano()) / 1e9)
+	m.lastDuration.WithLabelValues(name).Set(took.Seconds())
+	if result == ResultSuccess {
+		m.lastSuccess.WithLabelValues(name).Set(float64(end.UnixNano()) / 1e9)
+	}
+	if rep == nil {
+		return
+	}
+	m.files.WithLabelValues(name).Add(float64(rep.FilesCopied))
+	m.bytes.WithLabelValues(name).Add(float64(rep.BytesCopied))
+	m.versions.WithLabelValues(name).Add(float64(len(rep.VersionsPublished)))
+	m.refsMoved.WithLabelValues(name).Add(float64(len(rep.RefsMoved)))
+	for _, r := range rep.Refused {
+		m.refused.WithLabelValues(name, RefusalKind(r), r.Reason).Inc()
+	}
+	// A canceled run stopped before it compared every ref: its lag means nothing.
+	if result != ResultCanceled && result != ResultFailed {
+		m.lag.WithLabelValues(name).Set(float64(rep.Lag))
+	}
+}
+
+// Reloaded records a config load or reload.
+func (m *Metrics) Reloaded(ok bool) {
+	if ok {
+		m.reloads.WithLabelValues("success").Inc()
+		m.configSuccess.Set(1)
+	} else {
+		m.reloads.WithLabelValues("failed").Inc()
+		m.configSuccess.Set(0)
+	}
+}
