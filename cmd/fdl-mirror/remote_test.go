@@ -28,9 +28,9 @@ func TestSyncAcrossStoresMirrorsByteForByte(t *testing.T) {
 	gen(t, up, generate.Options{Versions: 3, FilesPerVersion: 3, DeleteFiles: true, Tags: true, ExtraFiles: true, LargeFiles: []int64{12 << 20}})
 	web := testserver.HTTP(t, up)
 
-	s3a := s3.URL(s3.Bucket(t), "mirror/")
-	gsa := gcs.URL(gcs.Bucket(t), "mirror/")
-	gsb := gcs.URL(gcs.Bucket(t), "from-s3/")
+	s3a := s3.URL(s3.Bucket(t), "mirror")
+	gsa := gcs.URL(gcs.Bucket(t), "mirror")
+	gsb := gcs.URL(gcs.Bucket(t), "from-s3")
 	back := func(name string) string { return filepath.Join(parent, name) }
 
 	steps := []struct{ name, src, dst string }{
@@ -77,7 +77,7 @@ func TestSyncRefusesAnS3SinkHoldingAnotherRepository(t *testing.T) {
 	gen(t, up, generate.Options{Versions: 1})
 	other := t.TempDir()
 	gen(t, other, generate.Options{Versions: 1})
-	sink := s3.URL(bucket, "m/")
+	sink := s3.URL(bucket, "m")
 	if res := run(t, "sync", other, sink); res.code != 0 {
 		t.Fatalf("seeding the sink: exit %d\n%s", res.code, res.stdout)
 	}
@@ -156,7 +156,7 @@ func TestSyncCompletesThroughFaults(t *testing.T) {
 		bucket := s3.Bucket(t)
 		proxy := testserver.NewFaultProxy(t, s3.Endpoint)
 		proxy.SetSchedule(testserver.EveryNth(5, testserver.Drop, testserver.Status503, testserver.Status500))
-		addr := strings.Replace(s3.URL(bucket, "m/"), url.QueryEscape(s3.Endpoint), url.QueryEscape(proxy.URL), 1)
+		addr := strings.Replace(s3.URL(bucket, "m"), url.QueryEscape(s3.Endpoint), url.QueryEscape(proxy.URL), 1)
 		if res := run(t, "sync", up, addr); res.code != 0 {
 			t.Fatalf("exit %d\n%s\n%s", res.code, res.stdout, res.stderr)
 		}
@@ -164,7 +164,7 @@ func TestSyncCompletesThroughFaults(t *testing.T) {
 			t.Fatal("the proxy injected no fault")
 		}
 		back := t.TempDir()
-		if res := run(t, "sync", s3.URL(bucket, "m/"), back); res.code != 0 {
+		if res := run(t, "sync", s3.URL(bucket, "m"), back); res.code != 0 {
 			t.Fatalf("reading back: exit %d\n%s", res.code, res.stdout)
 		}
 		fdltest.AssertMirrored(t, up, back, nil)
@@ -213,7 +213,7 @@ func TestTwoConcurrentSyncsIntoOneS3Sink(t *testing.T) {
 	bucket := s3.Bucket(t)
 	_, up, _ := layout(t)
 	gen(t, up, generate.Options{Versions: 3, FilesPerVersion: 20, FastParquet: true})
-	sink := s3.URL(bucket, "m/")
+	sink := s3.URL(bucket, "m")
 	var wg sync.WaitGroup
 	results := make([]result, 2)
 	for i := range results {
