@@ -152,9 +152,11 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 		lost: make(chan struct{}),
 	}
 	deadline := time.Now().Add(opts.Wait)
-	poll := min(max(opts.TTL/8, 50*time.Millisecond), 5*time.Second)
-	// A takeover is confirmed after this pause (see Lock).
-	settle := min(max(opts.TTL/20, 100*time.Millisecond), 2*time.Second)
+	// A waiter reads the lock (one small GET) this often.
+	poll := min(max(opts.TTL/8, 50*time.Millisecond), time.Second)
+	// A takeover is confirmed after this pause (see Lock): far longer than
+	// the one request between a rival taker's read and its remove.
+	settle := min(max(opts.TTL/20, 100*time.Millisecond), time.Second)
 	for {
 		h.rec.Expires = time.Now().Add(opts.TTL).UTC()
 		err := b.Create(ctx, LockName, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))

@@ -1,0 +1,291 @@
+package sink_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+)
+
+type record struct {
+	Owner   string    `json:"owner"`
+	Expires time.Time `json:"expires"`
+	Token   string    `json:"token"`
+}
+
+func s3Store(t *testing.T) *s3.Store {
+	t.Helper()
+	srv := testserver.S3(t)
+	u, err := url.Parse(srv.URL(srv.Bucket(t), "mirror"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s3.Open(context.Background(), u, s3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func readRecord(t *testing.T, b backend.Reader) record {
+	t.Helper()
+	data, err := backend.ReadAll(context.Background(), b, sink.LockName, 1<<20)
+	if err != nil {
+		t.Fatalf("reading the lock: %v", err)
+	}
+	var r record
+	if err := json.Unmarshal(data, &r); err != nil {
+		t.Fatalf("lock holds %q: %v", data, err)
+	}
+	return r
+}
+
+func writeRecord(t *testing.T, b backend.Backend, r record) {
+	t.Helper()
+	data, _ := json.Marshal(r)
+	if err := b.Put(context.Background(), sink.LockName, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mustLock(t *testing.T, b backend.Backend, opts sink.LockOptions) *sink.Held {
+	t.Helper()
+	h, err := sink.Lock(context.Background(), b, opts)
+	if err != nil {
+		t.Fatalf("Lock as %q: %v", opts.Owner, err)
+	}
+	return h
+}
+
+func TestObjectLockOneOfTwoConcurrentLockersWins(t *testing.T) {
+	st := s3Store(t)
+	var wg sync.WaitGroup
+	held := make([]*sink.Held, 2)
+	errs := make([]error, 2)
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			held[i], errs[i] = sink.Lock(context.Background(), st, sink.LockOptions{Owner: "run-" + strconv.Itoa(i)})
+		}()
+	}
+	wg.Wait()
+	if (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("want exactly one lock taken; errors: %v, %v", errs[0], errs[1])
+	}
+	winner, loser := 0, 1
+	if errs[0] != nil {
+		winner, loser = 1, 0
+	}
+	rec := readRecord(t, st)
+	if rec.Owner != "run-"+strconv.Itoa(winner) {
+		t.Fatalf("lock object names %q, want run-%d", rec.Owner, winner)
+	}
+	err := errs[loser]
+	if !errors.Is(err, sink.ErrLocked) {
+		t.Fatalf("loser's error = %v, want ErrLocked", err)
+	}
+	if want := rec.Expires.Format(time.RFC3339); !strings.Contains(err.Error(), rec.Owner) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("loser's error %q does not name owner %q and expiry %s", err, rec.Owner, want)
+	}
+	if err := held[winner].Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if _, err := st.Stat(context.Background(), sink.LockName); !backend.IsNotExist(err) {
+		t.Fatalf("lock object still there after Release: %v", err)
+	}
+	mustLock(t, st, sink.LockOptions{Owner: "next"}).Release(context.Background())
+}
+
+func TestObjectLockWaiterGetsItWhenReleased(t *testing.T) {
+	st := s3Store(t)
+	first := mustLock(t, st, sink.LockOptions{Owner: "first"})
+	released := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		released <- time.Now()
+		first.Release(context.Background())
+	}()
+	second := mustLock(t, st, sink.LockOptions{Owner: "second", Wait: 10 * time.Second})
+	defer second.Release(context.Background())
+	if got := time.Now(); got.Before(<-released) {
+		t.Fatal("second locker got the lock before the first released it")
+	}
+	if rec := readRecord(t, st); rec.Owner != "second" {
+		t.Fatalf("lock names %q", rec.Owner)
+	}
+}
+
+func TestObjectLockExpiredIsTakenOver(t *testing.T) {
+	st := s3Store(t)
+	// What a killed run leaves: a lock nobody renews.
+	writeRecord(t, st, record{Owner: "killed", Expires: time.Now().Add(-time.Second), Token: "dead"})
+	h := mustLock(t, st, sink.LockOptions{Owner: "new"})
+	defer h.Release(context.Background())
+	if rec := readRecord(t, st); rec.Owner != "new" || rec.Token == "dead" {
+		t.Fatalf("lock after takeover = %+v", rec)
+	}
+}
+
+func TestObjectLockLiveIsNotTakenOverBeforeExpiry(t *testing.T) {
+	st := s3Store(t)
+	expires := time.Now().Add(1500 * time.Millisecond)
+	writeRecord(t, st, record{Owner: "slow", Expires: expires, Token: "live"})
+	_, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "impatient"})
+	if !errors.Is(err, sink.ErrLocked) {
+		t.Fatalf("Lock with Wait 0 on a live lock: err = %v, want ErrLocked", err)
+	}
+	if rec := readRecord(t, st); rec.Token != "live" {
+		t.Fatalf("a refused Lock changed the lock: %+v", rec)
+	}
+	h := mustLock(t, st, sink.LockOptions{Owner: "patient", Wait: 10 * time.Second})
+	defer h.Release(context.Background())
+	if time.Now().Before(expires) {
+		t.Fatal("took the lock over before it expired")
+	}
+}
+
+func TestObjectLockIsRenewedWhileHeld(t *testing.T) {
+	st := s3Store(t)
+	ttl := 900 * time.Millisecond
+	h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+	first := readRecord(t, st)
+	time.Sleep(2 * ttl) // the lock would have expired twice without renewal
+	select {
+	case <-h.Lost():
+		t.Fatal("lock lost while nobody else touched it")
+	default:
+	}
+	rec := readRecord(t, st)
+	if rec.Token != first.Token || !rec.Expires.After(first.Expires.Add(ttl)) {
+		t.Fatalf("lock not renewed: first %+v, now %+v", first, rec)
+	}
+	if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "other", TTL: ttl}); !errors.Is(err, sink.ErrLocked) {
+		t.Fatalf("another Lock on a renewed lock: err = %v, want ErrLocked", err)
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestObjectLockLostWhenTakenOver(t *testing.T) {
+	st := s3Store(t)
+	ttl := 600 * time.Millisecond
+	h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+	thief := record{Owner: "thief", Expires: time.Now().Add(time.Hour), Token: "stolen"}
+	writeRecord(t, st, thief)
+	select {
+	case <-h.Lost():
+	case <-time.After(3 * ttl):
+		t.Fatal("Lost not closed after another run replaced the lock")
+	}
+	if err := h.Release(context.Background()); err == nil || !strings.Contains(err.Error(), "thief") {
+		t.Fatalf("Release of a lost lock: err = %v, want one naming the thief", err)
+	}
+	if rec := readRecord(t, st); rec.Token != thief.Token || !rec.Expires.Equal(thief.Expires) {
+		t.Fatalf("Release touched the other run's lock: %+v", rec)
+	}
+}
+
+// Local folders.
+
+func localStore(t *testing.T, dir string) *local.Local {
+	t.Helper()
+	l, err := local.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+const helperEnv = "FDL_MIRROR_LOCK_HELPER_DIR"
+
+// TestLockHelperProcess is not a test: run by the test binary itself with
+// helperEnv set, it takes the lock on a folder, says so, and waits to be
+// killed.
+func TestLockHelperProcess(t *testing.T) {
+	dir := os.Getenv(helperEnv)
+	if dir == "" {
+		t.Skip("helper process for TestLocalLockFreedWhenHolderIsKilled")
+	}
+	l, err := local.Create(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Lock(context.Background(), l, sink.LockOptions{Owner: "helper pid " + strconv.Itoa(os.Getpid())}); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("locked\n")
+	time.Sleep(time.Minute)
+	t.Fatal("helper was not killed")
+}
+
+func TestLocalLockFreedWhenHolderIsKilled(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHelperProcess$")
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "locked\n" {
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	l := localStore(t, dir)
+	_, err = sink.Lock(context.Background(), l, sink.LockOptions{Owner: "me"})
+	if !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), "helper pid "+strconv.Itoa(cmd.Process.Pid)) {
+		t.Fatalf("Lock while the helper holds it: err = %v, want ErrLocked naming the helper", err)
+	}
+	cmd.Process.Kill() // SIGKILL: no chance to release anything
+	cmd.Wait()
+	h := mustLock(t, l, sink.LockOptions{Owner: "me"})
+	h.Release(context.Background())
+}
+
+func TestLocalLockWaitsAndClearsTemp(t *testing.T) {
+	dir := t.TempDir()
+	l := localStore(t, dir)
+	first := mustLock(t, l, sink.LockOptions{Owner: "first"})
+	// A temporary file a killed writer left behind.
+	leftover := filepath.Join(dir, filepath.FromSlash(local.TempDir), "half-written")
+	if err := os.WriteFile(leftover, []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Lock(context.Background(), l, sink.LockOptions{Owner: "second"}); !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), "first") {
+		t.Fatalf("Lock with Wait 0 while held: err = %v, want ErrLocked naming first", err)
+	}
+	if _, err := os.Stat(leftover); err != nil {
+		t.Fatalf("a refused Lock cleared the holder's temporary files: %v", err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		first.Release(context.Background())
+	}()
+	second := mustLock(t, l, sink.LockOptions{Owner: "second", Wait: 10 * time.Second})
+	defer second.Release(context.Background())
+	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("temporary file survived taking the lock: %v", err)
+	}
+}
