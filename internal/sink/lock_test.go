@@ -215,21 +215,27 @@ func localStore(t *testing.T, dir string) *local.Local {
 	return l
 }
 
-const helperEnv = "FDL_MIRROR_LOCK_HELPER_DIR"
+// The helper process: the test binary run again with helperEnv set to the
+// mirror's address (a folder or an s3:// URL).
+const helperEnv = "FDL_MIRROR_LOCK_HELPER"
+
+// helperTTL is the TTL of the helper's lock on an object store.
+const helperTTL = time.Second
 
 // TestLockHelperProcess is not a test: run by the test binary itself with
-// helperEnv set, it takes the lock on a folder, says so, and waits to be
-// killed.
+// helperEnv set, it takes the lock, says so, and waits to be killed.
 func TestLockHelperProcess(t *testing.T) {
-	dir := os.Getenv(helperEnv)
-	if dir == "" {
-		t.Skip("helper process for TestLocalLockFreedWhenHolderIsKilled")
+	addr := os.Getenv(helperEnv)
+	if addr == "" {
+		t.Skip("helper process for the killed-holder tests")
 	}
-	l, err := local.Create(dir)
+	b, closeSink, err := sink.Open(context.Background(), addr, sink.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sink.Lock(context.Background(), l, sink.LockOptions{Owner: "helper pid " + strconv.Itoa(os.Getpid())}); err != nil {
+	defer closeSink()
+	opts := sink.LockOptions{Owner: "helper pid " + strconv.Itoa(os.Getpid()), TTL: helperTTL}
+	if _, err := sink.Lock(context.Background(), b, opts); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("locked\n")
@@ -237,10 +243,12 @@ func TestLockHelperProcess(t *testing.T) {
 	t.Fatal("helper was not killed")
 }
 
-func TestLocalLockFreedWhenHolderIsKilled(t *testing.T) {
-	dir := t.TempDir()
+// startHolder runs the helper process on addr and returns once it holds
+// the lock.
+func startHolder(t *testing.T, addr string) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHelperProcess$")
-	cmd.Env = append(os.Environ(), helperEnv+"="+dir)
+	cmd.Env = append(os.Environ(), helperEnv+"="+addr)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -248,13 +256,45 @@ func TestLocalLockFreedWhenHolderIsKilled(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	line, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil || line != "locked\n" {
 		t.Fatalf("helper said %q, %v", line, err)
 	}
+	return cmd
+}
+
+func TestObjectLockOfKilledRunTakenOverAfterExpiry(t *testing.T) {
+	srv := testserver.S3(t)
+	addr := srv.URL(srv.Bucket(t), "mirror")
+	cmd := startHolder(t, addr)
+	st, closeSink, err := sink.Open(context.Background(), addr, sink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeSink()
+	holder := "helper pid " + strconv.Itoa(cmd.Process.Pid)
+	if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "me"}); !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), holder) {
+		t.Fatalf("Lock while the helper holds it: err = %v, want ErrLocked naming %q", err, holder)
+	}
+	cmd.Process.Kill() // SIGKILL: its lock object stays, unrenewed
+	cmd.Wait()
+	expires := readRecord(t, st).Expires
+	h := mustLock(t, st, sink.LockOptions{Owner: "me", Wait: 10 * helperTTL})
+	defer h.Release(context.Background())
+	if time.Now().Before(expires) {
+		t.Fatalf("took over a lock expiring at %v before it expired", expires)
+	}
+	if rec := readRecord(t, st); rec.Owner != "me" {
+		t.Fatalf("lock names %q after takeover", rec.Owner)
+	}
+}
+
+func TestLocalLockFreedWhenHolderIsKilled(t *testing.T) {
+	dir := t.TempDir()
+	cmd := startHolder(t, dir)
 	l := localStore(t, dir)
-	_, err = sink.Lock(context.Background(), l, sink.LockOptions{Owner: "me"})
+	_, err := sink.Lock(context.Background(), l, sink.LockOptions{Owner: "me"})
 	if !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), "helper pid "+strconv.Itoa(cmd.Process.Pid)) {
 		t.Fatalf("Lock while the helper holds it: err = %v, want ErrLocked naming the helper", err)
 	}
