@@ -58,7 +58,8 @@ func EveryNth(n int64, faults ...Fault) Schedule {
 
 // FaultProxy is an HTTP reverse proxy on 127.0.0.1 in front of a server,
 // that injects faults by a deterministic schedule. It keeps the client's
-// Host header, so S3 signatures made for the proxy's address stay valid.
+// Host header (unless TargetHost), so S3 signatures made for the proxy's
+// address stay valid.
 type FaultProxy struct {
 	URL string // http://127.0.0.1:port, to be used instead of the target
 
@@ -67,6 +68,10 @@ type FaultProxy struct {
 	// CutAfter is how many body bytes CutBody and StallBody let through
 	// (default 1).
 	CutAfter int64
+	// TargetHost sends the target's address as the Host header instead of
+	// the client's (for servers that route by host, as fake-gcs-server
+	// does). Leave it false for S3, whose signatures cover the Host.
+	TargetHost bool
 
 	proxy    *httputil.ReverseProxy
 	mu       sync.Mutex
@@ -90,7 +95,9 @@ func NewFaultProxy(t testing.TB, target string) *FaultProxy {
 	p.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(tu)
-			pr.Out.Host = pr.In.Host
+			if !p.TargetHost {
+				pr.Out.Host = pr.In.Host
+			}
 		},
 		Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 16},
 		// Aborted and stalled requests are the point, not news.

@@ -4,16 +4,23 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/backendtest"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 func open(t *testing.T, srv *testserver.GCSServer, bucket, prefix string, opts gcs.Options) *gcs.Store {
@@ -118,4 +125,184 @@ func TestConformanceBucketRoot(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backend.Backend {
 		return open(t, srv, srv.Bucket(t), "", gcs.Options{})
 	})
+}
+
+// A copy between two GCS stores is a server-side rewrite: the bytes never
+// pass through this process, and the copy is exact.
+func TestServerSideCopy(t *testing.T) {
+	srv := testserver.GCS(t)
+	ctx := context.Background()
+	src := open(t, srv, srv.Bucket(t), "upstream", gcs.Options{})
+	dst := open(t, srv, srv.Bucket(t), "mirror", gcs.Options{})
+	data := bytes.Repeat([]byte("fdl"), 100001)
+	if err := src.Put(ctx, "data/f.parquet", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	counted := counting.Wrap(src)
+	ok, err := dst.CopyFrom(ctx, counted, "data/f.parquet", "data/f.parquet", int64(len(data)))
+	if err != nil || !ok {
+		t.Fatalf("CopyFrom = %v, %v", ok, err)
+	}
+	if c := counted.Counts(); c.Requests() != 0 {
+		t.Errorf("the source store was used for a server-side copy: %+v", c)
+	}
+	if got := read(t, dst, "data/f.parquet"); !bytes.Equal(got, data) {
+		t.Fatalf("copy has %d bytes, want %d", len(got), len(data))
+	}
+
+	// Within one bucket, across prefixes, too.
+	same := open(t, srv, strings.SplitN(strings.TrimPrefix(src.Location(), "gs://"), "/", 2)[0], "other", gcs.Options{})
+	if ok, err := same.CopyFrom(ctx, src, "data/f.parquet", "g", int64(len(data))); err != nil || !ok {
+		t.Fatalf("CopyFrom within a bucket = %v, %v", ok, err)
+	}
+	if got := read(t, same, "g"); !bytes.Equal(got, data) {
+		t.Fatalf("copy has %d bytes, want %d", len(got), len(data))
+	}
+}
+
+func TestCopyRefusesWrongSizeAndPublishesNothing(t *testing.T) {
+	srv := testserver.GCS(t)
+	ctx := context.Background()
+	bucket := srv.Bucket(t)
+	src := open(t, srv, bucket, "a", gcs.Options{})
+	dst := open(t, srv, bucket, "b", gcs.Options{})
+	if err := src.Put(ctx, "f", strings.NewReader("12345"), 5); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dst.CopyFrom(ctx, src, "f", "f", 6); err == nil || ok {
+		t.Fatalf("CopyFrom with the wrong size = %v, %v", ok, err)
+	}
+	if _, err := dst.Stat(ctx, "f"); !backend.IsNotExist(err) {
+		t.Fatalf("destination after a refused copy: %v", err)
+	}
+	if ok, err := dst.CopyFrom(ctx, src, "missing", "m", 1); ok || !backend.IsNotExist(err) {
+		t.Fatalf("CopyFrom of a missing object = %v, %v", ok, err)
+	}
+}
+
+func TestCopyDeclinesOtherStores(t *testing.T) {
+	srv := testserver.GCS(t)
+	dst := open(t, srv, srv.Bucket(t), "", gcs.Options{})
+	l, err := local.Create(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if ok, err := dst.CopyFrom(context.Background(), l, "f", "f", 1); ok || err != nil {
+		t.Fatalf("CopyFrom(local) = %v, %v; want declined", ok, err)
+	}
+}
+
+// List asks for 1000 objects per request and says how many requests.
+func TestListPages(t *testing.T) {
+	srv := testserver.GCS(t)
+	s := open(t, srv, srv.Bucket(t), "p", gcs.Options{})
+	ctx := context.Background()
+	const n = 1001
+	for i := 0; i < n; i++ {
+		if err := s.Put(ctx, fmt.Sprintf("data/%04d", i), strings.NewReader("x"), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.Pages()
+	count := 0
+	if err := s.List(ctx, "data/", func(backend.FileInfo) error { count++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if count != n {
+		t.Fatalf("listed %d objects, want %d", count, n)
+	}
+	if pages := s.Pages() - before; pages != (n+999)/1000 {
+		t.Errorf("%d list requests for %d objects", pages, n)
+	}
+}
+
+func TestErrorsNameTheObject(t *testing.T) {
+	srv := testserver.GCS(t)
+	bucket := srv.Bucket(t)
+	s := open(t, srv, bucket, "pre", gcs.Options{})
+	_, err := s.Open(context.Background(), "versions/x/version.json")
+	if !backend.IsNotExist(err) || !strings.Contains(err.Error(), "gs://"+bucket+"/pre/versions/x/version.json") {
+		t.Fatalf("error %v does not name gs://%s/pre/versions/x/version.json", err, bucket)
+	}
+	if s.Location() != "gs://"+bucket+"/pre/" {
+		t.Fatalf("Location = %q", s.Location())
+	}
+}
+
+func TestMissingBucket(t *testing.T) {
+	srv := testserver.GCS(t)
+	s := open(t, srv, "no-such-bucket-"+srv.Bucket(t), "", gcs.Options{})
+	err := s.Put(context.Background(), "f", strings.NewReader("x"), 1)
+	if err == nil {
+		t.Fatal("Put into a missing bucket succeeded")
+	}
+	if _, err := s.Stat(context.Background(), "f"); !backend.IsNotExist(err) {
+		t.Fatalf("Stat in a missing bucket: %v", err)
+	}
+}
+
+// Requests through a proxy that drops and fails some of them still
+// succeed, each retry logged once.
+func TestRetriesThroughFaultProxy(t *testing.T) {
+	srv := testserver.GCS(t)
+	bucket := srv.Bucket(t)
+	proxy := testserver.NewFaultProxy(t, srv.Endpoint)
+	proxy.TargetHost = true
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(proxy.URL, "http://"))
+	core, logs := observer.New(zap.WarnLevel)
+	s := open(t, srv, bucket, "p", gcs.Options{Logger: zap.New(core)})
+	ctx := context.Background()
+	schedule := testserver.EveryNth(2, testserver.Status503, testserver.Drop, testserver.Status500)
+	var drops atomic.Int64
+	proxy.SetSchedule(func(n int64, r *http.Request) testserver.Fault {
+		f := schedule(n, r)
+		if f == testserver.Drop {
+			drops.Add(1)
+		}
+		return f
+	})
+	files := map[string][]byte{}
+	for i := 0; i < 6; i++ {
+		files[fmt.Sprintf("f%d", i)] = bytes.Repeat([]byte{byte('a' + i)}, 1000*(i+1))
+	}
+	for name, data := range files {
+		if err := s.Put(ctx, name, bytes.NewReader(data), int64(len(data))); err != nil {
+			t.Fatalf("Put %s: %v", name, err)
+		}
+	}
+	if err := s.Create(ctx, "fdl.json", strings.NewReader("{}"), 2); err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	for name, data := range files {
+		if fi, err := s.Stat(ctx, name); err != nil || fi.Size != int64(len(data)) {
+			t.Fatalf("Stat %s = %+v, %v", name, fi, err)
+		}
+		if got := read(t, s, name); !bytes.Equal(got, data) {
+			t.Fatalf("read %s: %d bytes", name, len(got))
+		}
+	}
+	n := 0
+	if err := s.List(ctx, "", func(backend.FileInfo) error { n++; return nil }); err != nil || n != len(files)+1 {
+		t.Fatalf("List: %d objects, %v", n, err)
+	}
+	if err := s.Remove(ctx, "f0"); err != nil {
+		t.Fatal(err)
+	}
+	if proxy.Faults() < 10 {
+		t.Fatalf("only %d faults injected", proxy.Faults())
+	}
+	// Every fault is retried by the client, and logged, except that Go's
+	// transport itself resends a GET whose reused connection was dropped
+	// before any answer.
+	if logged := int64(logs.Len()); logged > proxy.Faults() || logged < proxy.Faults()-drops.Load() {
+		t.Errorf("%d retries logged for %d faults (%d of them drops)", logged, proxy.Faults(), drops.Load())
+	}
+	for _, e := range logs.All() {
+		m := e.ContextMap()
+		if op, _ := m["op"].(string); op == "" || m["error"] == nil {
+			t.Errorf("retry log without op or error: %v", e.ContextMap())
+		}
+	}
+	t.Logf("%d requests, %d faults, %d retries logged", proxy.Requests(), proxy.Faults(), logs.Len())
 }
