@@ -16,7 +16,7 @@
 // Writes are atomic as S3 makes them: an object is published whole by
 // PutObject, or by CompleteMultipartUpload above PartSize, never partly.
 // Data is read into part-sized buffers before it is sent, so memory stays
-// bounded (PartSize × Concurrency per Put) and each request can be retried.
+// bounded (PartSize × Concurrency per Put, counting the part being read) and each request can be retried.
 package s3
 
 import (
@@ -61,7 +61,8 @@ type Options struct {
 	// 16 MiB). It grows for objects that would need more than 10000 parts.
 	PartSize int64
 	// Concurrency is the number of parts one Put uploads at once
-	// (default 4).
+	// (default 2: the engine already copies several files at once, and
+	// each part in flight holds PartSize bytes).
 	Concurrency int
 }
 
@@ -102,7 +103,7 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 		opts.PartSize = 16 << 20
 	}
 	if opts.Concurrency <= 0 {
-		opts.Concurrency = 4
+		opts.Concurrency = 2
 	}
 
 	if u.Scheme != "s3" || u.Host == "" {

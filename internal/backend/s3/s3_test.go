@@ -19,6 +19,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -325,4 +327,50 @@ func writeCABundle(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestPutMemoryIsBounded streams 120 MiB from a reader that holds nothing
+// and watches the heap: with 5 MiB parts, 2 at a time, the backend needs
+// about 15 MiB of buffers, far from the object's size.
+func TestPutMemoryIsBounded(t *testing.T) {
+	srv := startS3(t)
+	st := open(t, srv.URL(srv.Bucket(t), "m"), s3.Options{PartSize: 5 << 20, Concurrency: 2})
+	defer debug.SetGCPercent(debug.SetGCPercent(25))
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	const size = 120 << 20
+	err := st.Put(context.Background(), "big", io.LimitReader(zeros{}, size), size)
+	close(stop)
+	<-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	grew := int64(peak.Load()) - int64(base)
+	t.Logf("heap grew by at most %d MiB while putting %d MiB", grew>>20, size>>20)
+	if grew > 48<<20 {
+		t.Fatalf("heap grew by %d MiB while putting a %d MiB stream", grew>>20, size>>20)
+	}
+	if fi, err := st.Stat(context.Background(), "big"); err != nil || fi.Size != size {
+		t.Fatalf("Stat = %+v, %v", fi, err)
+	}
 }
