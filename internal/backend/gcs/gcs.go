@@ -115,14 +115,33 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 // retry it decides on. The client calls it only for calls its policy lets
 // it retry.
 func (s *Store) shouldRetry(err error, rc *storage.RetryContext) bool {
+	return s.logRetry(err, rc, "", "")
+}
+
+// retryFor is shouldRetry for one object's writes: the client passes no
+// RetryContext for uploads, so op and key name them in the log instead.
+func (s *Store) retryFor(op, key string) storage.RetryOption {
+	return storage.WithErrorFuncWithContext(func(err error, rc *storage.RetryContext) bool {
+		return s.logRetry(err, rc, op, key)
+	})
+}
+
+func (s *Store) logRetry(err error, rc *storage.RetryContext, op, key string) bool {
 	if !storage.ShouldRetry(err) {
 		return false
 	}
-	fields := []zap.Field{zap.Error(err)}
+	attempt := 0
 	if rc != nil {
-		fields = append(fields, zap.String("op", rc.Operation), zap.String("object", rc.Object), zap.Int("attempt", rc.Attempt))
+		if rc.Operation != "" {
+			op = rc.Operation
+		}
+		if rc.Object != "" {
+			key = rc.Object
+		}
+		attempt = rc.Attempt
 	}
-	s.log.Warn("gcs: retrying request", fields...)
+	s.log.Warn("gcs: retrying request", zap.String("op", op), zap.String("object", key),
+		zap.Int("attempt", attempt), zap.Error(err))
 	return true
 }
 
@@ -236,7 +255,7 @@ func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) e
 	}
 	// Rewriting the same name with the same bytes is harmless, so the
 	// unconditional upload may be retried too.
-	o := s.bucket.Object(s.key(name)).Retryer(storage.WithPolicy(storage.RetryAlways))
+	o := s.bucket.Object(s.key(name)).Retryer(storage.WithPolicy(storage.RetryAlways), s.retryFor("put", s.key(name)))
 	return s.upload(ctx, o, "put", name, r, size)
 }
 
@@ -244,7 +263,7 @@ func (s *Store) Create(ctx context.Context, name string, r io.Reader, size int64
 	if err := backend.CheckName(name); err != nil {
 		return err
 	}
-	o := s.bucket.Object(s.key(name)).If(storage.Conditions{DoesNotExist: true})
+	o := s.bucket.Object(s.key(name)).If(storage.Conditions{DoesNotExist: true}).Retryer(s.retryFor("create", s.key(name)))
 	err := s.upload(ctx, o, "create", name, r, size)
 	var gerr *googleapi.Error
 	if errors.As(err, &gerr) && gerr.Code == http.StatusPreconditionFailed {
@@ -287,7 +306,7 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 		return err
 	}
 	// Deleting a name twice is harmless: retry it like a read.
-	err := s.bucket.Object(s.key(name)).Retryer(storage.WithPolicy(storage.RetryAlways)).Delete(ctx)
+	err := s.bucket.Object(s.key(name)).Retryer(storage.WithPolicy(storage.RetryAlways), s.retryFor("remove", s.key(name))).Delete(ctx)
 	if err != nil && !errors.Is(err, storage.ErrObjectNotExist) {
 		return s.errorf("remove", name, err)
 	}
@@ -316,7 +335,7 @@ func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstNa
 	if a.Size != size {
 		return false, fmt.Errorf("gs://%s/%s: copy: source has %d bytes, expected %d", from.name, from.key(srcName), a.Size, size)
 	}
-	dst := s.bucket.Object(s.key(dstName)).Retryer(storage.WithPolicy(storage.RetryAlways))
+	dst := s.bucket.Object(s.key(dstName)).Retryer(storage.WithPolicy(storage.RetryAlways), s.retryFor("copy", s.key(dstName)))
 	c := dst.CopierFrom(srcObj.Generation(a.Generation))
 	c.ContentType = "application/octet-stream"
 	if _, err := c.Run(ctx); err != nil {
