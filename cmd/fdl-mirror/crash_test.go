@@ -21,19 +21,33 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 		t.Skip("crash test skipped in -short mode")
 	}
 	_, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 12, FilesPerVersion: 200, RowsPerFile: 10, Tags: true, FastParquet: true})
+	opts := generate.Options{Versions: 12, FilesPerVersion: 200, RowsPerFile: 10, Tags: true, FastParquet: true}
+	gen(t, up, opts)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	t.Logf("upstream has %d files", len(fdltest.Files(t, up)))
 
+	// Kill moments are drawn from the first quarter of a whole sync's
+	// length (measured on a scratch mirror), and upstream grows by a new
+	// version every few rounds, so that most kills land mid-run.
+	start := time.Now()
+	if res := run(t, "sync", "--log-level", "error", "--concurrency", "4", up, t.TempDir()); res.code != 0 {
+		t.Fatalf("timing sync: exit %d", res.code)
+	}
+	full := time.Since(start)
 	kills := 0
 	for i := 0; i < 25; i++ {
+		if i%5 == 4 {
+			if _, err := generate.AddVersion(context.Background(), up, 150, opts); err != nil {
+				t.Fatal(err)
+			}
+		}
 		cmd := exec.Command(binary, "sync", "--log-level", "error", "--concurrency", "4", up, sink)
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
-		delay := time.Duration(rng.IntN(1500)+10) * time.Millisecond
+		delay := time.Duration(rng.Int64N(int64(full)/4)) + 5*time.Millisecond
 		select {
 		case <-exited:
 			// Finished before the kill: the mirror is complete; the
@@ -50,7 +64,10 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 			t.Fatalf("after kill %d (at %s): refs to incomplete versions: %v", i, delay, p)
 		}
 	}
-	t.Logf("%d syncs killed mid-run", kills)
+	t.Logf("%d syncs killed mid-run (a whole sync takes %s)", kills, full)
+	if kills < 10 {
+		t.Errorf("only %d of 25 syncs were killed mid-run", kills)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
