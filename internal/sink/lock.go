@@ -75,9 +75,9 @@ type Held struct {
 // a random token. It is made with Create (If-None-Match: * on S3, a
 // does-not-exist precondition on GCS), so of two runs starting together
 // exactly one gets it. The holder renews it every TTL/3, after checking
-// that the object still carries its token; if renewal fails until the
-// lock is about to expire, or the token changed, Lost is closed and the
-// run must stop.
+// that the object still carries its token; if renewal keeps failing until
+// the lock is close to expiry (see renew), or the token changed, Lost is
+// closed and the run must stop.
 //
 // A lock past its expiry is taken over by removing it and creating ours.
 // Removal is unconditional (the store interface has no delete-if-match),
@@ -210,30 +210,35 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 }
 
 // renew extends the lock every TTL/3 until stopped. A failed renewal is
-// tried again at the next tick, unless the lock would expire before it.
+// tried again every TTL/10; when a further try could not end well before
+// the expiry, or another run holds the lock, the lock is lost. Each try is bounded by TTL/4, so
+// a stalled store cannot hold a renewal past the expiry.
 func (h *Held) renew(ctx context.Context, ttl time.Duration) {
 	defer close(h.done)
-	tick := time.NewTicker(ttl / 3)
-	defer tick.Stop()
+	wait := ttl / 3
 	for {
-		select {
-		case <-ctx.Done():
+		if sleep(ctx, wait) != nil {
 			return
-		case <-tick.C:
 		}
-		err := h.renewOnce(ctx, ttl)
+		tryCtx, cancel := context.WithTimeout(ctx, ttl/4)
+		err := h.renewOnce(tryCtx, ttl)
+		cancel()
 		if err == nil {
+			wait = ttl / 3
 			continue
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		if errors.Is(err, ErrLocked) || time.Until(h.rec.Expires) < ttl/3 {
+		// A further try waits TTL/10 and may take TTL/4; it must end with
+		// TTL/10 to spare, or the lock could expire while we still write.
+		if errors.Is(err, ErrLocked) || time.Until(h.rec.Expires) < ttl/10+ttl/4+ttl/10 {
 			h.log.Error("lost the lock", zap.Error(err))
 			h.lose.Do(func() { close(h.lost) })
 			return
 		}
 		h.log.Warn("renewing the lock failed; will try again", zap.Error(err))
+		wait = ttl / 10
 	}
 }
 

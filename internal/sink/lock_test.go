@@ -203,6 +203,29 @@ func TestObjectLockLostWhenTakenOver(t *testing.T) {
 	}
 }
 
+func TestObjectLockLostWhenRenewalKeepsFailing(t *testing.T) {
+	srv := testserver.S3(t)
+	u, _ := url.Parse(srv.URL(srv.Bucket(t), "mirror"))
+	st, err := s3.Open(context.Background(), u, s3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := 900 * time.Millisecond
+	h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+	srv.Process.Stop()
+	// Every renewal the store accepted ended before this, so the lock
+	// expires by stopped+ttl at the latest; Lost must come before.
+	stopped := time.Now()
+	select {
+	case <-h.Lost():
+	case <-time.After(3 * ttl):
+		t.Fatal("Lost not closed while the store was gone")
+	}
+	if late := time.Since(stopped); late >= ttl {
+		t.Fatalf("Lost closed %v after the store went away; the lock may have expired before", late)
+	}
+}
+
 // Local folders.
 
 func localStore(t *testing.T, dir string) *local.Local {

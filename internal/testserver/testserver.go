@@ -167,6 +167,10 @@ func start(binary string, args func(port int) []string, env []string, port int) 
 	}
 }
 
+// Stop stops the server now (SIGTERM, then SIGKILL after 5 s), for tests
+// of a store that goes away.
+func (p *Process) Stop() { p.stop() }
+
 func (p *Process) stop() {
 	select {
 	case <-p.done:
