@@ -49,6 +49,12 @@ type Options struct {
 	Logger *zap.Logger
 	// ChunkSize overrides DefaultChunkSize (a multiple of 256 KiB).
 	ChunkSize int
+	// MaxAttempts bounds the tries of one call, the first included
+	// (default MaxAttempts).
+	MaxAttempts int
+	// MaxBackoff caps the wait between two tries (default 10 s); the wait
+	// starts at 200 ms (or MaxBackoff, if less), doubles, and is jittered.
+	MaxBackoff time.Duration
 }
 
 // Store is a bucket and prefix used as a store.
@@ -100,10 +106,18 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	// carry a precondition such as Create's does-not-exist. Put, Remove and
 	// CopyFrom opt in to RetryAlways themselves: repeating them is harmless
 	// here because they write the same bytes or delete the same name.
+	attempts, maxBackoff := opts.MaxAttempts, opts.MaxBackoff
+	if attempts <= 0 {
+		attempts = MaxAttempts
+	}
+	if maxBackoff <= 0 {
+		maxBackoff = 10 * time.Second
+	}
 	client.SetRetry(
 		storage.WithPolicy(storage.RetryIdempotent),
-		storage.WithBackoff(gax.Backoff{Initial: 200 * time.Millisecond, Max: 10 * time.Second, Multiplier: 2}),
-		storage.WithMaxAttempts(MaxAttempts),
+		// gax jitters every wait: a random duration up to the current one.
+		storage.WithBackoff(gax.Backoff{Initial: min(200*time.Millisecond, maxBackoff), Max: maxBackoff, Multiplier: 2}),
+		storage.WithMaxAttempts(attempts),
 		storage.WithMaxRetryDuration(2*time.Minute),
 		storage.WithErrorFuncWithContext(s.shouldRetry),
 	)

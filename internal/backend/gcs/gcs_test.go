@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/backendtest"
@@ -251,7 +252,7 @@ func TestRetriesThroughFaultProxy(t *testing.T) {
 	proxy.TargetHost = true
 	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(proxy.URL, "http://"))
 	core, logs := observer.New(zap.WarnLevel)
-	s := open(t, srv, bucket, "p", gcs.Options{Logger: zap.New(core)})
+	s := open(t, srv, bucket, "p", gcs.Options{Logger: zap.New(core), MaxBackoff: 20 * time.Millisecond})
 	ctx := context.Background()
 	schedule := testserver.EveryNth(2, testserver.Status503, testserver.Drop, testserver.Status500)
 	var drops atomic.Int64
@@ -305,4 +306,63 @@ func TestRetriesThroughFaultProxy(t *testing.T) {
 		}
 	}
 	t.Logf("%d requests, %d faults, %d retries logged", proxy.Requests(), proxy.Faults(), logs.Len())
+}
+
+// A download cut off mid-body is resumed by the client from where it
+// stopped (or fails), never delivered short.
+func TestCutDownloadResumedOrFailed(t *testing.T) {
+	srv := testserver.GCS(t)
+	bucket := srv.Bucket(t)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	direct := open(t, srv, bucket, "", gcs.Options{})
+	if err := direct.Put(context.Background(), "big", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	proxy := testserver.NewFaultProxy(t, srv.Endpoint)
+	proxy.TargetHost = true
+	proxy.CutAfter = 300 << 10
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(proxy.URL, "http://"))
+	s := open(t, srv, bucket, "", gcs.Options{MaxBackoff: 20 * time.Millisecond})
+
+	proxy.SetSchedule(func(n int64, _ *http.Request) testserver.Fault {
+		if n == 1 {
+			return testserver.CutBody
+		}
+		return testserver.Pass
+	})
+	if got := read(t, s, "big"); !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes through one cut, want %d", len(got), len(data))
+	}
+	if proxy.Faults() != 1 {
+		t.Fatalf("%d faults", proxy.Faults())
+	}
+
+	// Every body cut still makes progress, which the client resumes
+	// from, so the read completes.
+	proxy.FailAll(testserver.CutBody)
+	if got := read(t, s, "big"); !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes through cuts, want %d", len(got), len(data))
+	}
+
+	// A body cut once after which the server is gone: the read fails.
+	proxy.FailAll(testserver.Pass)
+	start := proxy.Requests()
+	proxy.SetSchedule(func(n int64, _ *http.Request) testserver.Fault {
+		if n == start+1 {
+			return testserver.CutBody
+		}
+		return testserver.Drop
+	})
+	rc, err := s.Open(context.Background(), "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err == nil {
+		t.Fatalf("read %d of %d bytes without an error from a server that went away", len(got), len(data))
+	}
+	if !strings.Contains(err.Error(), "gs://"+bucket+"/big") {
+		t.Errorf("error %v does not name the object", err)
+	}
 }
