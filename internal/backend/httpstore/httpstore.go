@@ -91,12 +91,13 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 		}
 	}
 	header := http.Header{}
-	for _, h := range opts.Headers {
+	for i, h := range opts.Headers {
 		name, value, ok := strings.Cut(h, ":")
 		name = strings.TrimSpace(name)
-		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") {
-			// The value may be a secret: name only the header.
-			return nil, fmt.Errorf("%s: HTTP header %q is not \"Name: value\"", b.Redacted(), name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
+			// A malformed header may be all secret ("Bearer xyz" without
+			// a name): say which one, not what it holds.
+			return nil, fmt.Errorf("%s: HTTP header #%d is not \"Name: value\"", b.Redacted(), i+1)
 		}
 		header.Add(name, strings.TrimSpace(value))
 	}
