@@ -352,8 +352,9 @@ func (d *Daemon) runOnce(m config.Mirror) {
 				log.Error("run panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
-		log.Info("run started")
-		rep, err = d.opts.Run(d.runCtx, Job(m), log, nil)
+		log.Debug("run started")
+		// The engine adds the mirror's name to its own logs.
+		rep, err = d.opts.Run(d.runCtx, Job(m), d.log, nil)
 	}()
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
