@@ -269,6 +269,10 @@ func (s *Store) logRetries(name string) func(*awss3.Options) {
 	}
 }
 
+// Open streams the object. A body cut off mid-stream (a reset, a stall)
+// is resumed with a ranged GET from where it stopped, If-Match the first
+// answer's ETag, so the stream never mixes two versions of the object;
+// with MaxAttempts GETs per Open at most.
 func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err := backend.CheckName(name); err != nil {
 		return nil, err
@@ -280,7 +284,74 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, s.err("open", name, err)
 	}
-	return out.Body, nil
+	return &resumingBody{s: s, ctx: ctx, name: name, body: out.Body,
+		etag: aws.ToString(out.ETag), size: aws.ToInt64(out.ContentLength)}, nil
+}
+
+type resumingBody struct {
+	s       *Store
+	ctx     context.Context
+	name    string
+	body    io.ReadCloser
+	etag    string
+	size    int64 // of the whole object
+	off     int64 // bytes delivered so far
+	resumes int
+	err     error // sticky, once resuming has failed
+}
+
+func (r *resumingBody) Read(p []byte) (int, error) {
+	for {
+		if r.err != nil {
+			return 0, r.err
+		}
+		n, err := r.body.Read(p)
+		r.off += int64(n)
+		if err == nil || errors.Is(err, io.EOF) || n > 0 {
+			return n, err // an error with data comes back on the next Read
+		}
+		if r.off == r.size {
+			return 0, io.EOF // every byte arrived; the connection broke after
+		}
+		if r.ctx.Err() != nil || r.etag == "" || r.resumes >= r.s.opts.MaxAttempts-1 {
+			r.err = fmt.Errorf("%s: reading at byte %d of %d: %w", r.s.addr(r.name), r.off, r.size, err)
+			return 0, r.err
+		}
+		r.resumes++
+		r.s.log.Warn("resuming an interrupted read", zap.String("object", r.s.addr(r.name)),
+			zap.Int64("offset", r.off), zap.Int("resume", r.resumes), zap.Error(err))
+		r.body.Close()
+		r.body = http.NoBody
+		if err := sleep(r.ctx, min(100*time.Millisecond<<r.resumes, r.s.opts.MaxBackoff)); err != nil {
+			r.err = err
+			return 0, err
+		}
+		out, err := r.s.client.GetObject(r.ctx, &awss3.GetObjectInput{
+			Bucket:  aws.String(r.s.bucket),
+			Key:     aws.String(r.s.key(r.name)),
+			Range:   aws.String("bytes=" + strconv.FormatInt(r.off, 10) + "-"),
+			IfMatch: aws.String(r.etag),
+		}, r.s.logRetries(r.name))
+		if err != nil {
+			// A 412 here means the object was replaced under us.
+			r.err = fmt.Errorf("%s: resuming at byte %d: %w", r.s.addr(r.name), r.off, err)
+			return 0, r.err
+		}
+		r.body = out.Body
+	}
+}
+
+func (r *resumingBody) Close() error { return r.body.Close() }
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error) {

@@ -220,6 +220,86 @@ func TestRetriesAreLoggedWithTheObject(t *testing.T) {
 	}
 }
 
+// cutProxy forwards to the gateway, cutting off the bodies of the first
+// cuts object GETs after cutAt bytes; between, if set, runs after each
+// such answer's headers, before its body is sent.
+func cutProxy(t *testing.T, target string, cuts int32, cutAt int64, between func()) *httptest.Server {
+	u, _ := url.Parse(target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var n atomic.Int32
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Method == http.MethodGet && resp.StatusCode/100 == 2 && resp.Request.URL.Query().Get("list-type") == "" && n.Add(1) <= cuts {
+			resp.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(io.LimitReader(resp.Body, cutAt), errReader{}), resp.Body}
+			if between != nil {
+				between()
+			}
+		}
+		return nil
+	}
+	p := httptest.NewServer(rp)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestOpenResumesCutBody(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	direct := open(t, srv.URL(bucket, "p"), s3.Options{})
+	ctx := context.Background()
+	content := make([]byte, 3<<20)
+	rand.Read(content)
+	if err := direct.Put(ctx, "obj", bytes.NewReader(content), int64(len(content))); err != nil {
+		t.Fatal(err)
+	}
+	proxy := cutProxy(t, srv.Endpoint, 3, 512<<10, nil)
+	core, logs := observer.New(zap.WarnLevel)
+	addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+	st := open(t, addr, s3.Options{Logger: zap.New(core), MaxBackoff: 10 * time.Millisecond})
+	if got := readAll(t, st, "obj"); !bytes.Equal(got, content) {
+		t.Fatalf("read %d bytes through three cuts, not the %d written", len(got), len(content))
+	}
+	if n := logs.FilterMessage("resuming an interrupted read").Len(); n != 3 {
+		t.Fatalf("%d resumes logged, want 3", n)
+	}
+}
+
+func TestOpenDoesNotResumeIntoAReplacedObject(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	direct := open(t, srv.URL(bucket, "p"), s3.Options{})
+	ctx := context.Background()
+	first, second := bytes.Repeat([]byte("1"), 2<<20), bytes.Repeat([]byte("2"), 2<<20)
+	if err := direct.Put(ctx, "obj", bytes.NewReader(first), int64(len(first))); err != nil {
+		t.Fatal(err)
+	}
+	replace := func() {
+		if err := direct.Put(ctx, "obj", bytes.NewReader(second), int64(len(second))); err != nil {
+			t.Error(err)
+		}
+	}
+	proxy := cutProxy(t, srv.Endpoint, 1, 1<<20, replace)
+	addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+	st := open(t, addr, s3.Options{MaxBackoff: 10 * time.Millisecond})
+	rc, err := st.Open(ctx, "obj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err == nil {
+		t.Fatalf("read %d bytes of a replaced object without an error", len(got))
+	}
+	if !strings.Contains(err.Error(), "PreconditionFailed") {
+		t.Fatalf("read failed for another reason than the changed ETag: %v", err)
+	}
+	if bytes.Contains(got, []byte("2")) {
+		t.Fatal("the stream mixed the old and the new object")
+	}
+}
+
 func TestGivesUpAfterMaxAttempts(t *testing.T) {
 	srv := startS3(t)
 	bucket := srv.Bucket(t)
