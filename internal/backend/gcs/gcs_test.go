@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -364,5 +366,53 @@ func TestCutDownloadResumedOrFailed(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "gs://"+bucket+"/big") {
 		t.Errorf("error %v does not name the object", err)
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// A large Put holds about one chunk in memory, not the object: the heap is
+// sampled while a 64 MiB stream is put in 4 MiB chunks.
+func TestPutMemoryIsBounded(t *testing.T) {
+	srv := testserver.GCS(t)
+	s := open(t, srv, srv.Bucket(t), "m", gcs.Options{ChunkSize: 4 << 20})
+	defer debug.SetGCPercent(debug.SetGCPercent(25))
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak atomic.Uint64
+	stop, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > peak.Load() {
+				peak.Store(ms.HeapInuse)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	const size = 64 << 20
+	err := s.Put(context.Background(), "big", io.LimitReader(zeros{}, size), size)
+	close(stop)
+	<-sampled
+	if err != nil {
+		t.Fatal(err)
+	}
+	grew := int64(peak.Load()) - int64(base)
+	t.Logf("heap grew by at most %d MiB while putting %d MiB", grew>>20, size>>20)
+	if grew > 24<<20 {
+		t.Fatalf("heap grew by %d MiB while putting a %d MiB stream in 4 MiB chunks", grew>>20, size>>20)
+	}
+	if fi, err := s.Stat(context.Background(), "big"); err != nil || fi.Size != size {
+		t.Fatalf("Stat = %+v, %v", fi, err)
 	}
 }
