@@ -37,6 +37,6 @@ func newLogger(level string, jsonOut bool) (*zap.Logger, error) {
 		enc.EncodeCaller = nil
 		encoder = zapcore.NewConsoleEncoder(enc)
 	}
-	core := zapcore.NewCore(encoder, zapcore.Lock(os.Stderr), lvl)
+	core := zapcore.NewCore(encoder, stderrOut, lvl)
 	return zap.New(core, zap.AddStacktrace(zapcore.DPanicLevel)), nil
 }

@@ -10,6 +10,48 @@ import (
 // progressInterval is the least time between two updates of the display.
 const progressInterval = 200 * time.Millisecond
 
+// stderrOut is stderr shared by the logger and the progress line: a log
+// entry written while the line is shown blanks it first and draws it again
+// after, so the two never run into each other.
+var stderrOut = &terminalOut{}
+
+type terminalOut struct {
+	mu   sync.Mutex
+	line string // the progress line on screen, "" for none
+}
+
+const clearLine = "\r\033[K"
+
+func (o *terminalOut) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.line == "" {
+		return os.Stderr.Write(p)
+	}
+	os.Stderr.WriteString(clearLine)
+	n, err := os.Stderr.Write(p)
+	os.Stderr.WriteString(o.line)
+	return n, err
+}
+
+func (o *terminalOut) Sync() error { return nil }
+
+func (o *terminalOut) show(line string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.line = line
+	os.Stderr.WriteString(clearLine + line)
+}
+
+func (o *terminalOut) hide() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.line != "" {
+		os.Stderr.WriteString(clearLine)
+		o.line = ""
+	}
+}
+
 // newProgress returns the engine's progress callback and a function to call
 // when the run ends. The display (files, bytes, rate, on one line of stderr)
 // appears only when enabled and stderr is a terminal: never in JSON mode,
@@ -19,16 +61,14 @@ func newProgress(enabled bool) (func(files, bytes int64), func()) {
 	if !enabled || !stderrIsTerminal() {
 		return nil, func() {}
 	}
-	p := &progress{start: time.Now(), w: os.Stderr}
-	return p.update, p.finish
+	p := &progress{start: time.Now()}
+	return p.update, stderrOut.hide
 }
 
 type progress struct {
 	mu           sync.Mutex
-	w            *os.File
 	start, shown time.Time
 	files, bytes int64
-	width        int // of the last line drawn, to blank it out
 }
 
 // update is called by the engine's copiers, concurrently and with running
@@ -47,30 +87,9 @@ func (p *progress) update(files, bytes int64) {
 		return
 	}
 	p.shown = now
-	p.draw(now)
-}
-
-func (p *progress) draw(now time.Time) {
-	elapsed := now.Sub(p.start).Seconds()
 	rate := 0.0
-	if elapsed > 0 {
+	if elapsed := now.Sub(p.start).Seconds(); elapsed > 0 {
 		rate = float64(p.bytes) / elapsed
 	}
-	line := fmt.Sprintf("%d files, %s, %s/s", p.files, humanBytes(p.bytes), humanBytes(int64(rate)))
-	pad := p.width - len(line)
-	p.width = len(line)
-	if pad < 0 {
-		pad = 0
-	}
-	fmt.Fprintf(p.w, "\r%s%*s", line, pad, "")
-}
-
-// finish blanks the progress line so that the summary starts clean.
-func (p *progress) finish() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.width > 0 {
-		fmt.Fprintf(p.w, "\r%*s\r", p.width, "")
-		p.width = 0
-	}
+	stderrOut.show(fmt.Sprintf("%d files, %s, %s/s", p.files, humanBytes(p.bytes), humanBytes(int64(rate))))
 }
