@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"cloud.google.com/go/storage"
+	"cloud.google.com/go/storage/experimental"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	gax "github.com/googleapis/gax-go/v2"
 	"go.uber.org/zap"
@@ -55,7 +56,18 @@ type Options struct {
 	// MaxBackoff caps the wait between two tries (default 10 s); the wait
 	// starts at 200 ms (or MaxBackoff, if less), doubles, and is jittered.
 	MaxBackoff time.Duration
+	// StallTimeout (default DefaultStallTimeout) retries a download whose
+	// response headers do not come, and a chunk of a resumable upload
+	// that the server does not acknowledge, within this time. Other calls
+	// (metadata, listing, one-request uploads) have no timeout of their
+	// own: the client offers none short of replacing its authenticated
+	// transport; the caller's context bounds them.
+	StallTimeout time.Duration
 }
+
+// DefaultStallTimeout is generous: a healthy bucket answers in well under
+// a second, and a chunk of DefaultChunkSize should not take a minute.
+const DefaultStallTimeout = 60 * time.Second
 
 // Store is a bucket and prefix used as a store.
 type Store struct {
@@ -64,6 +76,7 @@ type Store struct {
 	name      string // bucket
 	prefix    string // "" or ends in "/"
 	chunkSize int
+	stall     time.Duration
 	log       *zap.Logger
 	pages     atomic.Int64
 }
@@ -88,7 +101,13 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	client, err := storage.NewClient(ctx)
+	stall := opts.StallTimeout
+	if stall <= 0 {
+		stall = DefaultStallTimeout
+	}
+	// The stall timeout adapts upwards to the bucket's observed latency
+	// (99th percentile), never below stall.
+	client, err := storage.NewClient(ctx, experimental.WithReadStallTimeout(&experimental.ReadStallTimeoutConfig{Min: stall, TargetPercentile: 0.99}))
 	if err != nil {
 		return nil, fmt.Errorf("gs://%s/%s: creating client: %w", u.Host, prefix, err)
 	}
@@ -97,6 +116,7 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 		name:      u.Host,
 		prefix:    prefix,
 		chunkSize: opts.ChunkSize,
+		stall:     stall,
 		log:       log.With(zap.String("store", "gs://"+u.Host+"/"+prefix)),
 	}
 	if s.chunkSize <= 0 {
@@ -295,6 +315,7 @@ func (s *Store) upload(ctx context.Context, o *storage.ObjectHandle, op, name st
 	defer cancel()
 	w := o.NewWriter(wctx)
 	w.ChunkSize = s.chunkSize
+	w.ChunkTransferTimeout = s.stall
 	// An explicit type keeps the client from sniffing the first bytes.
 	w.ContentType = "application/octet-stream"
 	n, err := io.Copy(w, io.LimitReader(r, size+1))

@@ -416,3 +416,35 @@ func TestPutMemoryIsBounded(t *testing.T) {
 		t.Fatalf("Stat = %+v, %v", fi, err)
 	}
 }
+
+// A download whose answer stalls is retried after StallTimeout, not
+// waited out.
+func TestStalledDownloadRetried(t *testing.T) {
+	srv := testserver.GCS(t)
+	bucket := srv.Bucket(t)
+	if err := open(t, srv, bucket, "", gcs.Options{}).Put(context.Background(), "f", strings.NewReader("hello"), 5); err != nil {
+		t.Fatal(err)
+	}
+	proxy := testserver.NewFaultProxy(t, srv.Endpoint)
+	proxy.TargetHost = true
+	proxy.StallFor = 5 * time.Second
+	t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(proxy.URL, "http://"))
+	core, logs := observer.New(zap.WarnLevel)
+	s := open(t, srv, bucket, "", gcs.Options{Logger: zap.New(core), StallTimeout: 300 * time.Millisecond, MaxBackoff: 20 * time.Millisecond})
+	proxy.SetSchedule(func(n int64, _ *http.Request) testserver.Fault {
+		if n == 1 {
+			return testserver.Stall
+		}
+		return testserver.Pass
+	})
+	start := time.Now()
+	if got := read(t, s, "f"); string(got) != "hello" {
+		t.Fatalf("read %q", got)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("took %v: the stall was waited out", d)
+	}
+	if proxy.Faults() != 1 || logs.Len() != 1 {
+		t.Fatalf("%d faults, %d retries logged; want 1 and 1", proxy.Faults(), logs.Len())
+	}
+}
