@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
@@ -29,18 +27,34 @@ type record struct {
 	Token   string    `json:"token"`
 }
 
-func s3Store(t *testing.T) *s3.Store {
+// objectStore is a mirror on a real object-store server.
+type objectStore struct {
+	backend.Backend
+	addr   string
+	server *testserver.Process
+}
+
+// eachObjectStore runs test against a fresh mirror on the S3 gateway and
+// one on the GCS emulator.
+func eachObjectStore(t *testing.T, test func(t *testing.T, st objectStore)) {
+	t.Run("s3", func(t *testing.T) {
+		srv := testserver.S3(t)
+		test(t, openObjectStore(t, srv.URL(srv.Bucket(t), "mirror"), srv.Process))
+	})
+	t.Run("gcs", func(t *testing.T) {
+		srv := testserver.GCS(t)
+		test(t, openObjectStore(t, srv.URL(srv.Bucket(t), "mirror"), srv.Process))
+	})
+}
+
+func openObjectStore(t *testing.T, addr string, server *testserver.Process) objectStore {
 	t.Helper()
-	srv := testserver.S3(t)
-	u, err := url.Parse(srv.URL(srv.Bucket(t), "mirror"))
+	b, closeSink, err := sink.Open(context.Background(), addr, sink.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := s3.Open(context.Background(), u, s3.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	t.Cleanup(func() { closeSink() })
+	return objectStore{Backend: b, addr: addr, server: server}
 }
 
 func readRecord(t *testing.T, b backend.Reader) record {
@@ -74,156 +88,158 @@ func mustLock(t *testing.T, b backend.Backend, opts sink.LockOptions) *sink.Held
 }
 
 func TestObjectLockOneOfTwoConcurrentLockersWins(t *testing.T) {
-	st := s3Store(t)
-	var wg sync.WaitGroup
-	held := make([]*sink.Held, 2)
-	errs := make([]error, 2)
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			held[i], errs[i] = sink.Lock(context.Background(), st, sink.LockOptions{Owner: "run-" + strconv.Itoa(i)})
-		}()
-	}
-	wg.Wait()
-	if (errs[0] == nil) == (errs[1] == nil) {
-		t.Fatalf("want exactly one lock taken; errors: %v, %v", errs[0], errs[1])
-	}
-	winner, loser := 0, 1
-	if errs[0] != nil {
-		winner, loser = 1, 0
-	}
-	rec := readRecord(t, st)
-	if rec.Owner != "run-"+strconv.Itoa(winner) {
-		t.Fatalf("lock object names %q, want run-%d", rec.Owner, winner)
-	}
-	err := errs[loser]
-	if !errors.Is(err, sink.ErrLocked) {
-		t.Fatalf("loser's error = %v, want ErrLocked", err)
-	}
-	if want := rec.Expires.Format(time.RFC3339); !strings.Contains(err.Error(), rec.Owner) || !strings.Contains(err.Error(), want) {
-		t.Fatalf("loser's error %q does not name owner %q and expiry %s", err, rec.Owner, want)
-	}
-	if err := held[winner].Release(context.Background()); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if _, err := st.Stat(context.Background(), sink.LockName); !backend.IsNotExist(err) {
-		t.Fatalf("lock object still there after Release: %v", err)
-	}
-	mustLock(t, st, sink.LockOptions{Owner: "next"}).Release(context.Background())
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		var wg sync.WaitGroup
+		held := make([]*sink.Held, 2)
+		errs := make([]error, 2)
+		for i := range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				held[i], errs[i] = sink.Lock(context.Background(), st, sink.LockOptions{Owner: "run-" + strconv.Itoa(i)})
+			}()
+		}
+		wg.Wait()
+		if (errs[0] == nil) == (errs[1] == nil) {
+			t.Fatalf("want exactly one lock taken; errors: %v, %v", errs[0], errs[1])
+		}
+		winner, loser := 0, 1
+		if errs[0] != nil {
+			winner, loser = 1, 0
+		}
+		rec := readRecord(t, st)
+		if rec.Owner != "run-"+strconv.Itoa(winner) {
+			t.Fatalf("lock object names %q, want run-%d", rec.Owner, winner)
+		}
+		err := errs[loser]
+		if !errors.Is(err, sink.ErrLocked) {
+			t.Fatalf("loser's error = %v, want ErrLocked", err)
+		}
+		if want := rec.Expires.Format(time.RFC3339); !strings.Contains(err.Error(), rec.Owner) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("loser's error %q does not name owner %q and expiry %s", err, rec.Owner, want)
+		}
+		if err := held[winner].Release(context.Background()); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if _, err := st.Stat(context.Background(), sink.LockName); !backend.IsNotExist(err) {
+			t.Fatalf("lock object still there after Release: %v", err)
+		}
+		mustLock(t, st, sink.LockOptions{Owner: "next"}).Release(context.Background())
+	})
 }
 
 func TestObjectLockWaiterGetsItWhenReleased(t *testing.T) {
-	st := s3Store(t)
-	first := mustLock(t, st, sink.LockOptions{Owner: "first"})
-	released := make(chan time.Time, 1)
-	go func() {
-		time.Sleep(500 * time.Millisecond)
-		released <- time.Now()
-		first.Release(context.Background())
-	}()
-	second := mustLock(t, st, sink.LockOptions{Owner: "second", Wait: 10 * time.Second})
-	defer second.Release(context.Background())
-	if got := time.Now(); got.Before(<-released) {
-		t.Fatal("second locker got the lock before the first released it")
-	}
-	if rec := readRecord(t, st); rec.Owner != "second" {
-		t.Fatalf("lock names %q", rec.Owner)
-	}
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		first := mustLock(t, st, sink.LockOptions{Owner: "first"})
+		released := make(chan time.Time, 1)
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			released <- time.Now()
+			first.Release(context.Background())
+		}()
+		second := mustLock(t, st, sink.LockOptions{Owner: "second", Wait: 10 * time.Second})
+		defer second.Release(context.Background())
+		if got := time.Now(); got.Before(<-released) {
+			t.Fatal("second locker got the lock before the first released it")
+		}
+		if rec := readRecord(t, st); rec.Owner != "second" {
+			t.Fatalf("lock names %q", rec.Owner)
+		}
+	})
 }
 
 func TestObjectLockExpiredIsTakenOver(t *testing.T) {
-	st := s3Store(t)
-	// What a killed run leaves: a lock nobody renews.
-	writeRecord(t, st, record{Owner: "killed", Expires: time.Now().Add(-time.Second), Token: "dead"})
-	h := mustLock(t, st, sink.LockOptions{Owner: "new"})
-	defer h.Release(context.Background())
-	if rec := readRecord(t, st); rec.Owner != "new" || rec.Token == "dead" {
-		t.Fatalf("lock after takeover = %+v", rec)
-	}
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		// What a killed run leaves: a lock nobody renews.
+		writeRecord(t, st, record{Owner: "killed", Expires: time.Now().Add(-time.Second), Token: "dead"})
+		h := mustLock(t, st, sink.LockOptions{Owner: "new"})
+		defer h.Release(context.Background())
+		if rec := readRecord(t, st); rec.Owner != "new" || rec.Token == "dead" {
+			t.Fatalf("lock after takeover = %+v", rec)
+		}
+	})
 }
 
 func TestObjectLockLiveIsNotTakenOverBeforeExpiry(t *testing.T) {
-	st := s3Store(t)
-	expires := time.Now().Add(1500 * time.Millisecond)
-	writeRecord(t, st, record{Owner: "slow", Expires: expires, Token: "live"})
-	_, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "impatient"})
-	if !errors.Is(err, sink.ErrLocked) {
-		t.Fatalf("Lock with Wait 0 on a live lock: err = %v, want ErrLocked", err)
-	}
-	if rec := readRecord(t, st); rec.Token != "live" {
-		t.Fatalf("a refused Lock changed the lock: %+v", rec)
-	}
-	h := mustLock(t, st, sink.LockOptions{Owner: "patient", Wait: 10 * time.Second})
-	defer h.Release(context.Background())
-	if time.Now().Before(expires) {
-		t.Fatal("took the lock over before it expired")
-	}
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		expires := time.Now().Add(1500 * time.Millisecond)
+		writeRecord(t, st, record{Owner: "slow", Expires: expires, Token: "live"})
+		_, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "impatient"})
+		if !errors.Is(err, sink.ErrLocked) {
+			t.Fatalf("Lock with Wait 0 on a live lock: err = %v, want ErrLocked", err)
+		}
+		if rec := readRecord(t, st); rec.Token != "live" {
+			t.Fatalf("a refused Lock changed the lock: %+v", rec)
+		}
+		h := mustLock(t, st, sink.LockOptions{Owner: "patient", Wait: 10 * time.Second})
+		defer h.Release(context.Background())
+		if time.Now().Before(expires) {
+			t.Fatal("took the lock over before it expired")
+		}
+	})
 }
 
 func TestObjectLockIsRenewedWhileHeld(t *testing.T) {
-	st := s3Store(t)
-	ttl := 900 * time.Millisecond
-	h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
-	first := readRecord(t, st)
-	time.Sleep(2 * ttl) // the lock would have expired twice without renewal
-	select {
-	case <-h.Lost():
-		t.Fatal("lock lost while nobody else touched it")
-	default:
-	}
-	rec := readRecord(t, st)
-	if rec.Token != first.Token || !rec.Expires.After(first.Expires.Add(ttl)) {
-		t.Fatalf("lock not renewed: first %+v, now %+v", first, rec)
-	}
-	if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "other", TTL: ttl}); !errors.Is(err, sink.ErrLocked) {
-		t.Fatalf("another Lock on a renewed lock: err = %v, want ErrLocked", err)
-	}
-	if err := h.Release(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		ttl := 900 * time.Millisecond
+		h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+		first := readRecord(t, st)
+		time.Sleep(2 * ttl) // the lock would have expired twice without renewal
+		select {
+		case <-h.Lost():
+			t.Fatal("lock lost while nobody else touched it")
+		default:
+		}
+		rec := readRecord(t, st)
+		if rec.Token != first.Token || !rec.Expires.After(first.Expires.Add(ttl)) {
+			t.Fatalf("lock not renewed: first %+v, now %+v", first, rec)
+		}
+		if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "other", TTL: ttl}); !errors.Is(err, sink.ErrLocked) {
+			t.Fatalf("another Lock on a renewed lock: err = %v, want ErrLocked", err)
+		}
+		if err := h.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func TestObjectLockLostWhenTakenOver(t *testing.T) {
-	st := s3Store(t)
-	ttl := 600 * time.Millisecond
-	h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
-	thief := record{Owner: "thief", Expires: time.Now().Add(time.Hour), Token: "stolen"}
-	writeRecord(t, st, thief)
-	select {
-	case <-h.Lost():
-	case <-time.After(3 * ttl):
-		t.Fatal("Lost not closed after another run replaced the lock")
-	}
-	if err := h.Release(context.Background()); err == nil || !strings.Contains(err.Error(), "thief") {
-		t.Fatalf("Release of a lost lock: err = %v, want one naming the thief", err)
-	}
-	if rec := readRecord(t, st); rec.Token != thief.Token || !rec.Expires.Equal(thief.Expires) {
-		t.Fatalf("Release touched the other run's lock: %+v", rec)
-	}
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		ttl := 600 * time.Millisecond
+		h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+		thief := record{Owner: "thief", Expires: time.Now().Add(time.Hour), Token: "stolen"}
+		writeRecord(t, st, thief)
+		select {
+		case <-h.Lost():
+		case <-time.After(3 * ttl):
+			t.Fatal("Lost not closed after another run replaced the lock")
+		}
+		if err := h.Release(context.Background()); err == nil || !strings.Contains(err.Error(), "thief") {
+			t.Fatalf("Release of a lost lock: err = %v, want one naming the thief", err)
+		}
+		if rec := readRecord(t, st); rec.Token != thief.Token || !rec.Expires.Equal(thief.Expires) {
+			t.Fatalf("Release touched the other run's lock: %+v", rec)
+		}
+	})
 }
 
 func TestObjectLockLostWhenRenewalKeepsFailing(t *testing.T) {
-	srv := testserver.S3(t)
-	u, _ := url.Parse(srv.URL(srv.Bucket(t), "mirror"))
-	st, err := s3.Open(context.Background(), u, s3.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ttl := 900 * time.Millisecond
-	h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
-	srv.Process.Stop()
-	// Every renewal the store accepted ended before this, so the lock
-	// expires by stopped+ttl at the latest; Lost must come before.
-	stopped := time.Now()
-	select {
-	case <-h.Lost():
-	case <-time.After(3 * ttl):
-		t.Fatal("Lost not closed while the store was gone")
-	}
-	if late := time.Since(stopped); late >= ttl {
-		t.Fatalf("Lost closed %v after the store went away; the lock may have expired before", late)
-	}
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		ttl := 900 * time.Millisecond
+		h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+		st.server.Stop()
+		// Every renewal the store accepted ended before this, so the lock
+		// expires by stopped+ttl at the latest; Lost must come before.
+		stopped := time.Now()
+		select {
+		case <-h.Lost():
+		case <-time.After(3 * ttl):
+			t.Fatal("Lost not closed while the store was gone")
+		}
+		if late := time.Since(stopped); late >= ttl {
+			t.Fatalf("Lost closed %v after the store went away; the lock may have expired before", late)
+		}
+	})
 }
 
 // Local folders.
@@ -288,29 +304,24 @@ func startHolder(t *testing.T, addr string) *exec.Cmd {
 }
 
 func TestObjectLockOfKilledRunTakenOverAfterExpiry(t *testing.T) {
-	srv := testserver.S3(t)
-	addr := srv.URL(srv.Bucket(t), "mirror")
-	cmd := startHolder(t, addr)
-	st, closeSink, err := sink.Open(context.Background(), addr, sink.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeSink()
-	holder := "helper pid " + strconv.Itoa(cmd.Process.Pid)
-	if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "me"}); !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), holder) {
-		t.Fatalf("Lock while the helper holds it: err = %v, want ErrLocked naming %q", err, holder)
-	}
-	cmd.Process.Kill() // SIGKILL: its lock object stays, unrenewed
-	cmd.Wait()
-	expires := readRecord(t, st).Expires
-	h := mustLock(t, st, sink.LockOptions{Owner: "me", Wait: 10 * helperTTL})
-	defer h.Release(context.Background())
-	if time.Now().Before(expires) {
-		t.Fatalf("took over a lock expiring at %v before it expired", expires)
-	}
-	if rec := readRecord(t, st); rec.Owner != "me" {
-		t.Fatalf("lock names %q after takeover", rec.Owner)
-	}
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		cmd := startHolder(t, st.addr)
+		holder := "helper pid " + strconv.Itoa(cmd.Process.Pid)
+		if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "me"}); !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), holder) {
+			t.Fatalf("Lock while the helper holds it: err = %v, want ErrLocked naming %q", err, holder)
+		}
+		cmd.Process.Kill() // SIGKILL: its lock object stays, unrenewed
+		cmd.Wait()
+		expires := readRecord(t, st).Expires
+		h := mustLock(t, st, sink.LockOptions{Owner: "me", Wait: 10 * helperTTL})
+		defer h.Release(context.Background())
+		if time.Now().Before(expires) {
+			t.Fatalf("took over a lock expiring at %v before it expired", expires)
+		}
+		if rec := readRecord(t, st); rec.Owner != "me" {
+			t.Fatalf("lock names %q after takeover", rec.Owner)
+		}
+	})
 }
 
 func TestLocalLockFreedWhenHolderIsKilled(t *testing.T) {
