@@ -211,54 +211,19 @@ func (e *engine) readSettings(ctx context.Context) error {
 // can list, else from refs.json. Refs that break the rules are refused and
 // left out; the rest go on.
 func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
-	refs := repo.Refs{}
-	if e.src.Properties().CanList {
-		var names []string
-		err := e.src.List(ctx, repo.RefsDir, func(fi backend.FileInfo) error {
-			names = append(names, fi.Name)
-			return nil
-		})
-		if err != nil {
-			e.addRefusal(refuse(ReasonBadRef, "", repo.RefsDir, "listing %s upstream: %v", repo.RefsDir, err))
+	refs, bad, err := repo.ReadRefs(ctx, e.src)
+	if err != nil {
+		where := repo.RefsDir
+		if !e.src.Properties().CanList {
+			where = repo.RefsFile
 		}
-		sort.Strings(names)
-		for _, name := range names {
-			if _, err := repo.CheckRefName(name); err != nil {
-				r := refuse(ReasonBadRef, "", name, "%v", err)
-				r.Ref = name
-				e.addRefusal(r)
-				continue
-			}
-			raw, err := backend.ReadAll(ctx, e.src, name, repo.MaxSmallFile)
-			if err == nil {
-				var id string
-				if id, err = repo.ParseRefFile(name, raw); err == nil {
-					refs[name] = id
-					continue
-				}
-			}
-			r := refuse(ReasonBadRef, "", name, "%v", err)
-			r.Ref = name
-			e.addRefusal(r)
-		}
-	} else {
-		raw, err := backend.ReadAll(ctx, e.src, repo.RefsFile, repo.MaxRefsJSON)
-		if err != nil {
-			e.addRefusal(refuse(ReasonBadRef, "", repo.RefsFile, "%s cannot list and has no readable %s: %v", e.src.Location(), repo.RefsFile, err))
-		} else {
-			parsed, bad, err := repo.ParseRefsJSON(raw)
-			if err != nil {
-				e.addRefusal(refuse(ReasonBadRef, "", repo.RefsFile, "%v", err))
-			}
-			for _, b := range bad {
-				r := refuse(ReasonBadRef, "", repo.RefsFile, "%v", b.Err)
-				r.Ref = b.Ref
-				e.addRefusal(r)
-			}
-			for k, v := range parsed {
-				refs[k] = v
-			}
-		}
+		e.addRefusal(refuse(ReasonBadRef, "", where, "source %s: %v", e.src.Location(), err))
+		refs = repo.Refs{}
+	}
+	for _, b := range bad {
+		r := refuse(ReasonBadRef, "", b.Ref, "%v", b.Err)
+		r.Ref = b.Ref
+		e.addRefusal(r)
 	}
 
 	head := ""
@@ -320,7 +285,7 @@ func versionListing(ctx context.Context, r backend.Reader) (map[string]map[strin
 
 // sinkRefs reads the refs the mirror holds now.
 func (e *engine) sinkRefs(ctx context.Context) (repo.Refs, error) {
-	refs, err := ReadRefs(ctx, e.dst)
+	refs, _, err := repo.ReadRefs(ctx, e.dst)
 	if err != nil {
 		return nil, fatalf("sink %s: reading refs: %w", e.dst.Location(), err)
 	}

@@ -165,11 +165,11 @@ func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, erro
 		return nil, &ConfigError{err}
 	default:
 		defer closeDst()
-		if mine, err = ReadRefs(ctx, dst); err != nil {
+		if mine, _, err = repo.ReadRefs(ctx, dst); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
 	}
-	up, upErr := ReadRefs(ctx, src)
+	up, _, upErr := repo.ReadRefs(ctx, src)
 	if upErr != nil {
 		return nil, fmt.Errorf("source %s: %w", src.Location(), upErr)
 	}

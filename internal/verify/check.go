@@ -106,24 +106,15 @@ func (c *checker) run(ctx context.Context) ([]Problem, error) {
 func (c *checker) refs(ctx context.Context) repo.Refs {
 	refs := repo.Refs{}
 	if c.r.Properties().CanList {
-		err := c.r.List(ctx, repo.RefsDir, func(fi backend.FileInfo) error {
-			if _, err := repo.CheckRefName(fi.Name); err != nil {
-				c.add(Problem{Ref: fi.Name, File: fi.Name, Message: err.Error()})
-				return nil
-			}
-			raw, err := backend.ReadAll(ctx, c.r, fi.Name, repo.MaxSmallFile)
-			if err == nil {
-				var id string
-				if id, err = repo.ParseRefFile(fi.Name, raw); err == nil {
-					refs[fi.Name] = id
-					return nil
-				}
-			}
-			c.add(Problem{Ref: fi.Name, File: fi.Name, Message: err.Error()})
-			return nil
-		})
+		listed, bad, err := repo.ReadRefs(ctx, c.r)
 		if err != nil {
-			c.add(Problem{File: repo.RefsDir, Message: fmt.Sprintf("listing %s: %v", repo.RefsDir, err)})
+			c.add(Problem{File: repo.RefsDir, Message: err.Error()})
+		}
+		for _, b := range bad {
+			c.add(Problem{Ref: b.Ref, File: b.Ref, Message: b.Err.Error()})
+		}
+		for k, v := range listed {
+			refs[k] = v
 		}
 	}
 	raw, err := backend.ReadAll(ctx, c.r, repo.RefsFile, repo.MaxRefsJSON)
