@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -202,10 +203,24 @@ func TestListPages(t *testing.T) {
 	s := open(t, srv, srv.Bucket(t), "p", gcs.Options{})
 	ctx := context.Background()
 	const n = 1001
+	names := make(chan string)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Go(func() {
+			for name := range names {
+				if err := s.Put(ctx, name, strings.NewReader("x"), 1); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
 	for i := 0; i < n; i++ {
-		if err := s.Put(ctx, fmt.Sprintf("data/%04d", i), strings.NewReader("x"), 1); err != nil {
-			t.Fatal(err)
-		}
+		names <- fmt.Sprintf("data/%04d", i)
+	}
+	close(names)
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
 	}
 	before := s.Pages()
 	count := 0
