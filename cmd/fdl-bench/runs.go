@@ -1,0 +1,361 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+)
+
+// localPair are the folders of the local→local runs: one upstream, one
+// mirror per tool, and the mirror of the in-process counted run.
+type localPair struct{ up, fdl, rclone, counted, fdlTraced, rcloneTraced string }
+
+func (b *bench) localRun(ctx context.Context, repo, scenario string, p localPair) (*group, error) {
+	g := &group{repo: repo, scenario: scenario, stores: "local→local"}
+	m, err := b.runFDL(ctx, nil, p.up, p.fdl)
+	if err != nil {
+		return nil, err
+	}
+	// The same work in-process on a third mirror in the same state, with
+	// every store call counted.
+	src, dst, seen, rep, err := countedRun(ctx, p.up, p.counted, b.cfg.concurrency)
+	if err != nil {
+		return nil, err
+	}
+	if rep.FilesCopied != m.files {
+		return nil, fmt.Errorf("the counted run copied %d files, the timed run %d: the two mirrors are not in the same state", rep.FilesCopied, m.files)
+	}
+	m.srcReq, m.dstReq, m.seen, m.srcRead = src.Requests(), dst.Requests(), seen, src.BytesRead
+	m.ops = "source " + opsString(src) + "; sink " + opsString(dst)
+	r, err := b.runRclone(ctx, nil, p.up, p.rclone)
+	if err != nil {
+		return nil, err
+	}
+	// On a local disk rclone's store calls cannot be seen from outside;
+	// the file-system calls of both tools can (strace, on mirrors of their
+	// own in the same state).
+	if b.strace != "" {
+		calls, detail, err := b.traced(ctx, b.fdlSync(p.up, p.fdlTraced))
+		if err != nil {
+			return nil, err
+		}
+		m.syscalls, m.syscallOps = calls, detail
+		calls, detail, err = b.traced(ctx, b.rcloneCopy(p.up, p.rcloneTraced))
+		if err != nil {
+			return nil, err
+		}
+		r.syscalls, r.syscallOps = calls, detail
+	}
+	g.rows = append(g.rows, m, &r.measure)
+	return g, nil
+}
+
+// runFDL runs bin/fdl-mirror sync and reads its JSON summary.
+func (b *bench) runFDL(ctx context.Context, env []string, src, dst string) (*measure, error) {
+	c, err := runChild(ctx, env, b.fdlSync(src, dst)...)
+	if err != nil {
+		return nil, err
+	}
+	var sum struct {
+		OK          bool  `json:"ok"`
+		FilesCopied int64 `json:"files_copied"`
+		BytesCopied int64 `json:"bytes_copied"`
+		Refused     []struct {
+			Message string `json:"message"`
+		} `json:"refused"`
+	}
+	if err := json.Unmarshal([]byte(c.Stdout), &sum); err != nil {
+		return nil, fmt.Errorf("fdl-mirror --json output: %w\n%s", err, tail(c.Stdout, 1000))
+	}
+	if !sum.OK {
+		return nil, fmt.Errorf("fdl-mirror sync %s %s did not succeed: %+v", src, dst, sum.Refused)
+	}
+	return &measure{tool: "fdl-mirror", wall: c.Wall, rss: c.MaxRSS, srcReq: -1, dstReq: -1, seen: -1,
+		bytes: sum.BytesCopied, files: sum.FilesCopied}, nil
+}
+
+type rcloneMeasure struct {
+	measure
+	checks int64
+}
+
+// runRclone runs rclone copy and reads its final stats (JSON log).
+func (b *bench) runRclone(ctx context.Context, env []string, src, dst string) (*rcloneMeasure, error) {
+	c, err := runChild(ctx, env, b.rcloneCopy(src, dst)...)
+	if err != nil {
+		return nil, err
+	}
+	var stats struct {
+		Bytes     int64 `json:"bytes"`
+		Checks    int64 `json:"checks"`
+		Transfers int64 `json:"transfers"`
+		Errors    int64 `json:"errors"`
+	}
+	found := false
+	for _, line := range strings.Split(c.Stderr, "\n") {
+		var l struct {
+			Stats *json.RawMessage `json:"stats"`
+		}
+		if json.Unmarshal([]byte(line), &l) == nil && l.Stats != nil {
+			if err := json.Unmarshal(*l.Stats, &stats); err == nil {
+				found = true
+			}
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("rclone printed no stats:\n%s", tail(c.Stderr, 1000))
+	}
+	if stats.Errors > 0 {
+		return nil, fmt.Errorf("rclone copy %s %s: %d errors:\n%s", src, dst, stats.Errors, tail(c.Stderr, 2000))
+	}
+	return &rcloneMeasure{
+		measure: measure{tool: "rclone copy", wall: c.Wall, rss: c.MaxRSS, srcReq: -1, dstReq: -1, seen: -1,
+			bytes: stats.Bytes, files: stats.Transfers},
+		checks: stats.Checks,
+	}, nil
+}
+
+// countedRun runs the engine in-process from src to dst with every store
+// call counted, and every object a listing returned. The sink's lock
+// (taken by the CLI, not the engine) is not part of it.
+func countedRun(ctx context.Context, srcAddr, dstAddr string, concurrency int) (src, dst counting.Counts, seen int64, rep *fdlsync.Report, err error) {
+	s, closeSrc, err := source.Open(ctx, srcAddr, source.Options{})
+	if err != nil {
+		return src, dst, 0, nil, err
+	}
+	defer closeSrc()
+	d, closeDst, err := sink.Open(ctx, dstAddr, sink.Options{})
+	if err != nil {
+		return src, dst, 0, nil, err
+	}
+	defer closeDst()
+	var n atomic.Int64
+	cs, cd := counting.Wrap(s), counting.WrapBackend(d)
+	rep, err = fdlsync.Run(ctx, listed{cs, &n}, listedBackend{cd, &n}, fdlsync.Options{Concurrency: concurrency})
+	if err != nil {
+		return src, dst, 0, rep, err
+	}
+	if !rep.OK() {
+		return src, dst, 0, rep, fmt.Errorf("counted run refused: %+v", rep.Refused)
+	}
+	return cs.Counts(), cd.Counts(), n.Load(), rep, nil
+}
+
+// listed counts the objects a store's listings return.
+type listed struct {
+	backend.Reader
+	n *atomic.Int64
+}
+
+func (l listed) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	return l.Reader.List(ctx, prefix, func(fi backend.FileInfo) error {
+		l.n.Add(1)
+		return fn(fi)
+	})
+}
+
+func (l listed) Unwrap() backend.Reader { return l.Reader }
+
+type listedBackend struct {
+	backend.Backend
+	n *atomic.Int64
+}
+
+func (l listedBackend) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	return l.Backend.List(ctx, prefix, func(fi backend.FileInfo) error {
+		l.n.Add(1)
+		return fn(fi)
+	})
+}
+
+func (l listedBackend) Unwrap() backend.Reader { return l.Backend }
+
+func opsString(c counting.Counts) string {
+	var parts []string
+	for _, kv := range []struct {
+		k string
+		v int64
+	}{{"open", c.Open}, {"stat", c.Stat}, {"list", c.List}, {"put", c.Put}, {"create", c.Create}, {"remove", c.Remove}, {"copy", c.Copy}} {
+		if kv.v > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", kv.k, kv.v))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// s3Pair are the buckets of the s3→s3 runs on the gateway: the upstream
+// (seeded from the local upstream by rclone, untimed) and one mirror per
+// tool.
+type s3Pair struct {
+	localUp           string
+	up, fdl, rclone   string
+	seededIncremental bool
+}
+
+func (b *bench) newS3Pair(ctx context.Context, name, localUp string) (*s3Pair, error) {
+	p := &s3Pair{localUp: localUp, up: name + "-upstream", fdl: name + "-fdl", rclone: name + "-rclone"}
+	for _, bucket := range []string{p.up, p.fdl, p.rclone} {
+		if _, err := runChild(ctx, b.gw.env(), b.cfg.rclone, "mkdir", "--config", b.work+"/rclone.conf", "gw:"+bucket); err != nil {
+			return nil, err
+		}
+	}
+	return p, b.seed(ctx, p)
+}
+
+// seed copies the local upstream into the upstream bucket (not timed).
+func (b *bench) seed(ctx context.Context, p *s3Pair) error {
+	if _, err := runChild(ctx, b.gw.env(), b.rcloneCopy(p.localUp, "gw:"+p.up)...); err != nil {
+		return fmt.Errorf("seeding bucket %s: %w", p.up, err)
+	}
+	return nil
+}
+
+func (b *bench) s3Run(ctx context.Context, repo, scenario string, p *s3Pair) (*group, error) {
+	if strings.HasPrefix(scenario, "incremental") {
+		if err := b.seed(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	g := &group{repo: repo, scenario: scenario, stores: "s3→s3"}
+	off := b.gw.logOffset()
+	m, err := b.runFDL(ctx, b.gw.env(), b.gw.url(p.up), b.gw.url(p.fdl))
+	if err != nil {
+		return nil, err
+	}
+	counts, err := b.gw.countsSince(off)
+	if err != nil {
+		return nil, err
+	}
+	b.fromLog(m, counts, p.up, p.fdl)
+	g.rows = append(g.rows, m)
+
+	off = b.gw.logOffset()
+	r, err := b.runRclone(ctx, b.gw.env(), "gw:"+p.up, "gw:"+p.rclone)
+	if err != nil {
+		return nil, err
+	}
+	if counts, err = b.gw.countsSince(off); err != nil {
+		return nil, err
+	}
+	b.fromLog(&r.measure, counts, p.up, p.rclone)
+	g.rows = append(g.rows, &r.measure)
+	return g, nil
+}
+
+// fromLog fills a measure's requests from the gateway's access log.
+func (b *bench) fromLog(m *measure, counts map[string]*gwCounts, src, dst string) {
+	get := func(bucket string) *gwCounts {
+		if c := counts[bucket]; c != nil {
+			return c
+		}
+		return &gwCounts{Ops: map[string]int64{}}
+	}
+	s, d := get(src), get(dst)
+	m.srcReq, m.dstReq = s.Requests, d.Requests
+	m.ops = "source " + gwOps(s) + "; sink " + gwOps(d)
+	var other []string
+	for bucket, c := range counts {
+		if bucket != src && bucket != dst {
+			other = append(other, fmt.Sprintf("%s: %d", bucket, c.Requests))
+		}
+	}
+	if len(other) > 0 {
+		sort.Strings(other)
+		m.ops += "; elsewhere " + strings.Join(other, ", ")
+	}
+}
+
+func gwOps(c *gwCounts) string {
+	if c.Requests == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(c.Ops))
+	for k := range c.Ops {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, c.Ops[k]))
+	}
+	s := strings.Join(parts, ", ")
+	if c.Errors > 0 {
+		s += fmt.Sprintf(" (%d answered ≥400)", c.Errors)
+	}
+	return s
+}
+
+// straceSet is what the local runs count: calls that name a file
+// (open, stat, mkdir, rename, link, unlink…) and directory reads. Data
+// reads and writes are not in it.
+const straceSet = "%file,getdents64"
+
+// traced runs argv under strace -f -c and returns its count of straceSet
+// calls, with the breakdown.
+func (b *bench) traced(ctx context.Context, argv []string) (int64, string, error) {
+	out, err := os.CreateTemp(b.work, "strace-*.txt")
+	if err != nil {
+		return 0, "", err
+	}
+	out.Close()
+	defer os.Remove(out.Name())
+	full := append([]string{b.strace, "-f", "-c", "--seccomp-bpf", "-e", "trace=" + straceSet, "-o", out.Name()}, argv...)
+	if _, err := runChild(ctx, nil, full...); err != nil {
+		return 0, "", err
+	}
+	raw, err := os.ReadFile(out.Name())
+	if err != nil {
+		return 0, "", err
+	}
+	return parseStraceSummary(string(raw))
+}
+
+// parseStraceSummary reads strace -c's table: "% time seconds usecs/call
+// calls [errors] syscall", then a total line.
+func parseStraceSummary(s string) (int64, string, error) {
+	type sc struct {
+		name  string
+		calls int64
+	}
+	var rows []sc
+	var total int64 = -1
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || strings.HasPrefix(line, "%") || strings.HasPrefix(line, "-") {
+			continue
+		}
+		n, err := strconv.ParseInt(f[3], 10, 64)
+		if err != nil {
+			continue
+		}
+		name := f[len(f)-1]
+		if name == "total" {
+			total = n
+			continue
+		}
+		rows = append(rows, sc{name, n})
+	}
+	if total < 0 {
+		return 0, "", fmt.Errorf("no total in strace's summary:\n%s", tail(s, 1000))
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].calls > rows[j].calls })
+	var parts []string
+	for _, r := range rows {
+		parts = append(parts, fmt.Sprintf("%s %d", r.name, r.calls))
+	}
+	return total, strings.Join(parts, ", "), nil
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// find returns a tool's measure in the group of repo, scenario (prefix)
+// and stores, or nil.
+func (b *bench) find(repo, scenario, stores, tool string) *measure {
+	for _, g := range b.groups {
+		if g.repo != repo || !strings.HasPrefix(g.scenario, scenario) || g.stores != stores {
+			continue
+		}
+		for _, m := range g.rows {
+			if m.tool == tool {
+				return m
+			}
+		}
+	}
+	return nil
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**MISSED**"
+}
+
+// targets checks issue 6's targets against this run's figures. A target
+// whose runs were not made is left out.
+func (b *bench) targets() string {
+	var lines []string
+	add := func(format string, args ...any) { lines = append(lines, "- "+fmt.Sprintf(format, args...)) }
+	const fdl, rc = "fdl-mirror", "rclone copy"
+
+	for _, repo := range []string{"small", "medium"} {
+		for _, stores := range []string{"local→local", "s3→s3"} {
+			f, r := b.find(repo, "full", stores, fdl), b.find(repo, "full", stores, rc)
+			if f != nil && r != nil {
+				add("full mirror at least as fast as rclone (%s, %s): fdl-mirror %s, rclone %s (%.2f×): %s",
+					repo, stores, seconds(f.wall), seconds(r.wall), float64(r.wall)/float64(f.wall), verdict(f.wall <= r.wall))
+			}
+		}
+	}
+	for _, stores := range []string{"local→local", "s3→s3"} {
+		s, m := b.find("small", "no-op", stores, fdl), b.find("medium", "no-op", stores, fdl)
+		if s != nil && m != nil && s.srcReq >= 0 && m.srcReq >= 0 {
+			add("no-op requests independent of the number of data files (%s): small %d + %d, medium %d + %d (source + sink; the medium repository has more versions): %s",
+				stores, s.srcReq, s.dstReq, m.srcReq, m.dstReq, verdict(m.srcReq+m.dstReq <= s.srcReq+s.dstReq+4*int64(b.cfg.medium.versions)))
+		}
+		f, r := b.find("medium", "no-op", stores, fdl), b.find("medium", "no-op", stores, rc)
+		if f != nil && r != nil {
+			x := float64(r.wall) / float64(f.wall)
+			add("no-op rerun at least 10× faster than rclone (medium, %s): fdl-mirror %s, rclone %s: %.1f×: %s",
+				stores, seconds(f.wall), seconds(r.wall), x, verdict(x >= 10))
+		}
+		f, r = b.find("medium", "incremental", stores, fdl), b.find("medium", "incremental", stores, rc)
+		switch {
+		case f == nil || r == nil:
+		case stores == "local→local" && f.syscalls > 0 && r.syscalls > 0:
+			add("incremental work at least 20× less than rclone's (medium, %s; file-system calls, as rclone's store calls on a disk cannot be counted): fdl-mirror %d, rclone %d: %.1f×: %s",
+				stores, f.syscalls, r.syscalls, float64(r.syscalls)/float64(f.syscalls), verdict(r.syscalls >= 20*f.syscalls))
+		case f.srcReq >= 0 && r.srcReq >= 0:
+			fr, rr := f.srcReq+f.dstReq, r.srcReq+r.dstReq
+			add("incremental requests at least 20× fewer than rclone (medium, %s): fdl-mirror %d, rclone %d: %.1f×: %s",
+				stores, fr, rr, float64(rr)/float64(max(fr, 1)), verdict(rr >= 20*fr))
+		}
+	}
+
+	var worst *measure
+	var where string
+	for _, g := range b.groups {
+		for _, m := range g.rows {
+			if m.tool == fdl && (worst == nil || m.rss > worst.rss) {
+				worst, where = m, g.repo+", "+g.scenario+", "+g.stores
+			}
+		}
+	}
+	if worst != nil {
+		add("peak RSS under 150 MiB: fdl-mirror's highest is %s (%s): %s", mib(worst.rss), where, verdict(worst.rss < 150<<20))
+	}
+
+	f, cp, cps := b.find("big", "full", "local→local", fdl), b.find("big", "full", "local→local", "cp"), b.find("big", "full", "local→local", "cp + sync FILE")
+	if f != nil && cp != nil {
+		tf, tc := throughput(f), throughput(cp)
+		line := fmt.Sprintf("large-file throughput within 80%% of cp: fdl-mirror %.0f MiB/s, cp %.0f MiB/s (%.0f%%)", tf, tc, 100*tf/tc)
+		if cps != nil {
+			line += fmt.Sprintf("; cp then sync %.0f MiB/s (%.0f%%)", throughput(cps), 100*tf/throughput(cps))
+		}
+		add("%s: %s", line, verdict(tf >= 0.8*tc))
+	}
+
+	for _, repo := range []string{"small", "medium"} {
+		if m := b.find(repo, "full", "local→local", fdl); m != nil && m.srcRead > 0 {
+			add("each file read once, hashed on the way (%s, full, local→local, in-process count): %s read from the source for %s written: %.3f×: %s",
+				repo, mib(m.srcRead), mib(m.bytes), float64(m.srcRead)/float64(max(m.bytes, 1)), verdict(m.srcRead <= m.bytes+1<<20))
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "Targets (issue 6), checked against the figures above:\n\n" + strings.Join(lines, "\n") + "\n"
+}
+
+func throughput(m *measure) float64 {
+	if m.wall <= 0 {
+		return 0
+	}
+	return float64(m.bytes) / (1 << 20) / (float64(m.wall) / float64(time.Second))
+}
