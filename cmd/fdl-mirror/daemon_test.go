@@ -21,6 +21,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // The daemon as operators run it: the built binary, a config file, signals,
@@ -508,4 +509,50 @@ func TestSyncConfigGoesOnAfterAFailedMirror(t *testing.T) {
 		t.Errorf("exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
 	fdltest.AssertMirrored(t, good.up, good.sink, nil)
+}
+
+// A run that finds the sink locked by another run (a manual sync) writes
+// nothing, is counted as locked rather than failed, and the next tick after
+// the lock is released mirrors.
+func TestDaemonWaitsForAMirrorLockedByAnotherRun(t *testing.T) {
+	parent := t.TempDir()
+	m := testMirror{"held", filepath.Join(parent, "upstream"), filepath.Join(parent, "mirror")}
+	repo := gen(t, m.up, generate.Options{Versions: 1})
+	ctx := context.Background()
+	dst, closeDst, err := sink.Open(ctx, m.sink, sink.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeDst()
+	held, err := sink.Lock(ctx, dst, sink.LockOptions{Owner: "the test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	configPath := filepath.Join(parent, "fdl-mirror.yaml")
+	writeDaemonConfig(t, configPath, addr, m)
+	d := startDaemon(t, configPath, addr)
+
+	waitUntil(t, "two locked runs", 20*time.Second, func() bool {
+		return scrape(t, addr)[`fdl_mirror_runs_total{mirror="held",result="locked"}`] >= 2
+	})
+	metrics := scrape(t, addr)
+	if metrics[`fdl_mirror_runs_total{mirror="held",result="failed"}`] != 0 {
+		t.Error("a locked sink counted as a failure")
+	}
+	if len(mirrorRefs(t, m.sink)) != 0 || len(published(t, m.sink)) != 0 {
+		t.Fatal("the daemon wrote into a locked mirror")
+	}
+	if !strings.Contains(d.stderr.String(), "another run holds the sink's lock") {
+		t.Error("the locked sink is not in the log")
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the mirror after the lock was released", 20*time.Second, func() bool {
+		return readRef(t, m.sink, generate.MainRef) == repo.Versions[0]
+	})
+	if code, took := d.stop(t, syscall.SIGTERM); code != 0 || took > 15*time.Second {
+		t.Errorf("SIGTERM: exit %d after %s", code, took)
+	}
 }

@@ -288,7 +288,7 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			}
 		case "trusted_signers":
 			signersNode = v
-			m.TrustedSigners = p.str(v, where+".trusted_signers")
+			m.TrustedSigners = str(v, "trusted_signers")
 		case "require_signatures":
 			requireNode = v
 			m.RequireSignatures = p.boolean(v, where+".require_signatures")
@@ -347,7 +347,7 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			f.Close()
 		}
 	}
-	if m.RequireSignatures && m.TrustedSigners == "" && signersNode == nil {
+	if m.RequireSignatures && m.TrustedSigners == "" && (signersNode == nil || expanded["trusted_signers"]) {
 		p.addf(requireNode.Line, "%s: require_signatures needs trusted_signers, the keys to check them against", where)
 	}
 	return m

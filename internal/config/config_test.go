@@ -258,6 +258,19 @@ mirrors:
 	}
 }
 
+func TestRequireSignaturesNeedsTrustedSigners(t *testing.T) {
+	base := "mirrors:\n  - name: a\n    source: /u\n    sink: /d\n    require_signatures: true\n"
+	wantProblem(t, problems(t, base, nil), 5, "require_signatures needs trusted_signers")
+	ps := problems(t, base+"    trusted_signers: ${KEYS}\n", map[string]string{"KEYS": ""})
+	wantProblem(t, ps, 5, "require_signatures needs trusted_signers")
+	// An unset variable is reported once, as unset.
+	ps = problems(t, base+"    trusted_signers: ${KEYS}\n", nil)
+	wantProblem(t, ps, 6, "KEYS", "not set")
+	if len(ps) != 1 {
+		t.Errorf("want 1 problem, got:\n%v", ps)
+	}
+}
+
 func TestTrustedSignersRelativeToTheConfigFile(t *testing.T) {
 	dir := t.TempDir()
 	keys := writeFile(t, dir, "towns.allowed_signers", "")

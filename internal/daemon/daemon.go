@@ -369,6 +369,8 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	switch {
 	case err != nil && result == ResultCanceled:
 		log.Info("run stopped at a safe point", append(fields, zap.Error(err))...)
+	case result == ResultLocked:
+		log.Warn("another run holds the sink's lock; trying again at the next tick", append(fields, zap.Error(err))...)
 	case err != nil:
 		log.Error("run failed", append(fields, zap.Error(err))...)
 	case result == ResultRefused:

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -389,7 +390,8 @@ func TestResult(t *testing.T) {
 		{&fdlsync.Report{}, nil, false, ResultSuccess},
 		{&fdlsync.Report{}, nil, true, ResultSuccess}, // finished before the stop reached it
 		{refused, nil, false, ResultRefused},
-		{nil, errors.New("lock held"), false, ResultFailed},
+		{nil, errors.New("permission denied"), false, ResultFailed},
+		{nil, fmt.Errorf("sink /m: %w", sink.ErrLocked), false, ResultLocked},
 		{refused, context.Canceled, true, ResultCanceled},
 		{nil, context.Canceled, true, ResultCanceled},
 	} {

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"errors"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -14,9 +16,10 @@ const (
 	ResultRefused  = "refused"  // finished, something refused (exit 1 of a plain sync)
 	ResultFailed   = "failed"   // stopped as a whole: cannot open, lock held, another repository...
 	ResultCanceled = "canceled" // stopped by a shutdown
+	ResultLocked   = "locked"   // another run (a manual sync, another daemon) holds the sink's lock
 )
 
-var results = []string{ResultSuccess, ResultRefused, ResultFailed, ResultCanceled}
+var results = []string{ResultSuccess, ResultRefused, ResultFailed, ResultCanceled, ResultLocked}
 
 // Metrics are the daemon's Prometheus metrics, on a registry of their own so
 // that nothing a library registers globally leaks into /metrics.
@@ -60,7 +63,7 @@ func NewMetrics() *Metrics {
 		}, mirror),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "runs_total",
-			Help: "Runs by result: success, refused (something refused, the rest mirrored), failed (the run stopped as a whole), canceled (shutdown).",
+			Help: "Runs by result: success, refused (something refused, the rest mirrored), failed (the run stopped as a whole), canceled (shutdown), locked (another run held the sink).",
 		}, []string{"mirror", "result"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "skipped_ticks_total",
@@ -159,6 +162,8 @@ func Result(rep *fdlsync.Report, err error, canceled bool) string {
 		return ResultSuccess
 	case canceled:
 		return ResultCanceled
+	case errors.Is(err, sink.ErrLocked):
+		return ResultLocked
 	case err != nil:
 		return ResultFailed
 	}
@@ -191,8 +196,8 @@ func (m *Metrics) Observe(name string, end time.Time, took time.Duration, result
 	for _, r := range rep.Refused {
 		m.refused.WithLabelValues(name, RefusalKind(r), r.Reason).Inc()
 	}
-	// A canceled run stopped before it compared every ref: its lag means nothing.
-	if result != ResultCanceled && result != ResultFailed {
+	// Only a run that went to the end compared every ref.
+	if result == ResultSuccess || result == ResultRefused {
 		m.lag.WithLabelValues(name).Set(float64(rep.Lag))
 	}
 }
