@@ -81,15 +81,16 @@ type Held struct {
 //
 // A lock past its expiry is taken over by removing it and creating ours.
 // Removal is unconditional (the store interface has no delete-if-match),
-// so two runs taking over the same expired lock at the same moment can
-// race: A removes it and creates its own; B, which read the old lock
-// before A's create, removes A's and creates its own. To catch that, a
-// run that took a lock over waits a moment and reads the lock back before
-// returning: A then sees B's token and goes back to waiting. The race
-// remains only if B's read-to-remove gap exceeds that pause (a stalled
-// process or network); then A's next renewal, at most TTL/3 later, sees
-// B's token and closes Lost. Expiry is judged by the taker's clock
-// against the holder's, so clocks must agree to well within TTL.
+// so two runs taking over the same expired lock at once can race: A
+// removes it and creates its own; B, which read the old lock before A's
+// create, removes A's and creates its own. So every new lock is read back
+// after a pause (TTL/20, between 100 ms and 1 s) before Lock returns: A
+// then sees B's token and goes back to waiting. The race remains only if
+// B's read-to-remove gap exceeds that pause (a stalled process or
+// network); then A's next renewal, at most TTL/3 later, sees B's token and
+// closes Lost, and both runs wrote for that long. Expiry is judged by the
+// taker's clock against the holder's, so clocks must agree to well within
+// TTL.
 func Lock(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -122,19 +123,23 @@ func (h *Held) Release(ctx context.Context) error {
 		}
 		h.stop()
 		<-h.done
-		var cur lockRecord
-		cur, err = readLock(ctx, h.b)
-		switch {
-		case backend.IsNotExist(err):
-			err = fmt.Errorf("%s: lock %s was already gone at release", h.b.Location(), LockName)
-		case err != nil:
-		case cur.Token != h.rec.Token:
-			err = fmt.Errorf("%s: lock %s now belongs to %s; left in place", h.b.Location(), LockName, cur.Owner)
-		default:
-			err = h.b.Remove(ctx, LockName)
-		}
+		err = h.removeIfOurs(ctx)
 	})
 	return err
+}
+
+// removeIfOurs removes the lock object if it still carries our token.
+func (h *Held) removeIfOurs(ctx context.Context) error {
+	cur, err := readLock(ctx, h.b)
+	switch {
+	case backend.IsNotExist(err):
+		return fmt.Errorf("%s: lock %s was already gone at release", h.b.Location(), LockName)
+	case err != nil:
+		return err
+	case cur.Token != h.rec.Token:
+		return fmt.Errorf("%s: lock %s now belongs to %s; left in place", h.b.Location(), LockName, cur.Owner)
+	}
+	return h.b.Remove(ctx, LockName)
 }
 
 func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, error) {
@@ -154,14 +159,22 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 	deadline := time.Now().Add(opts.Wait)
 	// A waiter reads the lock (one small GET) this often.
 	poll := min(max(opts.TTL/8, 50*time.Millisecond), time.Second)
-	// A takeover is confirmed after this pause (see Lock): far longer than
+	// A new lock is confirmed after this pause (see Lock): far longer than
 	// the one request between a rival taker's read and its remove.
 	settle := min(max(opts.TTL/20, 100*time.Millisecond), time.Second)
 	for {
 		h.rec.Expires = time.Now().Add(opts.TTL).UTC()
 		err := b.Create(ctx, LockName, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
 		if err == nil {
-			break
+			if err := sleep(ctx, settle); err != nil {
+				h.removeIfOurs(context.WithoutCancel(ctx))
+				return nil, err
+			}
+			if again, err := readLock(ctx, b); err == nil && again.Token == h.rec.Token {
+				break
+			}
+			log.Warn("another run taking an expired lock over removed ours; trying again")
+			continue
 		}
 		if !errors.Is(err, backend.ErrExist) {
 			return nil, fmt.Errorf("taking lock %s: %w", LockName, err)
@@ -173,26 +186,11 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 		if err != nil {
 			return nil, err
 		}
-		if now := time.Now(); now.After(cur.Expires) {
+		if time.Now().After(cur.Expires) {
 			log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
 			if err := b.Remove(ctx, LockName); err != nil {
 				return nil, fmt.Errorf("removing expired lock %s: %w", LockName, err)
 			}
-			h.rec.Expires = time.Now().Add(opts.TTL).UTC()
-			err := b.Create(ctx, LockName, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
-			if errors.Is(err, backend.ErrExist) {
-				continue // another run was quicker
-			}
-			if err != nil {
-				return nil, fmt.Errorf("taking lock %s: %w", LockName, err)
-			}
-			if err := sleep(ctx, settle); err != nil {
-				return nil, err
-			}
-			if again, err := readLock(ctx, b); err == nil && again.Token == h.rec.Token {
-				break
-			}
-			log.Warn("another run took the expired lock over at the same time; waiting")
 			continue
 		}
 		if !time.Now().Before(deadline) {
@@ -211,8 +209,8 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 
 // renew extends the lock every TTL/3 until stopped. A failed renewal is
 // tried again every TTL/10; when a further try could not end well before
-// the expiry, or another run holds the lock, the lock is lost. Each try is bounded by TTL/4, so
-// a stalled store cannot hold a renewal past the expiry.
+// the expiry, or another run holds the lock, the lock is lost. Each try
+// is bounded by TTL/4, so a stalled store cannot hold one past the expiry.
 func (h *Held) renew(ctx context.Context, ttl time.Duration) {
 	defer close(h.done)
 	wait := ttl / 3

@@ -160,6 +160,42 @@ func TestObjectLockExpiredIsTakenOver(t *testing.T) {
 	})
 }
 
+// Several runs finding the same expired lock race to take it over; the
+// read-back after each new lock leaves exactly one holding it.
+func TestObjectLockExpiredRaceHasOneWinner(t *testing.T) {
+	eachObjectStore(t, func(t *testing.T, st objectStore) {
+		writeRecord(t, st, record{Owner: "killed", Expires: time.Now().Add(-time.Second), Token: "dead"})
+		const n = 4
+		var wg sync.WaitGroup
+		held := make([]*sink.Held, n)
+		errs := make([]error, n)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				held[i], errs[i] = sink.Lock(context.Background(), st, sink.LockOptions{Owner: "run-" + strconv.Itoa(i)})
+			}()
+		}
+		wg.Wait()
+		winners := 0
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				winners++
+				if rec := readRecord(t, st); rec.Owner != "run-"+strconv.Itoa(i) {
+					t.Errorf("run-%d holds the lock but it names %q", i, rec.Owner)
+				}
+				defer held[i].Release(context.Background())
+			case !errors.Is(err, sink.ErrLocked):
+				t.Errorf("run-%d: err = %v, want nil or ErrLocked", i, err)
+			}
+		}
+		if winners != 1 {
+			t.Fatalf("%d runs hold the lock, want 1; errors: %v", winners, errs)
+		}
+	})
+}
+
 func TestObjectLockLiveIsNotTakenOverBeforeExpiry(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		expires := time.Now().Add(1500 * time.Millisecond)
