@@ -170,8 +170,13 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 				h.removeIfOurs(context.WithoutCancel(ctx))
 				return nil, err
 			}
-			if again, err := readLock(ctx, b); err == nil && again.Token == h.rec.Token {
+			again, err := readLock(ctx, b)
+			if err == nil && again.Token == h.rec.Token {
 				break
+			}
+			if err != nil && !backend.IsNotExist(err) {
+				h.removeIfOurs(context.WithoutCancel(ctx))
+				return nil, fmt.Errorf("reading back lock %s: %w", LockName, err)
 			}
 			log.Warn("another run taking an expired lock over removed ours; trying again")
 			continue
