@@ -116,8 +116,9 @@ func (r *Reader) List(ctx context.Context, prefix string, fn func(backend.FileIn
 func (r *Reader) Properties() backend.Properties { return r.r.Properties() }
 func (r *Reader) Location() string               { return r.r.Location() }
 
-// Backend counts the calls to a writable store. It is a Copier when the
-// store underneath is one.
+// Backend counts the calls to a writable store. It always has CopyFrom,
+// which forwards to the store underneath when that is a Copier and
+// declines (ok=false, as a Copier may) when it is not.
 type Backend struct {
 	Reader
 	b backend.Backend
