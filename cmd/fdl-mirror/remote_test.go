@@ -193,7 +193,7 @@ func TestSyncThatCannotCompletePublishesNoIncompleteVersion(t *testing.T) {
 		}
 		return testserver.Pass
 	})
-	res := run(t, "sync", proxy.URL+"/", sink)
+	res := run(t, "sync", "--retries", "2", proxy.URL+"/", sink)
 	if res.code != 1 {
 		t.Fatalf("exit %d, want 1\n%s", res.code, res.stdout)
 	}

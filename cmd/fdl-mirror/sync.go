@@ -39,6 +39,7 @@ func cmdSync(args []string) int {
 	mirror := fs.String("mirror", "", "with --config: only this mirror")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
+	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
 	var trust trustFlags
@@ -74,7 +75,7 @@ func cmdSync(args []string) int {
 	job := fdlsync.Job{
 		Source: pos[0], Sink: pos[1], HTTPHeaders: headers,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
-		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait,
+		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries,
 	}
 	progress, done := newProgress(!*jsonOut)
 	report, err := fdlsync.RunJob(ctx, job, log, progress)

@@ -17,7 +17,10 @@ import (
 
 // Options carry what some protocols need besides the address.
 type Options struct {
-	Logger *zap.Logger
+	// Retries bounds the retries of one request after its first try; 0
+	// keeps each backend's default.
+	Retries int
+	Logger  *zap.Logger
 }
 
 // Open returns a writable store for the mirror at addr: a local path,
@@ -39,7 +42,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Backend, func
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", addr, err)
 		}
-		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger})
+		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -49,7 +52,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Backend, func
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", addr, err)
 		}
-		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger})
+		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -58,4 +61,11 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Backend, func
 		return nil, nil, fmt.Errorf("sink %s: HTTP(S) can only be a source", addr)
 	}
 	return nil, nil, fmt.Errorf("sink %s: unsupported address scheme %q", addr, scheme)
+}
+
+func attempts(retries int) int {
+	if retries <= 0 {
+		return 0
+	}
+	return retries + 1
 }

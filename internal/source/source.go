@@ -22,7 +22,10 @@ import (
 type Options struct {
 	// HTTPHeaders are sent with every HTTP(S) request ("Name: value").
 	HTTPHeaders []string
-	Logger      *zap.Logger
+	// Retries bounds the retries of one request after its first try, on
+	// 5xx, 429, resets and timeouts; 0 keeps each backend's default.
+	Retries int
+	Logger  *zap.Logger
 }
 
 // Open returns a reader for the repository at addr: a local path, file://,
@@ -44,7 +47,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 		if err != nil {
 			return nil, nil, fmt.Errorf("source %s: %w", addr, err)
 		}
-		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger})
+		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -54,7 +57,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 		if err != nil {
 			return nil, nil, fmt.Errorf("source %s: %w", addr, err)
 		}
-		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger})
+		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -69,13 +72,21 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 			}
 			return nil, nil, fmt.Errorf("source: invalid %s:// address: %w", scheme, err)
 		}
-		st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, Logger: opts.Logger})
+		st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, Logger: opts.Logger, RetryMax: opts.Retries})
 		if err != nil {
 			return nil, nil, err
 		}
 		return st, st.Close, nil
 	}
 	return nil, nil, fmt.Errorf("source %s: unsupported address scheme %q", addr, scheme)
+}
+
+// attempts turns a retry count into the tries a backend makes (0: its default).
+func attempts(retries int) int {
+	if retries <= 0 {
+		return 0
+	}
+	return retries + 1
 }
 
 // Scheme splits an address into its scheme and the rest; a plain path and

@@ -562,7 +562,8 @@ func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 			return nil
 		}
 		var r *refusal
-		if errors.As(err, &r) || backend.IsNotExist(err) || ctx.Err() != nil || errors.Is(err, backend.ErrInvalidName) {
+		var se *sourceError
+		if errors.As(err, &r) || errors.As(err, &se) || backend.IsNotExist(err) || ctx.Err() != nil || errors.Is(err, backend.ErrInvalidName) {
 			return err
 		}
 		e.log.Warn("copy failed; retrying", zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
@@ -579,7 +580,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 	if c, ok := backend.Innermost(e.dst).(backend.Copier); ok {
 		fi, err := e.src.Stat(ctx, name)
 		if err != nil {
-			return 0, err
+			return 0, &sourceError{err}
 		}
 		if size >= 0 && fi.Size != size {
 			return 0, sizeRefusal(name, fi.Size, size)
@@ -590,7 +591,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 	}
 	rc, err := e.src.Open(ctx, name)
 	if err != nil {
-		return 0, err
+		return 0, &sourceError{err}
 	}
 	defer rc.Close()
 	var body io.Reader = rc
@@ -609,7 +610,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 		if size < 0 {
 			fi, err := e.src.Stat(ctx, name)
 			if err != nil {
-				return 0, err
+				return 0, &sourceError{err}
 			}
 			size = fi.Size
 		}
@@ -627,6 +628,14 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 	}
 	return size, nil
 }
+
+// sourceError is a request to the source that failed after the backend's
+// own retries: the engine does not retry it again. What it retries are
+// streams cut after they started.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
 
 func sizeRefusal(name string, got, want int64) *refusal {
 	return refuse(ReasonSizeMismatch, "", name, "data file %s has %d bytes upstream, the catalog records %d", name, got, want)

@@ -28,6 +28,7 @@ type Job struct {
 	Concurrency        int
 	DryRun             bool
 	LockWait           time.Duration // how long to wait for another run's lock
+	Retries            int           // retries of one request; 0 = each backend's default
 }
 
 // ConfigError is a problem with the job itself (an address, a trust file):
@@ -82,12 +83,12 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 	if err != nil {
 		return nil, err
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Logger: log})
+	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
 	defer closeSrc()
-	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Logger: log})
+	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
@@ -151,13 +152,13 @@ func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, erro
 	if log == nil {
 		log = zap.NewNop()
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Logger: log})
+	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
 	defer closeSrc()
 	mine := repo.Refs{}
-	dst, closeDst, err := source.Open(ctx, job.Sink, source.Options{Logger: log})
+	dst, closeDst, err := source.Open(ctx, job.Sink, source.Options{Retries: job.Retries, Logger: log})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// A mirror not made yet is behind on every ref.
