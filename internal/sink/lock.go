@@ -165,46 +165,51 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 	for {
 		h.rec.Expires = time.Now().Add(opts.TTL).UTC()
 		err := b.Create(ctx, LockName, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
-		if err == nil {
-			if err := sleep(ctx, settle); err != nil {
-				h.removeIfOurs(context.WithoutCancel(ctx))
-				return nil, err
+		if errors.Is(err, backend.ErrExist) {
+			cur, rerr := readLock(ctx, b)
+			switch {
+			case backend.IsNotExist(rerr):
+				continue // released meanwhile
+			case rerr != nil:
+				return nil, rerr
+			case cur.Token == h.rec.Token:
+				// Our Create went through but its answer was lost, and
+				// the retry found our own lock.
+				h.rec.Expires = cur.Expires
+				err = nil
+			case time.Now().After(cur.Expires):
+				log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
+				if err := b.Remove(ctx, LockName); err != nil {
+					return nil, fmt.Errorf("removing expired lock %s: %w", LockName, err)
+				}
+				continue
+			case !time.Now().Before(deadline):
+				return nil, fmt.Errorf("%w: %s holds %s until %s", ErrLocked, cur.Owner, LockName, cur.Expires.Format(time.RFC3339))
+			default:
+				log.Info("waiting for the lock", zap.String("owner", cur.Owner), zap.Time("expires", cur.Expires))
+				if err := sleep(ctx, min(poll, time.Until(deadline))); err != nil {
+					return nil, err
+				}
+				continue
 			}
-			again, err := readLock(ctx, b)
-			if err == nil && again.Token == h.rec.Token {
-				break
-			}
-			if err != nil && !backend.IsNotExist(err) {
-				h.removeIfOurs(context.WithoutCancel(ctx))
-				return nil, fmt.Errorf("reading back lock %s: %w", LockName, err)
-			}
-			log.Warn("another run taking an expired lock over removed ours; trying again")
-			continue
-		}
-		if !errors.Is(err, backend.ErrExist) {
-			return nil, fmt.Errorf("taking lock %s: %w", LockName, err)
-		}
-		cur, err := readLock(ctx, b)
-		if backend.IsNotExist(err) {
-			continue // released meanwhile
 		}
 		if err != nil {
+			return nil, fmt.Errorf("taking lock %s: %w", LockName, err)
+		}
+		// Ours is there: read it back after a pause (see Lock).
+		if err := sleep(ctx, settle); err != nil {
+			h.removeIfOurs(context.WithoutCancel(ctx))
 			return nil, err
 		}
-		if time.Now().After(cur.Expires) {
-			log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
-			if err := b.Remove(ctx, LockName); err != nil {
-				return nil, fmt.Errorf("removing expired lock %s: %w", LockName, err)
-			}
-			continue
+		again, err := readLock(ctx, b)
+		if err == nil && again.Token == h.rec.Token {
+			break
 		}
-		if !time.Now().Before(deadline) {
-			return nil, fmt.Errorf("%w: %s holds %s until %s", ErrLocked, cur.Owner, LockName, cur.Expires.Format(time.RFC3339))
+		if err != nil && !backend.IsNotExist(err) {
+			h.removeIfOurs(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("reading back lock %s: %w", LockName, err)
 		}
-		log.Info("waiting for the lock", zap.String("owner", cur.Owner), zap.Time("expires", cur.Expires))
-		if err := sleep(ctx, min(poll, time.Until(deadline))); err != nil {
-			return nil, err
-		}
+		log.Warn("another run taking an expired lock over removed ours; trying again")
 	}
 	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	h.stop = stop

@@ -6,12 +6,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,6 +199,35 @@ func TestObjectLockExpiredRaceHasOneWinner(t *testing.T) {
 			t.Fatalf("%d runs hold the lock, want 1; errors: %v", winners, errs)
 		}
 	})
+}
+
+// A Create whose answer is lost is retried by the client, and the retry
+// finds the lock that the first try made: that is our lock, not another
+// run's.
+func TestObjectLockCreateWithLostAnswerIsTaken(t *testing.T) {
+	srv := testserver.S3(t)
+	target, _ := url.Parse(srv.Endpoint)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	var lost atomic.Int32
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Method == http.MethodPut && strings.HasSuffix(resp.Request.URL.Path, "/"+sink.LockName) &&
+			resp.StatusCode == http.StatusOK && lost.Add(1) == 1 {
+			return errors.New("answer lost on purpose") // the client gets a 502
+		}
+		return nil
+	}
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	addr := strings.Replace(srv.URL(srv.Bucket(t), "mirror"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+	st := openObjectStore(t, addr, srv.Process)
+	h := mustLock(t, st, sink.LockOptions{Owner: "me"})
+	defer h.Release(context.Background())
+	if lost.Load() == 0 {
+		t.Fatal("no answer was lost; the test tested nothing")
+	}
+	if rec := readRecord(t, st); rec.Owner != "me" {
+		t.Fatalf("lock names %q", rec.Owner)
+	}
 }
 
 func TestObjectLockLiveIsNotTakenOverBeforeExpiry(t *testing.T) {
