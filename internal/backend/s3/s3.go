@@ -2,7 +2,8 @@
 // MinIO, Versity S3 Gateway…), through aws-sdk-go-v2.
 //
 // An address is s3://BUCKET/PREFIX/?endpoint=URL&region=REGION&use_path_style=true;
-// the query parameters are optional and follow the Go CDK URL convention.
+// the query parameters are optional and follow the Go CDK URL convention,
+// which also gives anonymous=true for public buckets read unsigned.
 // Credentials and, unless the address names one, the region come from the
 // SDK's standard chain (environment, shared config, IMDS, web identity);
 // nothing here reads a secret itself.
@@ -125,7 +126,7 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	s.location = "s3://" + s.bucket + "/" + s.prefix
 
 	var region string
-	var pathStyle bool
+	var pathStyle, anonymous bool
 	for key, values := range u.Query() {
 		value := values[len(values)-1]
 		switch key {
@@ -139,8 +140,18 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 				return nil, fmt.Errorf("%s: use_path_style=%q is not a boolean", s.location, value)
 			}
 			pathStyle = b
+		case "anonymous":
+			// Public buckets (open data) are read unsigned; without
+			// this the chain would look for credentials, IMDS included.
+			b, err := strconv.ParseBool(value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: anonymous=%q is not a boolean", s.location, value)
+			}
+			anonymous = b
+		case "awssdk":
+			// Go CDK's choice of SDK version; this is always v2.
 		default:
-			return nil, fmt.Errorf("%s: unknown query parameter %q (known: endpoint, region, use_path_style)", s.location, key)
+			return nil, fmt.Errorf("%s: unknown query parameter %q (known: endpoint, region, use_path_style, anonymous)", s.location, key)
 		}
 	}
 	s.log = opts.Logger.With(zap.String("store", s.location))
@@ -167,6 +178,9 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	}
 	if region != "" {
 		loadOpts = append(loadOpts, config.WithRegion(region))
+	}
+	if anonymous {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(aws.AnonymousCredentials{}))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
 	if err != nil {

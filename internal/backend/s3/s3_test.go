@@ -338,6 +338,37 @@ func TestErrorsNameTheObjectNeverTheSecret(t *testing.T) {
 	}
 }
 
+// anonymous=true sends requests unsigned, as public buckets are read.
+func TestAnonymousRequestsAreUnsigned(t *testing.T) {
+	srv := startS3(t)
+	u, _ := url.Parse(srv.Endpoint)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var signed, unsigned atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") == "" {
+			unsigned.Add(1)
+		} else {
+			signed.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	addr := strings.Replace(srv.URL(srv.Bucket(t), "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+	ctx := context.Background()
+	open(t, addr, s3.Options{}).Stat(ctx, "x")
+	if signed.Load() == 0 || unsigned.Load() != 0 {
+		t.Fatalf("default store: %d signed, %d unsigned requests", signed.Load(), unsigned.Load())
+	}
+	signed.Store(0)
+	_, err := open(t, addr+"&anonymous=true", s3.Options{MaxAttempts: 1}).Stat(ctx, "x")
+	if err == nil || backend.IsNotExist(err) {
+		t.Fatalf("an unsigned Stat in a private bucket: err = %v, want access denied", err)
+	}
+	if signed.Load() != 0 || unsigned.Load() == 0 {
+		t.Fatalf("anonymous store: %d signed, %d unsigned requests", signed.Load(), unsigned.Load())
+	}
+}
+
 func TestOpenRefusesBadAddresses(t *testing.T) {
 	for _, addr := range []string{
 		"s3://bucket/p/?endpoint=http://x&regoin=eu",       // typo: unknown parameter
