@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -455,13 +456,24 @@ func (e *engine) versionFiles(ctx context.Context, id string) (map[string]int64,
 // mirrorDataFiles makes sure the sink has every file the catalog needs,
 // with the recorded size.
 func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog) error {
+	// A fixed pool of workers rather than one goroutine per file: a
+	// catalog may list tens of thousands of files, and their stacks alone
+	// would pass the memory budget.
 	var wg gosync.WaitGroup
 	errs := make([]error, len(cat.Files))
-	for i, f := range cat.Files {
+	var next atomic.Int64
+	for range min(e.opts.Concurrency, len(cat.Files)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = e.dataFile(ctx, e.settings.DataDir+f.Path, f.Size)
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(cat.Files) {
+					return
+				}
+				f := cat.Files[i]
+				errs[i] = e.dataFile(ctx, e.settings.DataDir+f.Path, f.Size)
+			}
 		}()
 	}
 	wg.Wait()
