@@ -239,14 +239,8 @@ func TestDaemonMirrorsOnSchedulesFollowsUpstreamAndReloads(t *testing.T) {
 			return fmt.Sprint(mirrorRefs(t, m.sink)) == fmt.Sprint(m.repo.Refs)
 		})
 	}
-	fdltest.AssertMirrored(t, a.up, a.sink, nil)
-	fdltest.AssertMirrored(t, b.up, b.sink, nil)
-
-	res = run(t, "status", "--config", configPath)
-	if res.code != 0 || strings.Contains(res.stdout, "behind") {
-		t.Errorf("status after mirroring: exit %d\n%s%s", res.code, res.stdout, res.stderr)
-	}
-
+	// The refs are in place before refs.json and HEAD: wait for the runs
+	// to end (the metrics are set then) before comparing whole trees.
 	var metrics map[string]float64
 	waitUntil(t, "a success of both mirrors in /metrics", 10*time.Second, func() bool {
 		metrics = scrape(t, addr)
@@ -254,6 +248,13 @@ func TestDaemonMirrorsOnSchedulesFollowsUpstreamAndReloads(t *testing.T) {
 		_, okB := metrics[`fdl_mirror_last_success_timestamp_seconds{mirror="beta"}`]
 		return okA && okB
 	})
+	fdltest.AssertMirrored(t, a.up, a.sink, nil)
+	fdltest.AssertMirrored(t, b.up, b.sink, nil)
+
+	res = run(t, "status", "--config", configPath)
+	if res.code != 0 || strings.Contains(res.stdout, "behind") {
+		t.Errorf("status after mirroring: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
 	for _, m := range []struct {
 		testMirror
 		refs int
@@ -292,14 +293,14 @@ func TestDaemonMirrorsOnSchedulesFollowsUpstreamAndReloads(t *testing.T) {
 		return readRef(t, a.sink, generate.MainRef) == id
 	})
 	t.Logf("new upstream version mirrored %s after it was made", time.Since(added).Round(time.Millisecond))
-	fdltest.AssertMirrored(t, a.up, a.sink, nil)
-	if p := fdltest.Complete(t, a.sink); len(p) > 0 {
-		t.Errorf("incomplete: %v", p)
-	}
 	waitUntil(t, "the move in /metrics", 10*time.Second, func() bool {
 		metrics = scrape(t, addr)
 		return metrics[`fdl_mirror_refs_moved_total{mirror="alpha"}`] == float64(len(repoA.Refs)+1)
 	})
+	fdltest.AssertMirrored(t, a.up, a.sink, nil)
+	if p := fdltest.Complete(t, a.sink); len(p) > 0 {
+		t.Errorf("incomplete: %v", p)
+	}
 	// The counters grew by the new files (data and version directory),
 	// plus the ref files rewritten (the moved ref, refs.json, HEAD at most).
 	var newFiles, newBytes, mutableFiles, mutableBytes float64
