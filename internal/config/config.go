@@ -54,6 +54,8 @@ type Mirror struct {
 	HTTPHeaders []string
 	// LockWait is how long a run waits for another run's lock on the sink.
 	LockWait time.Duration
+	// Retries is how often one request is retried; 0 means each backend's default.
+	Retries int
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -301,6 +303,11 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			}
 		case "http_headers":
 			m.HTTPHeaders = p.headers(v, where+".http_headers")
+		case "retries":
+			m.Retries = p.integer(v, where+".retries")
+			if m.Retries < 0 {
+				p.addf(v.Line, "%s.retries: %d: must not be negative", where, m.Retries)
+			}
 		case "lock_wait":
 			s := p.str(v, where+".lock_wait")
 			if s != "" {

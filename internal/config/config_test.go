@@ -100,6 +100,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		Concurrency:        8,
 		HTTPHeaders:        []string{"Authorization: Bearer s3cret"},
 		LockWait:           30 * time.Second,
+		Retries:            5,
 		Line:               towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {
@@ -212,6 +213,7 @@ mirrors:
   - source: /u
     sink: /d
     lock_wait: soon
+    retries: -1
     http_headers: ["no colon here"]
   - just a string
   - name: f
@@ -244,11 +246,12 @@ mirrors:
 	wantProblem(t, ps, 18, "require_signatures needs trusted_signers")
 	wantProblem(t, ps, 19, "mirrors[4]", "no name")
 	wantProblem(t, ps, 21, "lock_wait", `"soon"`)
-	wantProblem(t, ps, 22, "http_headers[0]", "Name: value")
-	wantProblem(t, ps, 23, "mirrors[5]", "must be a mapping")
-	wantProblem(t, ps, 27, "source", "given twice", "line 25")
-	if len(ps) != 19 {
-		t.Errorf("want 19 problems, got %d:\n%v", len(ps), ps)
+	wantProblem(t, ps, 22, "retries", "-1", "must not be negative")
+	wantProblem(t, ps, 23, "http_headers[0]", "Name: value")
+	wantProblem(t, ps, 24, "mirrors[5]", "must be a mapping")
+	wantProblem(t, ps, 28, "source", "given twice", "line 26")
+	if len(ps) != 20 {
+		t.Errorf("want 20 problems, got %d:\n%v", len(ps), ps)
 	}
 	for i := 1; i < len(ps); i++ {
 		if ps[i].Line < ps[i-1].Line {

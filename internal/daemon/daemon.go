@@ -392,5 +392,6 @@ func Job(m config.Mirror) fdlsync.Job {
 		SignatureNamespace: m.SignatureNamespace,
 		Concurrency:        m.Concurrency,
 		LockWait:           m.LockWait,
+		Retries:            m.Retries,
 	}
 }
