@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -398,5 +400,30 @@ func TestResult(t *testing.T) {
 		if got := Result(c.rep, c.err, c.canceled); got != c.want {
 			t.Errorf("Result(%v, %v, %v) = %s, want %s", c.rep, c.err, c.canceled, got, c.want)
 		}
+	}
+}
+
+// Every setting of a configured mirror reaches the engine's job; a field
+// added to both without the mapping fails here.
+func TestJobCarriesEveryMirrorSetting(t *testing.T) {
+	m := config.Mirror{
+		Name: "towns", Source: "/u", Sink: "/d", Schedule: "@hourly",
+		TrustedSigners: "/k", RequireSignatures: true, SignatureNamespace: "ns",
+		Concurrency: 3, HTTPHeaders: []string{"A: b"}, LockWait: time.Second, Retries: 2, Line: 4,
+	}
+	job := Job(m)
+	v := reflect.ValueOf(job)
+	for i := 0; i < v.NumField(); i++ {
+		name := v.Type().Field(i).Name
+		if name != "DryRun" && v.Field(i).IsZero() {
+			t.Errorf("Job.%s not set from the mirror", name)
+		}
+	}
+	if job.DryRun {
+		t.Error("the daemon's jobs are dry runs")
+	}
+	if job.Name != m.Name || job.Source != m.Source || job.Sink != m.Sink || job.TrustedSigners != m.TrustedSigners ||
+		job.SignatureNamespace != m.SignatureNamespace || job.Concurrency != 3 || job.LockWait != time.Second || job.Retries != 2 {
+		t.Errorf("job = %+v", job)
 	}
 }
