@@ -49,6 +49,7 @@ type config struct {
 	bigSize     int64
 	newFiles    int
 	bigRuns     int
+	fullRuns    int
 }
 
 // shape is versions × data files per version.
@@ -88,6 +89,7 @@ func run(args []string) int {
 	fs.StringVar(&large, "large", "256MiB,256MiB,256MiB", "large data files in the medium repository's first version")
 	fs.StringVar(&big, "big", "2GiB", "size of the one large file of the big repository")
 	fs.IntVar(&cfg.newFiles, "new-files", 10, "data files of the incremental run's new version")
+	fs.IntVar(&cfg.fullRuns, "full-runs", 2, "runs of each tool's first full mirror (the best time is kept)")
 	fs.IntVar(&cfg.bigRuns, "big-runs", 3, "runs of each tool on the big repository (the best time is kept)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -371,7 +373,7 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 	if !b.cfg.keep {
 		os.RemoveAll(dir)
 		if s3 != nil {
-			for _, bucket := range []string{s3.up, s3.fdl, s3.rclone} {
+			for _, bucket := range append([]string{s3.up, s3.fdl, s3.rclone}, s3.extra...) {
 				os.RemoveAll(filepath.Join(b.gw.dir, bucket))
 			}
 		}
