@@ -5,12 +5,9 @@ package sink
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	"go.uber.org/zap"
 )
@@ -37,35 +34,10 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Backend, func
 			return nil, nil, err
 		}
 		return l, l.Close, nil
-	case "s3":
-		u, err := url.Parse(addr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sink %s: %w", addr, err)
-		}
-		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
-		if err != nil {
-			return nil, nil, err
-		}
-		return st, func() error { return nil }, nil
-	case "gs":
-		u, err := url.Parse(addr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sink %s: %w", addr, err)
-		}
-		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
-		if err != nil {
-			return nil, nil, err
-		}
-		return st, st.Close, nil
+	case "s3", "gs":
+		return source.OpenObjectStore(ctx, addr, opts.Retries, opts.Logger)
 	case "http", "https":
 		return nil, nil, fmt.Errorf("sink %s: HTTP(S) can only be a source", addr)
 	}
 	return nil, nil, fmt.Errorf("sink %s: unsupported address scheme %q", addr, scheme)
-}
-
-func attempts(retries int) int {
-	if retries <= 0 {
-		return 0
-	}
-	return retries + 1
 }

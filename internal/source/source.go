@@ -42,26 +42,8 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 			return nil, nil, err
 		}
 		return l, l.Close, nil
-	case "s3":
-		u, err := url.Parse(addr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("source %s: %w", addr, err)
-		}
-		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
-		if err != nil {
-			return nil, nil, err
-		}
-		return st, func() error { return nil }, nil
-	case "gs":
-		u, err := url.Parse(addr)
-		if err != nil {
-			return nil, nil, fmt.Errorf("source %s: %w", addr, err)
-		}
-		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
-		if err != nil {
-			return nil, nil, err
-		}
-		return st, st.Close, nil
+	case "s3", "gs":
+		return OpenObjectStore(ctx, addr, opts.Retries, opts.Logger)
 	case "http", "https":
 		u, err := url.Parse(addr)
 		if err != nil {
@@ -79,6 +61,30 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 		return st, st.Close, nil
 	}
 	return nil, nil, fmt.Errorf("source %s: unsupported address scheme %q", addr, scheme)
+}
+
+// OpenObjectStore opens an s3:// or gs:// address, a backend that both
+// roles share: the sink package opens its mirrors with it too.
+func OpenObjectStore(ctx context.Context, addr string, retries int, log *zap.Logger) (backend.Backend, func() error, error) {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", addr, err)
+	}
+	switch u.Scheme {
+	case "s3":
+		st, err := s3.Open(ctx, u, s3.Options{Logger: log, MaxAttempts: attempts(retries)})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, func() error { return nil }, nil
+	case "gs":
+		st, err := gcs.Open(ctx, u, gcs.Options{Logger: log, MaxAttempts: attempts(retries)})
+		if err != nil {
+			return nil, nil, err
+		}
+		return st, st.Close, nil
+	}
+	return nil, nil, fmt.Errorf("%s: not an object store address", addr)
 }
 
 // attempts turns a retry count into the tries a backend makes (0: its default).
