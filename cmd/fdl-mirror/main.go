@@ -26,6 +26,7 @@ usage:
   fdl-mirror verify [flags] TARGET        check a repository or mirror, trusting nothing
   fdl-mirror status SOURCE SINK | --config FILE
   fdl-mirror daemon --config FILE         run every configured mirror on its schedule
+  fdl-mirror daemon --config FILE --check check the config and exit
   fdl-mirror version
 
 Run 'fdl-mirror COMMAND -h' for a command's flags.
