@@ -144,7 +144,7 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 		DisableCompression: true,
 	}
 	s.client = &retryablehttp.Client{
-		HTTPClient:     &http.Client{Transport: transport},
+		HTTPClient:     &http.Client{Transport: transport, CheckRedirect: s.checkRedirect},
 		RetryMax:       s.retryMax,
 		RetryWaitMin:   s.waitMin,
 		RetryWaitMax:   s.waitMax,
@@ -156,6 +156,21 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 		// prints could carry user:password. logRetry logs what matters.
 	}
 	return s, nil
+}
+
+// checkRedirect keeps the operator's --http-header values (an API key, a
+// bearer token) from following a redirect to another host: net/http drops
+// only Authorization and Cookie by itself.
+func (s *Store) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if req.URL.Host != s.base.Host || req.URL.Scheme != s.base.Scheme {
+		for k := range s.header {
+			req.Header.Del(k)
+		}
+	}
+	return nil
 }
 
 // Location is the base URL, without a password.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -346,5 +347,43 @@ func TestGivesUpAfterRetryMax(t *testing.T) {
 	}
 	if proxy.Requests() != 10 {
 		t.Errorf("%d requests, want 5 more", proxy.Requests())
+	}
+}
+
+// A redirect to another host must not carry the operator's headers (an API
+// key) along; a redirect within the host keeps them.
+func TestHeadersDoNotFollowARedirectToAnotherHost(t *testing.T) {
+	var leaked, kept []string
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked = append(leaked, r.Header.Get("X-Api-Key"))
+		w.Write([]byte("{}"))
+	}))
+	defer other.Close()
+	var home *httptest.Server
+	home = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/away.json":
+			http.Redirect(w, r, other.URL+"/x.json", http.StatusFound)
+		case "/here.json":
+			http.Redirect(w, r, home.URL+"/same.json", http.StatusFound)
+		default:
+			kept = append(kept, r.Header.Get("X-Api-Key"))
+			w.Write([]byte("{}"))
+		}
+	}))
+	defer home.Close()
+	s := open(t, home.URL+"/", httpstore.Options{Headers: []string{"X-Api-Key: s3cret-key"}})
+	ctx := context.Background()
+	if _, err := readAll(ctx, s, "away.json"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readAll(ctx, s, "here.json"); err != nil {
+		t.Fatal(err)
+	}
+	if len(leaked) != 1 || leaked[0] != "" {
+		t.Errorf("the other host got X-Api-Key %q", leaked)
+	}
+	if len(kept) != 1 || kept[0] != "s3cret-key" {
+		t.Errorf("a redirect within the host lost the header: %q", kept)
 	}
 }
