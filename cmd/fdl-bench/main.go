@@ -50,6 +50,7 @@ type config struct {
 	newFiles    int
 	bigRuns     int
 	fullRuns    int
+	rcloneTuned bool
 }
 
 // shape is versions × data files per version.
@@ -89,6 +90,7 @@ func run(args []string) int {
 	fs.StringVar(&large, "large", "256MiB,256MiB,256MiB", "large data files in the medium repository's first version")
 	fs.StringVar(&big, "big", "2GiB", "size of the one large file of the big repository")
 	fs.IntVar(&cfg.newFiles, "new-files", 10, "data files of the incremental run's new version")
+	fs.BoolVar(&cfg.rcloneTuned, "rclone-tuned", true, "on S3, also run rclone copy --fast-list --checksum")
 	fs.IntVar(&cfg.fullRuns, "full-runs", 2, "runs of each tool's first full mirror (the best time is kept)")
 	fs.IntVar(&cfg.bigRuns, "big-runs", 3, "runs of each tool on the big repository (the best time is kept)")
 	if err := fs.Parse(args); err != nil {
@@ -211,6 +213,8 @@ type measure struct {
 	// (local runs); -1 or 0 when not measured.
 	syscalls   int64
 	syscallOps string
+	// stale: after the run the mirror's refs/heads/main was not upstream's.
+	stale bool
 }
 
 func newBench(ctx context.Context, cfg config) (*bench, error) {
@@ -373,7 +377,7 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 	if !b.cfg.keep {
 		os.RemoveAll(dir)
 		if s3 != nil {
-			for _, bucket := range append([]string{s3.up, s3.fdl, s3.rclone}, s3.extra...) {
+			for _, bucket := range append([]string{s3.up, s3.fdl, s3.rclone, s3.tuned}, s3.extra...) {
 				os.RemoveAll(filepath.Join(b.gw.dir, bucket))
 			}
 		}
@@ -438,7 +442,7 @@ func (b *bench) markdown() string {
 				sys = m.syscalls
 			}
 			fmt.Fprintf(&w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-				g.repo, g.scenario, g.stores, m.tool, seconds(m.wall), ratio,
+				g.repo, g.scenario, g.stores, toolName(m), seconds(m.wall), ratio,
 				count(m.srcReq, m.approx), count(m.dstReq, m.approx), count(m.seen, m.approx), count(sys, false), mib(m.bytes), mib(m.rss))
 		}
 	}
@@ -461,6 +465,13 @@ func (b *bench) markdown() string {
 		w.WriteString("\n" + n + "\n")
 	}
 	return w.String()
+}
+
+func toolName(m *measure) string {
+	if m.stale {
+		return m.tool + " (**main not updated**)"
+	}
+	return m.tool
 }
 
 func seconds(d time.Duration) string {
@@ -517,6 +528,9 @@ func machineInfo(ctx context.Context, work string) string {
 	}
 	if c, err := runChild(ctx, nil, "df", "-hT", work); err == nil {
 		lines = append(lines, "- disk under the scratch folder (`df -hT`):\n\n```\n"+strings.TrimRight(c.Stdout, "\n")+"\n```\n")
+	}
+	if c, err := runChild(ctx, nil, "findmnt", "-no", "SOURCE,FSTYPE,OPTIONS", "-T", work); err == nil {
+		lines = append(lines, "- its mount: `"+strings.TrimSpace(c.Stdout)+"`")
 	}
 	if c, err := runChild(ctx, nil, "uname", "-sr"); err == nil {
 		lines = append(lines, "- kernel: "+strings.TrimSpace(c.Stdout))
