@@ -429,3 +429,21 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// A host marks a version past its retention period with expired.json, in a
+// version the mirror already has: the next sync copies the marker, and
+// nothing else.
+func TestSyncCopiesAnExpiredMarkerAddedToAMirroredVersion(t *testing.T) {
+	_, up, sink := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 2})
+	if res := run(t, "sync", up, sink); res.code != 0 {
+		t.Fatalf("first sync: exit %d", res.code)
+	}
+	marker := filepath.Join("versions", repo.Versions[0], "expired.json")
+	writeFile(t, filepath.Join(up, marker), `{"expired": "2026-11-30"}`)
+	rep, res := syncJSON(t, up, sink)
+	if res.code != 0 || rep.FilesCopied != 1 || rep.CatalogsRead != 0 {
+		t.Fatalf("exit %d, copied %d files, read %d catalogs; want the marker alone", res.code, rep.FilesCopied, rep.CatalogsRead)
+	}
+	fdltest.AssertMirrored(t, up, sink, nil)
+}

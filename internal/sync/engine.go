@@ -135,6 +135,7 @@ func (e *engine) run(ctx context.Context) error {
 		roots = append(roots, upstream[name])
 	}
 	e.mirrorVersions(ctx, roots)
+	e.completeVersionDirs(ctx)
 	if err := ctx.Err(); err != nil {
 		return err // never move refs after an interrupted stage one
 	}
@@ -313,7 +314,6 @@ func (e *engine) mirrorVersions(ctx context.Context, roots []string) {
 		done := e.published[id]
 		e.mu.Unlock()
 		if done {
-			e.completeVersionDir(ctx, id)
 			return
 		}
 		wg.Add(1)
@@ -414,7 +414,7 @@ func (e *engine) mirrorVersion(ctx context.Context, id string, isRoot bool) (par
 		return parents, refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
 	}
 
-	if err := e.mirrorDataFiles(ctx, id, cat); err != nil {
+	if err := e.mirrorDataFiles(ctx, id, cat, e.knownFromParents(ctx, parents)); err != nil {
 		return parents, err
 	}
 	if err := e.writeVersionDir(ctx, id, files, fetched, raw, sig); err != nil {
@@ -453,26 +453,90 @@ func (e *engine) versionFiles(ctx context.Context, id string) (map[string]int64,
 	return files, nil
 }
 
+// maxStatChecks is how many data files of a version are checked in the
+// sink one by one (Stat) before one listing of data_dir is cheaper: about
+// one list page of S3 or GCS.
+const maxStatChecks = 1000
+
+// knownFromParents returns the data files the sink certainly holds when
+// every parent of a version is complete there: the files their catalogs
+// list, read back from the sink (a version is published only once all its
+// files are there; the engine already trusts that by never walking below
+// a complete version). Checking a new version against them, and the few
+// files they lack one by one, costs a request per parent, where a listing
+// of data_dir costs a page per thousand files of the whole repository, and
+// a stat of each on a disk. These sink catalogs are not upstream catalogs
+// and are not counted in Report.CatalogsRead. nil when a parent is not
+// complete in the sink or its catalog cannot be read: every file is then
+// checked against the listing.
+func (e *engine) knownFromParents(ctx context.Context, parents []string) map[string]int64 {
+	if len(parents) == 0 {
+		return nil
+	}
+	known := map[string]int64{}
+	for _, p := range parents {
+		e.mu.Lock()
+		done := e.published[p]
+		e.mu.Unlock()
+		if !done {
+			return nil
+		}
+		select {
+		case e.catalogSlots <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		cat, err := e.readSinkCatalog(ctx, p)
+		<-e.catalogSlots
+		if err != nil {
+			e.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
+				zap.String("version", p), zap.Error(err))
+			return nil
+		}
+		for _, f := range cat.Files {
+			known[e.settings.DataDir+f.Path] = f.Size
+		}
+	}
+	return known
+}
+
+func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catalog, error) {
+	fetched, err := catalog.Fetch(ctx, e.dst, repo.VersionFile(id, repo.CatalogFile), e.tmpDir)
+	if err != nil {
+		return nil, err
+	}
+	defer fetched.Remove()
+	return catalog.Read(ctx, fetched.Path)
+}
+
 // mirrorDataFiles makes sure the sink has every file the catalog needs,
-// with the recorded size.
-func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog) error {
+// with the recorded size. Files in known (see knownFromParents) with the
+// recorded size are there already.
+func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
+	var todo []int // indexes into cat.Files of the files to check
+	for i, f := range cat.Files {
+		if size, ok := known[e.settings.DataDir+f.Path]; !ok || size != f.Size || f.Size < 0 {
+			todo = append(todo, i)
+		}
+	}
+	byStat := known != nil && len(todo) <= maxStatChecks
 	// A fixed pool of workers rather than one goroutine per file: a
 	// catalog may list tens of thousands of files, and their stacks alone
 	// would pass the memory budget.
 	var wg gosync.WaitGroup
 	errs := make([]error, len(cat.Files))
 	var next atomic.Int64
-	for range min(e.opts.Concurrency, len(cat.Files)) {
+	for range min(e.opts.Concurrency, len(todo)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(cat.Files) {
+				j := int(next.Add(1)) - 1
+				if j >= len(todo) {
 					return
 				}
-				f := cat.Files[i]
-				errs[i] = e.dataFile(ctx, e.settings.DataDir+f.Path, f.Size)
+				f := cat.Files[todo[j]]
+				errs[todo[j]] = e.dataFile(ctx, e.settings.DataDir+f.Path, f.Size, byStat)
 			}
 		}()
 	}
@@ -497,8 +561,9 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 }
 
 // dataFile copies one data file unless the sink has it; each name is
-// handled once per run, whichever versions need it.
-func (e *engine) dataFile(ctx context.Context, name string, size int64) error {
+// handled once per run, whichever versions need it. byStat asks the sink
+// about this file alone rather than listing data_dir.
+func (e *engine) dataFile(ctx context.Context, name string, size int64, byStat bool) error {
 	e.mu.Lock()
 	call, ok := e.dataCalls[name]
 	if !ok {
@@ -514,12 +579,16 @@ func (e *engine) dataFile(ctx context.Context, name string, size int64) error {
 		return call.err
 	}
 	defer close(call.done)
-	call.err = e.ensureDataFile(ctx, name, size)
+	call.err = e.ensureDataFile(ctx, name, size, byStat)
 	return call.err
 }
 
-func (e *engine) ensureDataFile(ctx context.Context, name string, size int64) error {
-	have, known, err := e.sinkDataFile(ctx, name)
+func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, byStat bool) error {
+	lookup := e.sinkDataFile
+	if byStat {
+		lookup = e.statSinkFile
+	}
+	have, known, err := lookup(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -530,6 +599,18 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64) er
 		return nil
 	}
 	return e.copyFile(ctx, name, size)
+}
+
+// statSinkFile says whether the sink has a data file, asking for it alone.
+func (e *engine) statSinkFile(ctx context.Context, name string) (int64, bool, error) {
+	fi, err := e.dst.Stat(ctx, name)
+	if backend.IsNotExist(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("sink %s: %w", e.dst.Location(), err)
+	}
+	return fi.Size, true, nil
 }
 
 // sinkDataFile says whether the sink has a data file, from one listing of
@@ -745,21 +826,26 @@ func (e *engine) writeVersionDir(ctx context.Context, id string, files map[strin
 	return nil
 }
 
-// completeVersionDir copies files that appeared upstream in a version the
-// sink already has (expired.json is added when a version passes its
-// retention period). It costs nothing where the source cannot list.
-func (e *engine) completeVersionDir(ctx context.Context, id string) {
+// completeVersionDirs copies files that appeared upstream in versions the
+// sink already had (expired.json is added when a version passes its
+// retention period). The two listings already taken say which: it costs
+// no request beyond the copies, and nothing where the source cannot list.
+func (e *engine) completeVersionDirs(ctx context.Context) {
 	if e.srcVersions == nil {
 		return
 	}
-	have := e.dstVersions[id]
-	for f, size := range e.srcVersions[id] {
-		if _, ok := have[f]; ok || f == repo.RecordFile || f == repo.SignatureFile || f == repo.CatalogFile {
+	for id, have := range e.dstVersions {
+		if _, complete := have[repo.RecordFile]; !complete {
 			continue
 		}
-		name := repo.VersionFile(id, f)
-		if err := e.copyFile(ctx, name, size); err != nil && ctx.Err() == nil {
-			e.addRefusal(refuse(ReasonCopy, id, name, "version %s: new file %s: %v", id, name, err))
+		for f, size := range e.srcVersions[id] {
+			if _, ok := have[f]; ok || f == repo.SignatureFile || f == repo.CatalogFile {
+				continue
+			}
+			name := repo.VersionFile(id, f)
+			if err := e.copyFile(ctx, name, size); err != nil && ctx.Err() == nil {
+				e.addRefusal(refuse(ReasonCopy, id, name, "version %s: new file %s: %v", id, name, err))
+			}
 		}
 	}
 }
