@@ -447,3 +447,17 @@ func TestSyncCopiesAnExpiredMarkerAddedToAMirroredVersion(t *testing.T) {
 	}
 	fdltest.AssertMirrored(t, up, sink, nil)
 }
+
+// An immutable file already in the mirror with another size is an error,
+// reported and left alone: never overwritten.
+func TestSyncNeverOverwritesAnImmutableFileOfAnotherSize(t *testing.T) {
+	_, up, sink := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 1, FilesPerVersion: 2})
+	planted := filepath.Join(sink, filepath.FromSlash(repo.DataFiles[0]))
+	writeFile(t, planted, "not the upstream bytes")
+	refusal(t, up, sink, repo.DataFiles[0], "exists in the sink", "left alone")
+	if b, _ := os.ReadFile(planted); string(b) != "not the upstream bytes" {
+		t.Error("the immutable file was overwritten")
+	}
+	assertNotPublished(t, sink, repo.Versions[0])
+}
