@@ -2,6 +2,7 @@
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # DuckDB is linked through cgo.
 export CGO_ENABLED := 1
 
@@ -10,7 +11,7 @@ export CGO_ENABLED := 1
 all: build
 
 build:
-	$(GO) build -o $(BIN)/fdl-mirror ./cmd/fdl-mirror
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/fdl-mirror ./cmd/fdl-mirror
 	$(GO) build -o $(BIN)/fdl-gen ./cmd/fdl-gen
 
 # The real servers the tests run against (Versity S3 Gateway, fake-gcs-server),
