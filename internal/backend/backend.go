@@ -94,7 +94,26 @@ type Backend interface {
 // within one endpoint, GCS rewrite). CopyFrom returns ok=false, and does
 // nothing, when it cannot copy from src; the caller then streams.
 type Copier interface {
+	// CanCopyFrom says, without a request, whether CopyFrom would copy
+	// from src, so that a caller spends no request preparing a copy that
+	// will be declined.
+	CanCopyFrom(src Reader) bool
 	CopyFrom(ctx context.Context, src Reader, srcName, dstName string, size int64) (ok bool, err error)
+}
+
+// CopierOf returns the Copier of a store, looking through wrappers that
+// do not forward it; nil when the store underneath cannot copy.
+func CopierOf(r Reader) Copier {
+	for {
+		if c, ok := r.(Copier); ok {
+			return c
+		}
+		u, ok := r.(Unwrapper)
+		if !ok {
+			return nil
+		}
+		r = u.Unwrap()
+	}
 }
 
 // Unwrapper is implemented by wrappers, so that optional interfaces such as

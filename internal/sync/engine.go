@@ -670,7 +670,7 @@ func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 }
 
 func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {
-	if c, ok := backend.Innermost(e.dst).(backend.Copier); ok {
+	if c := backend.CopierOf(e.dst); c != nil && c.CanCopyFrom(e.src) {
 		fi, err := e.src.Stat(ctx, name)
 		if err != nil {
 			return 0, &sourceError{err}

@@ -141,6 +141,12 @@ func (b *Backend) Remove(ctx context.Context, name string) error {
 	return b.count(&b.c.remove, b.b.Remove(ctx, name))
 }
 
+// CanCopyFrom forwards to the store underneath.
+func (b *Backend) CanCopyFrom(src backend.Reader) bool {
+	c, ok := b.b.(backend.Copier)
+	return ok && c.CanCopyFrom(src)
+}
+
 // CopyFrom forwards to the store underneath; a copy it declines (ok=false,
 // nothing done) is not counted.
 func (b *Backend) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {

@@ -351,6 +351,12 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 // CopyFrom copies within GCS (any bucket the credentials reach) by a
 // server-side rewrite. The source generation is pinned after checking its
 // size, so a concurrent overwrite of the source cannot slip in other bytes.
+// CanCopyFrom: any GCS store (the rewrite crosses buckets).
+func (s *Store) CanCopyFrom(src backend.Reader) bool {
+	_, ok := backend.Innermost(src).(*Store)
+	return ok
+}
+
 func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
 	from, ok := backend.Innermost(src).(*Store)
 	if !ok {

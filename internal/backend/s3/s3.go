@@ -628,9 +628,15 @@ func (s *Store) Remove(ctx context.Context, name string) error {
 // CopyFrom copies with CopyObject when src is an S3 store on the same
 // endpoint, so the bytes stay in the service. Objects above 5 GiB, which
 // CopyObject cannot copy, are left to the caller to stream.
+// CanCopyFrom: another prefix or bucket behind the same endpoint.
+func (s *Store) CanCopyFrom(src backend.Reader) bool {
+	from, ok := backend.Innermost(src).(*Store)
+	return ok && from.endpoint == s.endpoint
+}
+
 func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
 	from, ok := backend.Innermost(src).(*Store)
-	if !ok || from.endpoint != s.endpoint || size > maxCopySize {
+	if !ok || !s.CanCopyFrom(src) || size > maxCopySize {
 		return false, nil
 	}
 	if err := backend.CheckName(srcName); err != nil {

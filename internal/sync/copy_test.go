@@ -1,0 +1,75 @@
+package sync_test
+
+import (
+	"context"
+	"net/url"
+	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
+	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+)
+
+func openS3(t *testing.T, addr string) *s3.Store {
+	t.Helper()
+	u, err := url.Parse(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s3.Open(context.Background(), u, s3.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// Within one S3 endpoint the data files are copied server-side: their
+// bytes never pass through the mirror. Between stores they are streamed.
+func TestSyncCopiesServerSideWithinOneS3Endpoint(t *testing.T) {
+	srv := testserver.S3(t)
+	up := t.TempDir()
+	repo, err := generate.Generate(context.Background(), up, generate.Options{Versions: 2, FilesPerVersion: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := openS3(t, srv.URL(srv.Bucket(t), "a"))
+	b := openS3(t, srv.URL(srv.Bucket(t), "b"))
+	lsrc, _ := local.Open(up)
+
+	// Streamed: local to S3.
+	toA := counting.WrapBackend(a)
+	if rep, err := fdlsync.Run(ctx, lsrc, toA, fdlsync.Options{}); err != nil || !rep.OK() {
+		t.Fatalf("local to s3: %v %+v", err, rep)
+	}
+	if c := toA.Counts(); c.Copy != 0 || c.Put == 0 {
+		t.Errorf("local to s3: %d server-side copies, %d puts; want streamed puts", c.Copy, c.Put)
+	}
+
+	// Server-side: S3 to S3 on the same endpoint.
+	fromA := counting.Wrap(a)
+	toB := counting.WrapBackend(b)
+	rep, err := fdlsync.Run(ctx, fromA, toB, fdlsync.Options{})
+	if err != nil || !rep.OK() {
+		t.Fatalf("s3 to s3: %v %+v", err, rep)
+	}
+	c := toB.Counts()
+	if c.Copy < int64(len(repo.DataFiles)) {
+		t.Errorf("s3 to s3: %d server-side copies for %d data files", c.Copy, len(repo.DataFiles))
+	}
+	// What the mirror reads from the source is records, catalogs and refs:
+	// a handful of objects, not one per data file.
+	if opens := fromA.Counts().Open; opens >= int64(len(repo.DataFiles))/2 {
+		t.Errorf("s3 to s3 opened %d source objects for %d data files", opens, len(repo.DataFiles))
+	}
+	back := t.TempDir()
+	lback, _ := local.Create(back)
+	if rep, err := fdlsync.Run(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
+		t.Fatalf("s3 back to local: %v %+v", err, rep)
+	}
+	fdltest.AssertMirrored(t, up, back, nil)
+}
