@@ -73,9 +73,10 @@ type engine struct {
 }
 
 type lazyListing struct {
-	once  gosync.Once
-	files map[string]int64
-	err   error
+	once   gosync.Once
+	files  map[string]int64
+	err    error
+	loaded atomic.Bool // once has run
 }
 
 type dataFileCall struct {
@@ -585,7 +586,7 @@ func (e *engine) dataFile(ctx context.Context, name string, size int64, byStat b
 
 func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, byStat bool) error {
 	lookup := e.sinkDataFile
-	if byStat {
+	if byStat && !e.dstData.loaded.Load() {
 		lookup = e.statSinkFile
 	}
 	have, known, err := lookup(ctx, name)
@@ -623,6 +624,7 @@ func (e *engine) sinkDataFile(ctx context.Context, name string) (int64, bool, er
 			l.files[fi.Name] = fi.Size
 			return nil
 		})
+		l.loaded.Store(true)
 	})
 	if l.err != nil {
 		return 0, false, fmt.Errorf("sink %s: listing %s: %w", e.dst.Location(), e.settings.DataDir, l.err)
