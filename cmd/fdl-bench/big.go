@@ -21,6 +21,11 @@ func (b *bench) bigFile(ctx context.Context) error {
 		return fmt.Errorf("%s has %s free; the large-file run needs %s", b.work, mib(free), mib(3*b.cfg.bigSize+(1<<30)))
 	}
 	up := filepath.Join(dir, "upstream")
+	defer func() {
+		if !b.cfg.keep {
+			os.RemoveAll(dir)
+		}
+	}()
 	start := time.Now()
 	r, err := generate.Generate(ctx, up, generate.Options{Versions: 1, FilesPerVersion: 1, RowsPerFile: 10,
 		LargeFiles: []int64{b.cfg.bigSize}, FastParquet: true})
@@ -97,9 +102,6 @@ func (b *bench) bigFile(ctx context.Context) error {
 	}
 	g.scenario = fmt.Sprintf("full (one large file), best of %d", b.cfg.bigRuns)
 	b.add(g)
-	if !b.cfg.keep {
-		os.RemoveAll(dir)
-	}
 	return nil
 }
 

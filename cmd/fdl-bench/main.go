@@ -281,6 +281,7 @@ func (b *bench) run(ctx context.Context) error {
 		}
 		logf("Versity S3 Gateway at %s", b.gw.endpoint)
 	}
+	var failed []string
 	for _, name := range b.cfg.repos {
 		var err error
 		switch name {
@@ -294,8 +295,18 @@ func (b *bench) run(ctx context.Context) error {
 			err = fmt.Errorf("unknown repository %q (small, medium, big)", name)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			// The other repositories are still measured; the report says
+			// what failed.
+			failed = append(failed, fmt.Sprintf("%s: %v", name, err))
+			b.notes = append(b.notes, fmt.Sprintf("**The %s runs failed**: %v", name, err))
+			logf("%s failed: %v", name, err)
+			if ctx.Err() != nil {
+				break
+			}
 		}
+	}
+	if len(failed) > 0 {
+		return errors.New(strings.Join(failed, "; "))
 	}
 	return nil
 }
@@ -322,6 +333,19 @@ func (b *bench) add(g *group) {
 func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large []int64) error {
 	dir := filepath.Join(b.work, name)
 	up := filepath.Join(dir, "upstream")
+	var s3 *s3Pair
+	defer func() {
+		if b.cfg.keep {
+			return
+		}
+		os.RemoveAll(dir)
+		if s3 != nil {
+			// The gateway's posix backend keeps a bucket as a folder.
+			for _, bucket := range append([]string{s3.up, s3.fdl, s3.rclone, s3.tuned}, s3.extra...) {
+				os.RemoveAll(filepath.Join(b.gw.dir, bucket))
+			}
+		}
+	}()
 	start := time.Now()
 	gopts := generate.Options{Versions: sh.versions, FilesPerVersion: sh.files, LargeFiles: large, FastParquet: true}
 	r, err := generate.Generate(ctx, up, gopts)
@@ -341,7 +365,6 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 	b.repoDesc[name] = desc
 	logf("%s: generated %s in %v", name, desc, time.Since(start).Round(time.Millisecond))
 
-	var s3 *s3Pair
 	if b.cfg.stores["s3"] {
 		if s3, err = b.newS3Pair(ctx, name, up); err != nil {
 			return err
@@ -372,14 +395,6 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 				return fmt.Errorf("%s s3→s3: %w", scenario, err)
 			}
 			b.add(g)
-		}
-	}
-	if !b.cfg.keep {
-		os.RemoveAll(dir)
-		if s3 != nil {
-			for _, bucket := range append([]string{s3.up, s3.fdl, s3.rclone, s3.tuned}, s3.extra...) {
-				os.RemoveAll(filepath.Join(b.gw.dir, bucket))
-			}
 		}
 	}
 	return nil
