@@ -271,7 +271,7 @@ func logf(format string, args ...any) {
 }
 
 func (b *bench) run(ctx context.Context) error {
-	if b.cfg.stores["s3"] && (contains(b.cfg.repos, "small") || contains(b.cfg.repos, "medium")) {
+	if b.cfg.stores["s3"] {
 		bin, err := filepath.Abs(b.cfg.versitygw)
 		if err != nil {
 			return err
