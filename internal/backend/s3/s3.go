@@ -17,7 +17,8 @@
 // Writes are atomic as S3 makes them: an object is published whole by
 // PutObject, or by CompleteMultipartUpload above PartSize, never partly.
 // Data is read into part-sized buffers before it is sent, so memory stays
-// bounded (PartSize × Concurrency per Put, counting the part being read) and each request can be retried.
+// bounded (PartSize × Concurrency per store, across its concurrent Puts,
+// counting the parts being read) and each request can be retried.
 package s3
 
 import (
@@ -61,9 +62,10 @@ type Options struct {
 	// PartSize is both the multipart threshold and the part size (default
 	// 16 MiB). It grows for objects that would need more than 10000 parts.
 	PartSize int64
-	// Concurrency is the number of parts one Put uploads at once
-	// (default 2: the engine already copies several files at once, and
-	// each part in flight holds PartSize bytes).
+	// Concurrency is the number of parts the store holds in memory at
+	// once, read or being uploaded, across all its Puts (default 2: the
+	// engine already copies several files at once, and each part holds
+	// PartSize bytes).
 	Concurrency int
 }
 
@@ -83,6 +85,50 @@ type Store struct {
 	log       *zap.Logger
 	opts      Options
 	checksums bool // ask for CRC32 checksums on multipart uploads
+	parts     *partPool
+}
+
+// partPool holds the part buffers of every Put of a store: at most
+// cap(tokens) at once however many Puts run (the engine runs several), and
+// reused, so that a large upload does not leave a part-sized buffer of
+// garbage behind each part (the garbage alone doubled the heap).
+type partPool struct {
+	size   int64
+	tokens chan struct{}
+	free   chan []byte
+}
+
+func newPartPool(size int64, n int) *partPool {
+	return &partPool{size: size, tokens: make(chan struct{}, n), free: make(chan []byte, n)}
+}
+
+// get returns a buffer of n bytes once the store holds fewer parts than
+// its limit; release gives it back.
+func (p *partPool) get(ctx context.Context, n int64) ([]byte, error) {
+	select {
+	case p.tokens <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if n > p.size {
+		return make([]byte, n), nil // parts grow for objects of more than maxParts parts
+	}
+	select {
+	case b := <-p.free:
+		return b[:n], nil
+	default:
+		return make([]byte, n, p.size), nil
+	}
+}
+
+func (p *partPool) release(b []byte) {
+	if int64(cap(b)) == p.size {
+		select {
+		case p.free <- b[:0]:
+		default:
+		}
+	}
+	<-p.tokens
 }
 
 // Open returns the store at u, an s3:// URL. It sends no request: a wrong
@@ -122,7 +168,7 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 			return nil, fmt.Errorf("%s: prefix: %w", redacted(u), err)
 		}
 	}
-	s := &Store{bucket: u.Host, prefix: prefix, opts: opts}
+	s := &Store{bucket: u.Host, prefix: prefix, opts: opts, parts: newPartPool(opts.PartSize, opts.Concurrency)}
 	s.location = "s3://" + s.bucket + "/" + s.prefix
 
 	var region string
@@ -436,7 +482,19 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, c
 	if size > s.opts.PartSize {
 		return s.putMultipart(ctx, name, r, size, create)
 	}
-	buf := make([]byte, size)
+	// Objects of more than a quarter part count against the store's parts;
+	// smaller ones are held as they are, a few MiB per concurrent Put.
+	var buf []byte
+	if size > s.opts.PartSize/4 {
+		b, err := s.parts.get(ctx, size)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+		}
+		defer s.parts.release(b)
+		buf = b
+	} else {
+		buf = make([]byte, size)
+	}
 	if err := readPart(r, buf, 0, size); err != nil {
 		return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
 	}
@@ -484,7 +542,8 @@ func readPart(r io.Reader, buf []byte, off, size int64) error {
 	}
 }
 
-// putMultipart uploads in parts of PartSize, Concurrency at a time. Any
+// putMultipart uploads in parts of PartSize, as many at a time as the
+// store's part pool allows (Concurrency across all Puts). Any
 // failure aborts the upload, so that nothing is published and the parts
 // do not linger (and cost) in the bucket.
 func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size int64, create bool) (err error) {
@@ -520,7 +579,6 @@ func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size
 		firstErr error
 		wg       sync.WaitGroup
 		parts    = make([]types.CompletedPart, nparts)
-		slots    = make(chan struct{}, s.opts.Concurrency)
 	)
 	fail := func(err error) {
 		mu.Lock()
@@ -536,23 +594,21 @@ func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size
 		return firstErr != nil
 	}
 	for i := 0; i < nparts && !failed(); i++ {
-		select {
-		case slots <- struct{}{}:
-		case <-partCtx.Done():
-			fail(partCtx.Err())
+		off := int64(i) * partSize
+		buf, err := s.parts.get(partCtx, min(partSize, size-off))
+		if err != nil {
+			fail(err)
 			continue
 		}
-		off := int64(i) * partSize
-		buf := make([]byte, min(partSize, size-off))
 		if err := readPart(r, buf, off, size); err != nil {
-			<-slots
+			s.parts.release(buf)
 			fail(err)
 			continue
 		}
 		wg.Add(1)
 		go func(num int32, buf []byte) {
 			defer wg.Done()
-			defer func() { <-slots }()
+			defer s.parts.release(buf)
 			up := &awss3.UploadPartInput{
 				Bucket:        aws.String(s.bucket),
 				Key:           aws.String(s.key(name)),
