@@ -173,18 +173,19 @@ func parseSize(s string) (int64, error) {
 
 // bench holds one benchmark run's state and results.
 type bench struct {
-	cfg      config
-	fdl      string // fdl-mirror binary
-	work     string
-	ownWork  bool
-	gw       *gateway
-	groups   []*group
-	notes    []string
-	started  time.Time
-	machine  string
-	rcloneV  string
-	strace   string // strace binary, "" when absent
-	repoDesc map[string]string
+	cfg        config
+	fdl        string // fdl-mirror binary
+	work       string
+	ownWork    bool
+	gw         *gateway
+	groups     []*group
+	notes      []string
+	started    time.Time
+	machine    string
+	rcloneV    string
+	strace     string // strace binary, "" when absent
+	fdlVersion string
+	repoDesc   map[string]string
 }
 
 // group is one scenario on one repository and one pair of stores: a row
@@ -225,6 +226,9 @@ func newBench(ctx context.Context, cfg config) (*bench, error) {
 	}
 	if _, err := os.Stat(b.fdl); err != nil {
 		return nil, fmt.Errorf("fdl-mirror binary: %w (run make build)", err)
+	}
+	if c, err := runChild(ctx, nil, b.fdl, "version"); err == nil {
+		b.fdlVersion = strings.TrimSpace(c.Stdout)
 	}
 	c, err := runChild(ctx, nil, cfg.rclone, "version")
 	if err != nil {
@@ -428,6 +432,7 @@ func (b *bench) markdown() string {
 	var w strings.Builder
 	fmt.Fprintf(&w, "## Results (%s, %v)\n\n", b.started.UTC().Format("2006-01-02 15:04 MST"), time.Since(b.started).Round(time.Second))
 	fmt.Fprintf(&w, "%s\n", b.machine)
+	fmt.Fprintf(&w, "- fdl-mirror: `%s`\n", b.fdlVersion)
 	fmt.Fprintf(&w, "- rclone: %s; parallelism: fdl-mirror `--concurrency %d`, rclone `--transfers %d --checkers %d`\n",
 		b.rcloneV, b.cfg.concurrency, b.cfg.concurrency, b.cfg.concurrency)
 	names := make([]string, 0, len(b.repoDesc))
