@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
@@ -330,6 +331,30 @@ func (b *bench) s3Run(ctx context.Context, repo, scenario string, p *s3Pair) (*g
 		}
 	}
 	g.rows = append(g.rows, m, &r.measure)
+
+	// A no-op changes nothing: the engine alone runs it again in-process,
+	// without the CLI's sink lock and process start, to show what those
+	// fixed costs are. Its requests are store calls, counted by
+	// internal/backend/counting, and their list pages.
+	if scenario == "no-op" {
+		for _, kv := range b.gw.env() {
+			k, v, _ := strings.Cut(kv, "=")
+			if strings.HasPrefix(k, "AWS_") {
+				os.Setenv(k, v) // the gateway's own keys, for the SDK's chain in this process
+			}
+		}
+		start := time.Now()
+		src, dst, _, rep, err := countedRun(ctx, b.gw.url(p.up), b.gw.url(p.fdl), b.cfg.concurrency)
+		if err != nil {
+			return nil, err
+		}
+		if rep.FilesCopied != 0 {
+			return nil, fmt.Errorf("the in-process no-op copied %d files", rep.FilesCopied)
+		}
+		g.rows = append(g.rows, &measure{tool: "fdl-mirror engine, in-process (no lock, no process start)",
+			wall: time.Since(start), rss: -1, srcReq: src.Requests(), dstReq: dst.Requests(), seen: -1, bytes: rep.BytesCopied,
+			ops: fmt.Sprintf("store calls: source %s (%d list pages); sink %s (%d list pages)", opsString(src), src.ListPages, opsString(dst), dst.ListPages)})
+	}
 
 	// rclone as someone who knows S3 would run it: one listing per bucket
 	// and no per-object HEAD for modification times, into a bucket of its
