@@ -461,3 +461,24 @@ func TestSyncNeverOverwritesAnImmutableFileOfAnotherSize(t *testing.T) {
 	}
 	assertNotPublished(t, sink, repo.Versions[0])
 }
+
+func TestSyncTakesFileURLs(t *testing.T) {
+	_, up, sink := layout(t)
+	gen(t, up, generate.Options{Versions: 1})
+	if res := run(t, "sync", "file://"+up, "file://"+sink); res.code != 0 {
+		t.Fatalf("exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	fdltest.AssertMirrored(t, up, sink, nil)
+}
+
+func TestUsageErrorsExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"sync"}, {"sync", "only-one"}, {"sync", "--no-such-flag", "a", "b"}, {"bogus"},
+		{"sync", "a", "https://example.org/mirror/"}, {"verify"},
+		{"sync", "--require-signatures", "a", "b"},
+	} {
+		if res := run(t, args...); res.code != 2 {
+			t.Errorf("fdl-mirror %v: exit %d, want 2\n%s", args, res.code, res.stderr)
+		}
+	}
+}
