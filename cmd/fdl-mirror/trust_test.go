@@ -200,3 +200,16 @@ func TestSyncRejectsAnUnparsableTrustedSignersFileAsUsage(t *testing.T) {
 		t.Error("the sink was created despite the configuration error")
 	}
 }
+
+func TestVerifyRefusesUnsignedVersionsWhenSignaturesAreRequired(t *testing.T) {
+	_, up, sink := layout(t)
+	key := newKey(t, "ed25519", "publisher@example.org")
+	repo := gen(t, up, generate.Options{Versions: 1})
+	if res := run(t, "sync", up, sink); res.code != 0 {
+		t.Fatalf("sync: exit %d", res.code)
+	}
+	res := run(t, "verify", "--trusted-signers", allowedSigners(t, "", key), "--require-signatures", sink)
+	if res.code != 1 || !fdltest.Contains(res.stdout, repo.Versions[0], "no signature") {
+		t.Errorf("exit %d, want 1 naming the unsigned version\n%s", res.code, res.stdout)
+	}
+}
