@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -63,6 +64,7 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 		if p := fdltest.Complete(t, sink); len(p) > 0 {
 			t.Fatalf("after kill %d (at %s): refs to incomplete versions: %v", i, delay, p)
 		}
+		assertAncestorsBehind(t, sink)
 	}
 	t.Logf("%d syncs killed mid-run (a whole sync takes %s)", kills, full)
 	if kills < 10 {
@@ -77,5 +79,25 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 	fdltest.AssertMirrored(t, up, sink, nil)
 	if p := fdltest.Complete(t, sink); len(p) > 0 {
 		t.Fatalf("final mirror: %v", p)
+	}
+}
+
+// assertAncestorsBehind checks that every version complete in a mirror has
+// its parents complete too: a later run treats a complete version as a
+// leaf, so a parent missing now would be missing for good.
+func assertAncestorsBehind(t *testing.T, sink string) {
+	t.Helper()
+	for _, id := range published(t, sink) {
+		raw, err := os.ReadFile(filepath.Join(sink, "versions", id, "version.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec struct{ Parents []string }
+		json.Unmarshal(raw, &rec)
+		for _, p := range rec.Parents {
+			if _, err := os.Stat(filepath.Join(sink, "versions", p, "version.json")); err != nil {
+				t.Fatalf("version %s is complete in the mirror but its parent %s is not", id, p)
+			}
+		}
 	}
 }

@@ -482,3 +482,28 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		}
 	}
 }
+
+// Versions whose parents lead back to themselves cannot be published
+// parents first: refused, named, and the rest of the repository mirrored.
+func TestSyncRefusesACycleOfVersions(t *testing.T) {
+	_, up, sink := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 3})
+	first, second := repo.Versions[0], repo.Versions[1]
+	rec := filepath.Join(up, "versions", first, "version.json")
+	var doc map[string]any
+	raw, _ := os.ReadFile(rec)
+	json.Unmarshal(raw, &doc)
+	doc["parents"] = []string{second}
+	raw, _ = json.Marshal(doc)
+	os.WriteFile(rec, raw, 0o644)
+	res := refusal(t, up, sink, first, "cycle")
+	if !fdltest.Contains(res.stdout, second, "cycle") {
+		t.Errorf("the other version of the cycle was not named:\n%s", res.stdout)
+	}
+	for _, id := range repo.Versions {
+		assertNotPublished(t, sink, id)
+	}
+	if readRef(t, sink, "refs/heads/main") != "" {
+		t.Error("main was published above a cycle")
+	}
+}

@@ -295,115 +295,213 @@ func (e *engine) sinkRefs(ctx context.Context) (repo.Refs, error) {
 	return refs, nil
 }
 
+// pendingVersion is a version to mirror, found by walking the refs'
+// versions and their ancestors.
+type pendingVersion struct {
+	id     string
+	isRoot bool   // a ref names it (else it is an ancestor)
+	raw    []byte // version.json as upstream has it
+	rec    *repo.Record
+	err    error             // why it cannot be mirrored, found while walking
+	wait   []*pendingVersion // parents being mirrored in this run
+	done   chan struct{}     // closed when published or refused
+}
+
 // mirrorVersions mirrors every version the refs name and their ancestors
-// that exist upstream, each once, several at a time. A version complete in
-// the sink is a leaf: its ancestors were walked when it was published.
+// that exist upstream, each once, several at a time. A version is
+// published (its version.json written) only after every parent being
+// mirrored in the same run is published or refused, so that a version
+// complete in the sink always has its ancestors behind it, whatever
+// moment a run is stopped at; that is what lets a later run treat a
+// complete version as a leaf.
 func (e *engine) mirrorVersions(ctx context.Context, roots []string) {
+	nodes := e.walkVersions(ctx, roots)
+	e.refuseCycles(nodes)
 	var wg gosync.WaitGroup
-	seen := map[string]bool{}
-	var seenMu gosync.Mutex
-	var visit func(id string, isRoot bool)
-	visit = func(id string, isRoot bool) {
-		seenMu.Lock()
-		if seen[id] {
-			seenMu.Unlock()
-			return
-		}
-		seen[id] = true
-		seenMu.Unlock()
-		e.mu.Lock()
-		done := e.published[id]
-		e.mu.Unlock()
-		if done {
-			return
+	for _, n := range nodes {
+		if n.done == nil {
+			continue // refused as part of a cycle
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			parents, err := e.mirrorVersion(ctx, id, isRoot)
-			if err != nil {
-				var r *refusal
-				if !errors.As(err, &r) {
-					r = refuse(ReasonCopy, id, "", "version %s: %v", id, err)
-				}
-				e.mu.Lock()
-				e.refused[id] = r
-				e.mu.Unlock()
-				if ctx.Err() == nil {
-					e.addRefusal(r)
-				}
+			defer close(n.done)
+			err := n.err
+			if err == nil {
+				err = e.mirrorVersion(ctx, n)
 			}
-			for _, p := range parents {
-				visit(p, false)
+			if err == nil {
+				return
+			}
+			var r *refusal
+			if !errors.As(err, &r) {
+				r = refuse(ReasonCopy, n.id, "", "version %s: %v", n.id, err)
+			}
+			e.mu.Lock()
+			e.refused[n.id] = r
+			e.mu.Unlock()
+			if ctx.Err() == nil {
+				e.addRefusal(r)
 			}
 		}()
-	}
-	for _, id := range roots {
-		visit(id, true)
 	}
 	wg.Wait()
 }
 
-// errAbsentAncestor marks an ancestor that the upstream does not have.
-var errAbsentAncestor = errors.New("absent upstream")
+// walkVersions reads the records of the versions the refs name and of
+// their ancestors, level by level, stopping at versions complete in the
+// sink. An ancestor absent upstream is logged and left out.
+func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*pendingVersion {
+	nodes := map[string]*pendingVersion{}
+	level := []*pendingVersion{}
+	add := func(id string, isRoot bool) {
+		if _, seen := nodes[id]; seen || e.published[id] {
+			return
+		}
+		n := &pendingVersion{id: id, isRoot: isRoot, done: make(chan struct{})}
+		nodes[id] = n
+		level = append(level, n)
+	}
+	for _, id := range roots {
+		add(id, true)
+	}
+	for len(level) > 0 && ctx.Err() == nil {
+		current := level
+		level = nil
+		var wg gosync.WaitGroup
+		slots := make(chan struct{}, e.opts.Concurrency)
+		for _, n := range current {
+			wg.Add(1)
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				e.readRecord(ctx, n)
+			}()
+		}
+		wg.Wait()
+		for _, n := range current {
+			if n.rec == nil {
+				continue
+			}
+			for _, p := range n.rec.Parents {
+				add(p, false)
+			}
+		}
+	}
+	for id, n := range nodes {
+		if n.rec == nil && n.err == nil {
+			delete(nodes, id) // an ancestor absent upstream
+			continue
+		}
+	}
+	for _, n := range nodes {
+		if n.rec == nil {
+			continue
+		}
+		for _, p := range n.rec.Parents {
+			if pn, ok := nodes[p]; ok && pn != n {
+				n.wait = append(n.wait, pn)
+			}
+		}
+	}
+	return nodes
+}
 
-// mirrorVersion copies one version: record, signature check, catalog
-// (sha256), data files, then the directory with version.json last. It
-// returns the version's parents so that the walk goes on even when this
-// version is refused.
-func (e *engine) mirrorVersion(ctx context.Context, id string, isRoot bool) (parents []string, err error) {
-	recordName := repo.VersionFile(id, repo.RecordFile)
-	raw, err := backend.ReadAll(ctx, e.src, recordName, repo.MaxRecordFile)
-	if backend.IsNotExist(err) && !isRoot {
-		e.log.Info("ancestor version absent upstream; skipped", zap.String("version", id))
-		return nil, nil
+// readRecord fetches and parses a version's record into n.
+func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
+	name := repo.VersionFile(n.id, repo.RecordFile)
+	raw, err := backend.ReadAll(ctx, e.src, name, repo.MaxRecordFile)
+	switch {
+	case backend.IsNotExist(err) && !n.isRoot:
+		e.log.Info("ancestor version absent upstream; skipped", zap.String("version", n.id))
+	case backend.IsNotExist(err):
+		n.err = refuse(ReasonMissingFile, n.id, name, "version %s: %s is missing upstream", n.id, name)
+	case err != nil:
+		n.err = err
+	default:
+		n.raw = raw
+		if n.rec, err = repo.ParseRecord(n.id, raw); err != nil {
+			n.err = refuse(ReasonRecord, n.id, name, "%v", err)
+		}
 	}
-	if backend.IsNotExist(err) {
-		return nil, refuse(ReasonMissingFile, id, recordName, "version %s: %s is missing upstream", id, recordName)
-	}
-	if err != nil {
-		return nil, err
-	}
-	rec, err := repo.ParseRecord(id, raw)
-	if err != nil {
-		return nil, refuse(ReasonRecord, id, recordName, "%v", err)
-	}
-	parents = rec.Parents
+}
 
+// refuseCycles refuses the versions whose parents lead back to themselves
+// (a hostile or broken upstream), and those that wait on them: they could
+// never be published parents first. They are marked by a nil done.
+func (e *engine) refuseCycles(nodes map[string]*pendingVersion) {
+	waiting := map[*pendingVersion]int{}
+	children := map[*pendingVersion][]*pendingVersion{}
+	var ready []*pendingVersion
+	for _, n := range nodes {
+		waiting[n] = len(n.wait)
+		for _, p := range n.wait {
+			children[p] = append(children[p], n)
+		}
+		if len(n.wait) == 0 {
+			ready = append(ready, n)
+		}
+	}
+	for len(ready) > 0 {
+		n := ready[len(ready)-1]
+		ready = ready[:len(ready)-1]
+		delete(waiting, n)
+		for _, c := range children[n] {
+			if waiting[c]--; waiting[c] == 0 {
+				ready = append(ready, c)
+			}
+		}
+	}
+	for n := range waiting {
+		n.done = nil
+		r := refuse(ReasonRecord, n.id, repo.VersionFile(n.id, repo.RecordFile),
+			"version %s: its parents lead back to itself (a cycle of versions); refused", n.id)
+		e.refused[n.id] = r
+		e.addRefusal(r)
+	}
+}
+
+// mirrorVersion copies one version whose record walkVersions read:
+// signature check, catalog (sha256), data files, the directory's other
+// files; then, once its parents in this run are settled, the signature
+// and version.json, last.
+func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
+	id, raw, rec := n.id, n.raw, n.rec
+	parents := rec.Parents
 	files, err := e.versionFiles(ctx, id)
 	if err != nil {
-		return parents, err
+		return err
 	}
 	var sig []byte
 	if _, ok := files[repo.SignatureFile]; ok {
 		if sig, err = backend.ReadAll(ctx, e.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
-			return parents, err
+			return err
 		}
 	}
 	if e.opts.Trust != nil {
 		if _, err := e.opts.Trust.CheckVersion(id, raw, sig); err != nil {
-			return parents, refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
+			return refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
 		}
 	}
 
 	select {
 	case e.catalogSlots <- struct{}{}:
 	case <-ctx.Done():
-		return parents, ctx.Err()
+		return ctx.Err()
 	}
 	catalogName := repo.VersionFile(id, repo.CatalogFile)
 	fetched, err := catalog.Fetch(ctx, e.src, catalogName, e.tmpDir)
 	if err != nil {
 		<-e.catalogSlots
 		if backend.IsNotExist(err) {
-			return parents, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
+			return refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
 		}
-		return parents, err
+		return err
 	}
 	defer fetched.Remove()
 	if fetched.SHA256 != rec.SHA256 {
 		<-e.catalogSlots
-		return parents, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
+		return refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
 			id, catalogName, fetched.SHA256, rec.SHA256)
 	}
 	cat, err := catalog.Read(ctx, fetched.Path)
@@ -412,21 +510,33 @@ func (e *engine) mirrorVersion(ctx context.Context, id string, isRoot bool) (par
 	e.report.CatalogsRead++
 	e.mu.Unlock()
 	if err != nil {
-		return parents, refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
+		return refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
 	}
 
 	if err := e.mirrorDataFiles(ctx, id, cat, e.knownFromParents(ctx, parents)); err != nil {
-		return parents, err
+		return err
 	}
-	if err := e.writeVersionDir(ctx, id, files, fetched, raw, sig); err != nil {
-		return parents, err
+	if err := e.writeVersionFiles(ctx, id, files, fetched); err != nil {
+		return err
+	}
+	// The local copy of the catalog is not needed while waiting.
+	fetched.Remove()
+	for _, p := range n.wait {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if err := e.publishVersion(ctx, id, raw, sig); err != nil {
+		return err
 	}
 	e.mu.Lock()
 	e.published[id] = true
 	e.report.VersionsPublished = append(e.report.VersionsPublished, id)
 	e.mu.Unlock()
 	e.log.Info("version published", zap.String("version", id), zap.Int("data_files", len(cat.Files)), zap.Bool("dry_run", e.opts.DryRun))
-	return parents, nil
+	return nil
 }
 
 // versionFiles names the files of a version's directory upstream, with
@@ -775,10 +885,10 @@ func (x *exactReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// writeVersionDir copies the version's own directory: opaque files first,
-// the catalog from its verified local copy, then version.json.sig, and
-// version.json last, because its presence makes the version complete.
-func (e *engine) writeVersionDir(ctx context.Context, id string, files map[string]int64, cat *catalog.Fetched, record, sig []byte) error {
+// writeVersionFiles copies the version's own directory but for its
+// record and signature: the opaque files, then the catalog from its
+// verified local copy.
+func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[string]int64, cat *catalog.Fetched) error {
 	have := e.dstVersions[id]
 	var opaque []string
 	for f := range files {
@@ -817,6 +927,12 @@ func (e *engine) writeVersionDir(ctx context.Context, id string, files map[strin
 	} else if err := e.putLocalFile(ctx, repo.VersionFile(id, repo.CatalogFile), cat.Path, cat.Size); err != nil {
 		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.CatalogFile), "version %s: writing catalog: %v", id, err)
 	}
+	return nil
+}
+
+// publishVersion writes version.json.sig, then version.json: from this
+// moment the version is complete.
+func (e *engine) publishVersion(ctx context.Context, id string, record, sig []byte) error {
 	if sig != nil {
 		if err := e.putBytes(ctx, repo.VersionFile(id, repo.SignatureFile), sig); err != nil {
 			return refuse(ReasonCopy, id, repo.VersionFile(id, repo.SignatureFile), "version %s: %v", id, err)
