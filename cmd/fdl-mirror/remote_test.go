@@ -247,6 +247,11 @@ func TestTwoConcurrentSyncsIntoOneS3Sink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A run with nothing new does not need the lock: it neither waits
+	// nor fails.
+	if res := run(t, "sync", "--lock-wait", "0s", up, sink); res.code != 0 {
+		t.Errorf("a no-op sync facing a held lock: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
 	if _, err := generate.AddVersion(ctx, up, 2, generate.Options{}); err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,9 @@ type engine struct {
 	published map[string]bool          // versions complete in the sink, before or now
 	refused   map[string]*refusal      // versions refused in this run
 	dataCalls map[string]*dataFileCall // one copy per data file across versions
+
+	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
+	lockLost atomic.Bool
 }
 
 type lazyListing struct {
@@ -111,7 +114,13 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{},
 		},
 	}
+	if opts.Lock != nil {
+		e.dst = guarded{dst, e}
+	}
 	err := e.run(ctx)
+	if e.lockLost.Load() && ctx.Err() == nil {
+		err = fatalf("sink %s: lost the mirror's lock; stopped at a safe point", dst.Location())
+	}
 	e.report.Duration = time.Since(e.report.Started)
 	sort.Strings(e.report.VersionsPublished)
 	return e.report, err
@@ -122,11 +131,37 @@ func (e *engine) run(ctx context.Context) error {
 		return err
 	}
 	upstream, head := e.upstreamRefs(ctx)
-	if err := e.listVersions(ctx); err != nil {
+	inv, err := e.takeInventory(ctx)
+	if err != nil {
 		return err
 	}
-	sinkRefs, err := e.sinkRefs(ctx)
-	if err != nil {
+	if e.opts.Lock != nil && e.hasWork(inv, upstream, head) {
+		// Only a run with something to write takes the mirror's lock: a
+		// run with nothing new reads and leaves, and never waits.
+		unlock, lost, err := e.opts.Lock(ctx)
+		if err != nil {
+			return &FatalError{err}
+		}
+		defer unlock()
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-lost:
+				e.log.Error("lost the mirror's lock; stopping at a safe point", zap.String("sink", e.dst.Location()))
+				e.lockLost.Store(true)
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		e.locked.Store(true)
+		// What another run wrote before we held the lock counts.
+		if inv, err = e.takeInventory(ctx); err != nil {
+			return err
+		}
+	}
+	if err := e.ensureSinkSettings(ctx, inv.settings); err != nil {
 		return err
 	}
 
@@ -142,7 +177,137 @@ func (e *engine) run(ctx context.Context) error {
 	}
 
 	// Stage two: refs, refs.json, HEAD.
-	return e.publishRefs(ctx, upstream, head, sinkRefs)
+	return e.publishRefs(ctx, upstream, head, inv)
+}
+
+// guarded is the sink of a run that locks lazily: a write before the lock
+// is held is a bug in hasWork, and fails instead of racing another run.
+type guarded struct {
+	backend.Backend
+	e *engine
+}
+
+func (g guarded) check(name string) error {
+	if !g.e.locked.Load() {
+		return fmt.Errorf("internal error: writing %s before holding the mirror's lock", name)
+	}
+	return nil
+}
+
+func (g guarded) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return g.Backend.Put(ctx, name, r, size)
+}
+
+func (g guarded) Create(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return g.Backend.Create(ctx, name, r, size)
+}
+
+func (g guarded) Remove(ctx context.Context, name string) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return g.Backend.Remove(ctx, name)
+}
+
+func (g guarded) Unwrap() backend.Reader { return g.Backend }
+
+func (g guarded) CanCopyFrom(src backend.Reader) bool {
+	c := backend.CopierOf(g.Backend)
+	return c != nil && c.CanCopyFrom(src)
+}
+
+func (g guarded) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
+	if err := g.check(dstName); err != nil {
+		return false, err
+	}
+	return backend.CopierOf(g.Backend).CopyFrom(ctx, src, srcName, dstName, size)
+}
+
+// inventory is what the sink holds, read before anything is written.
+type inventory struct {
+	settings []byte // the sink's fdl.json; nil when it has none
+	refs     repo.Refs
+	refsJSON []byte // nil when absent
+	head     []byte // nil when absent
+}
+
+// takeInventory reads the sink's fdl.json, refs, refs.json and HEAD, and
+// lists versions/ in the sink and (where it lists) in the source.
+func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
+	inv := &inventory{}
+	var err error
+	if inv.settings, err = e.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
+		return nil, err
+	}
+	if inv.settings != nil {
+		if err := e.sameRepository(inv.settings); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.listVersions(ctx); err != nil {
+		return nil, err
+	}
+	if inv.refs, err = e.sinkRefs(ctx); err != nil {
+		return nil, err
+	}
+	if inv.refsJSON, err = e.readOptional(ctx, repo.RefsFile, repo.MaxRefsJSON); err != nil {
+		return nil, err
+	}
+	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// readOptional reads a small file of the sink; nil when it is absent.
+func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]byte, error) {
+	b, err := backend.ReadAll(ctx, e.dst, name, limit)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fatalf("sink %s: %s: %w", e.dst.Location(), name, err)
+	}
+	return b, nil
+}
+
+// hasWork says whether the run would write anything: it errs towards yes,
+// and a write without the lock fails loudly (see guarded) rather than race.
+func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
+	if inv.settings == nil {
+		return true
+	}
+	final := repo.Refs{}
+	for k, v := range inv.refs {
+		final[k] = v
+	}
+	for name, id := range upstream {
+		if inv.refs[name] != id || !e.published[id] {
+			return true
+		}
+	}
+	if e.srcVersions != nil {
+		for id, have := range e.dstVersions {
+			if _, complete := have[repo.RecordFile]; !complete {
+				continue
+			}
+			for f := range e.srcVersions[id] {
+				if _, ok := have[f]; !ok && f != repo.SignatureFile && f != repo.CatalogFile {
+					return true
+				}
+			}
+		}
+	}
+	if string(inv.refsJSON) != string(repo.RefsJSON(final)) {
+		return true
+	}
+	return head != "" && final[head] != "" && string(inv.head) != "ref: "+head+"\n"
 }
 
 func (e *engine) addRefusal(r *refusal) {
@@ -153,8 +318,7 @@ func (e *engine) addRefusal(r *refusal) {
 		zap.String("version", r.Version), zap.String("file", r.File), zap.String("message", r.Message))
 }
 
-// readSettings reads the upstream's fdl.json and makes sure the sink holds
-// the same repository, creating its fdl.json only where it has none.
+// readSettings reads and checks the upstream's fdl.json.
 func (e *engine) readSettings(ctx context.Context) error {
 	raw, err := backend.ReadAll(ctx, e.src, repo.SettingsFile, repo.MaxSmallFile)
 	if err != nil {
@@ -171,41 +335,57 @@ func (e *engine) readSettings(ctx context.Context) error {
 		}
 	}
 
-	have, err := backend.ReadAll(ctx, e.dst, repo.SettingsFile, repo.MaxSmallFile)
-	switch {
-	case backend.IsNotExist(err):
-		if e.opts.DryRun {
-			e.plan(repo.SettingsFile)
-			return nil
-		}
-		err = e.dst.Create(ctx, repo.SettingsFile, strings.NewReader(string(raw)), int64(len(raw)))
-		if errors.Is(err, backend.ErrExist) {
-			// Another writer made it between our read and our create: judge theirs.
-			return e.readSettings(ctx)
-		}
-		if err != nil {
-			return fatalf("sink %s: creating %s: %w", e.dst.Location(), repo.SettingsFile, err)
-		}
-		return nil
-	case err != nil:
-		return fatalf("sink %s: %s: %w", e.dst.Location(), repo.SettingsFile, err)
-	}
+	return nil
+}
+
+// sameRepository refuses a sink whose fdl.json is another repository's.
+func (e *engine) sameRepository(have []byte) error {
 	mine, err := repo.ParseSettings(have)
 	if err != nil {
 		return fatalf("sink %s: existing %w", e.dst.Location(), err)
 	}
-	if mine.ID != s.ID {
+	if mine.ID != e.settings.ID {
 		return fatalf("sink %s holds another repository: its %s has id %q, upstream's is %q; refusing to mix them",
-			e.dst.Location(), repo.SettingsFile, mine.ID, s.ID)
+			e.dst.Location(), repo.SettingsFile, mine.ID, e.settings.ID)
 	}
-	if mine.DataDir != s.DataDir {
-		return fatalf("sink %s: %s has data_dir %q, upstream's is %q", e.dst.Location(), repo.SettingsFile, mine.DataDir, s.DataDir)
+	if mine.DataDir != e.settings.DataDir {
+		return fatalf("sink %s: %s has data_dir %q, upstream's is %q", e.dst.Location(), repo.SettingsFile, mine.DataDir, e.settings.DataDir)
 	}
-	if string(have) != string(raw) {
-		// fdl.json is created once and kept (If-None-Match: *): a changed
-		// upstream copy is reported, not copied over.
-		e.log.Warn("upstream fdl.json differs from the mirror's; the mirror keeps the one it was created with",
-			zap.String("sink", e.dst.Location()))
+	return nil
+}
+
+// ensureSinkSettings creates the sink's fdl.json, with upstream's bytes,
+// only where it has none (If-None-Match: *); an existing one is kept.
+func (e *engine) ensureSinkSettings(ctx context.Context, have []byte) error {
+	raw := e.settings.Raw
+	if have != nil {
+		if string(have) != string(raw) {
+			// fdl.json is created once and kept: a changed upstream copy
+			// is reported, not copied over.
+			e.log.Warn("upstream fdl.json differs from the mirror's; the mirror keeps the one it was created with",
+				zap.String("sink", e.dst.Location()))
+		}
+		return nil
+	}
+	if e.opts.DryRun {
+		e.plan(repo.SettingsFile)
+		return nil
+	}
+	err := e.dst.Create(ctx, repo.SettingsFile, strings.NewReader(string(raw)), int64(len(raw)))
+	if errors.Is(err, backend.ErrExist) {
+		// Made between our read and our create (or by our own create
+		// whose answer was lost and retried): judge what is there.
+		have, err := e.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile)
+		if err != nil {
+			return err
+		}
+		if have == nil {
+			return fatalf("sink %s: %s exists and then does not", e.dst.Location(), repo.SettingsFile)
+		}
+		return e.sameRepository(have)
+	}
+	if err != nil {
+		return fatalf("sink %s: creating %s: %w", e.dst.Location(), repo.SettingsFile, err)
 	}
 	return nil
 }
@@ -253,6 +433,7 @@ func (e *engine) listVersions(ctx context.Context) error {
 	if err != nil {
 		return fatalf("sink %s: %w", e.dst.Location(), err)
 	}
+	e.published = map[string]bool{}
 	for id, files := range e.dstVersions {
 		if _, ok := files[repo.RecordFile]; ok {
 			e.published[id] = true
@@ -1016,7 +1197,8 @@ func (e *engine) plan(name string) {
 
 // publishRefs is stage two: each ref whose version is complete in the sink
 // is written (tags only when new), then refs.json, then HEAD.
-func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head string, sinkRefs repo.Refs) error {
+func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head string, inv *inventory) error {
+	sinkRefs := inv.refs
 	for _, name := range upstream.Names() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -1070,7 +1252,7 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 	}
 
 	want := repo.RefsJSON(sinkRefs)
-	if have, err := backend.ReadAll(ctx, e.dst, repo.RefsFile, repo.MaxRefsJSON); err != nil || string(have) != string(want) {
+	if string(inv.refsJSON) != string(want) {
 		if err := e.putBytes(ctx, repo.RefsFile, want); err != nil {
 			e.addRefusal(refuse(ReasonCopy, "", repo.RefsFile, "writing %s: %v", repo.RefsFile, err))
 		}
@@ -1081,7 +1263,7 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 			return nil
 		}
 		content := []byte("ref: " + head + "\n")
-		if have, err := backend.ReadAll(ctx, e.dst, repo.HeadFile, repo.MaxSmallFile); err != nil || string(have) != string(content) {
+		if string(inv.head) != string(content) {
 			if err := e.putBytes(ctx, repo.HeadFile, content); err != nil {
 				e.addRefusal(refuse(ReasonCopy, "", repo.HeadFile, "writing %s: %v", repo.HeadFile, err))
 			}

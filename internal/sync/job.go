@@ -69,9 +69,11 @@ func TrustOf(p *verify.Policy) Trust {
 	return policyTrust{p}
 }
 
-// RunJob opens the source and the sink, takes the sink's lock, runs the
-// engine and releases the lock. Cancelling ctx stops the run at a safe
-// point: never a ref to an incomplete version.
+// RunJob opens the source and the sink and runs the engine, which takes
+// the sink's lock once it knows it has something to write (a run with
+// nothing new never waits for the lock) and releases it at the end.
+// Cancelling ctx stops the run at a safe point: never a ref to an
+// incomplete version.
 func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) (*Report, error) {
 	if log == nil {
 		log = zap.NewNop()
@@ -98,30 +100,19 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 	if job.DryRun {
 		return Run(ctx, src, readOnly{dst}, opts)
 	}
-	held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
-	}
-	// Losing the lock (its renewal failed) stops the run like a cancel: at
-	// a safe point.
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go func() {
-		select {
-		case <-held.Lost():
-			log.Error("lost the sink's lock; stopping at a safe point", zap.String("sink", dst.Location()))
-			cancel()
-		case <-runCtx.Done():
+	opts.Lock = func(ctx context.Context) (func(), <-chan struct{}, error) {
+		held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, Logger: log})
+		if err != nil {
+			return nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 		}
-	}()
-	report, err := Run(runCtx, src, dst, opts)
-	if rerr := held.Release(context.WithoutCancel(ctx)); rerr != nil {
-		log.Warn("releasing the sink's lock", zap.Error(rerr))
+		unlock := func() {
+			if err := held.Release(context.WithoutCancel(ctx)); err != nil {
+				log.Warn("releasing the sink's lock", zap.Error(err))
+			}
+		}
+		return unlock, held.Lost(), nil
 	}
-	if err == nil && runCtx.Err() != nil && ctx.Err() == nil {
-		err = errors.New("lost the sink's lock")
-	}
-	return report, err
+	return Run(ctx, src, dst, opts)
 }
 
 // readOnly lets a dry run read the sink while making sure it writes nothing.

@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"context"
 	"time"
 
 	"go.uber.org/zap"
@@ -19,6 +20,10 @@ type Options struct {
 	Logger *zap.Logger
 	// Progress, when set, is told of every file copied (for a display).
 	Progress func(files int64, bytes int64)
+	// Lock, when set, takes the mirror's lock; the run calls it only once
+	// it knows it has something to write, and calls unlock at its end.
+	// Losing the lock (lost closed) stops the run at a safe point.
+	Lock func(ctx context.Context) (unlock func(), lost <-chan struct{}, err error)
 }
 
 // Trust judges a version's signature against keys the operator trusts.
