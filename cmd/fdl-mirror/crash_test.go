@@ -27,17 +27,19 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
 	t.Logf("upstream has %d files", len(fdltest.Files(t, up)))
 
-	// Kill moments are drawn from the first quarter of a whole sync's
-	// length (measured on a scratch mirror), and upstream grows by a new
-	// version every few rounds, so that most kills land mid-run.
+	// Kill moments are drawn from a window that starts at half a whole
+	// sync's length (measured on a scratch mirror) and halves whenever a
+	// run ends before its kill; upstream grows by a new version every few
+	// rounds. So nearly every kill lands mid-run, however fast the disk.
 	start := time.Now()
 	if res := run(t, "sync", "--log-level", "error", "--concurrency", "4", up, t.TempDir()); res.code != 0 {
 		t.Fatalf("timing sync: exit %d", res.code)
 	}
 	full := time.Since(start)
+	window := full / 2
 	kills := 0
 	for i := 0; i < 25; i++ {
-		if i%5 == 4 {
+		if i%3 == 2 {
 			if _, err := generate.AddVersion(context.Background(), up, 150, opts); err != nil {
 				t.Fatal(err)
 			}
@@ -48,11 +50,10 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 		}
 		exited := make(chan error, 1)
 		go func() { exited <- cmd.Wait() }()
-		delay := time.Duration(rng.Int64N(int64(full)/4)) + 5*time.Millisecond
+		delay := time.Duration(rng.Int64N(int64(window))) + 2*time.Millisecond
 		select {
 		case <-exited:
-			// Finished before the kill: the mirror is complete; the
-			// remaining rounds are reruns, still worth killing.
+			window = max(window/2, 10*time.Millisecond)
 		case <-time.After(delay):
 			cmd.Process.Kill()
 			<-exited

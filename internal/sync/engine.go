@@ -58,7 +58,8 @@ type engine struct {
 	tmpDir   string
 
 	copySlots    chan struct{} // bounds file copies across all versions
-	catalogSlots chan struct{} // bounds catalogs held and read at once
+	catalogSlots chan struct{} // bounds catalogs fetched and read at once
+	versionSlots chan struct{} // bounds versions holding a catalog's file list
 
 	// Inventories, each read with one listing where the store can list.
 	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
@@ -106,6 +107,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		log:          opts.Logger,
 		copySlots:    make(chan struct{}, opts.Concurrency),
 		catalogSlots: make(chan struct{}, 2),
+		versionSlots: make(chan struct{}, 4),
 		published:    map[string]bool{},
 		refused:      map[string]*refusal{},
 		dataCalls:    map[string]*dataFileCall{},
@@ -482,6 +484,7 @@ type pendingVersion struct {
 	id     string
 	isRoot bool   // a ref names it (else it is an ancestor)
 	raw    []byte // version.json as upstream has it
+	sig    []byte // version.json.sig; nil when unsigned
 	rec    *repo.Record
 	err    error             // why it cannot be mirrored, found while walking
 	wait   []*pendingVersion // parents being mirrored in this run
@@ -647,42 +650,75 @@ func (e *engine) refuseCycles(nodes map[string]*pendingVersion) {
 // files; then, once its parents in this run are settled, the signature
 // and version.json, last.
 func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
-	id, raw, rec := n.id, n.raw, n.rec
-	parents := rec.Parents
-	files, err := e.versionFiles(ctx, id)
+	dataFiles, err := e.copyVersion(ctx, n)
 	if err != nil {
 		return err
 	}
-	var sig []byte
-	if _, ok := files[repo.SignatureFile]; ok {
-		if sig, err = backend.ReadAll(ctx, e.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
-			return err
+	id := n.id
+	for _, p := range n.wait {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
+	if err := e.publishVersion(ctx, id, n.raw, n.sig); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.published[id] = true
+	e.report.VersionsPublished = append(e.report.VersionsPublished, id)
+	e.mu.Unlock()
+	e.log.Info("version published", zap.String("version", id), zap.Int("data_files", dataFiles), zap.Bool("dry_run", e.opts.DryRun))
+	return nil
+}
+
+// copyVersion is the heavy part of mirroring a version, a few versions at
+// a time: each holds its catalog's list of files, which can be long.
+func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles int, err error) {
+	select {
+	case e.versionSlots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-e.versionSlots }()
+	id, raw, rec := n.id, n.raw, n.rec
+	var sig []byte
+	parents := rec.Parents
+	files, err := e.versionFiles(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if _, ok := files[repo.SignatureFile]; ok {
+		if sig, err = backend.ReadAll(ctx, e.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
+			return 0, err
+		}
+	}
+	n.sig = sig
 	if e.opts.Trust != nil {
 		if _, err := e.opts.Trust.CheckVersion(id, raw, sig); err != nil {
-			return refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
+			return 0, refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
 		}
 	}
 
 	select {
 	case e.catalogSlots <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
 	catalogName := repo.VersionFile(id, repo.CatalogFile)
 	fetched, err := catalog.Fetch(ctx, e.src, catalogName, e.tmpDir)
 	if err != nil {
 		<-e.catalogSlots
 		if backend.IsNotExist(err) {
-			return refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
+			return 0, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
 		}
-		return err
+		return 0, err
 	}
 	defer fetched.Remove()
 	if fetched.SHA256 != rec.SHA256 {
 		<-e.catalogSlots
-		return refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
+		return 0, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
 			id, catalogName, fetched.SHA256, rec.SHA256)
 	}
 	cat, err := catalog.Read(ctx, fetched.Path)
@@ -691,33 +727,16 @@ func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
 	e.report.CatalogsRead++
 	e.mu.Unlock()
 	if err != nil {
-		return refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
+		return 0, refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
 	}
 
 	if err := e.mirrorDataFiles(ctx, id, cat, e.knownFromParents(ctx, parents)); err != nil {
-		return err
+		return 0, err
 	}
 	if err := e.writeVersionFiles(ctx, id, files, fetched); err != nil {
-		return err
+		return 0, err
 	}
-	// The local copy of the catalog is not needed while waiting.
-	fetched.Remove()
-	for _, p := range n.wait {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	if err := e.publishVersion(ctx, id, raw, sig); err != nil {
-		return err
-	}
-	e.mu.Lock()
-	e.published[id] = true
-	e.report.VersionsPublished = append(e.report.VersionsPublished, id)
-	e.mu.Unlock()
-	e.log.Info("version published", zap.String("version", id), zap.Int("data_files", len(cat.Files)), zap.Bool("dry_run", e.opts.DryRun))
-	return nil
+	return len(cat.Files), nil
 }
 
 // versionFiles names the files of a version's directory upstream, with

@@ -19,6 +19,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	gosync "sync"
 	"syscall"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -33,6 +34,14 @@ type Local struct {
 	dir  string
 	root *os.Root
 	rw   bool
+
+	// Writers keep the temporary folder open, so that making a temporary
+	// file and renaming it into place are single calls relative to open
+	// folders, not walks of the whole path through the root each time.
+	tmpMu   gosync.RWMutex
+	tmpRoot *os.Root   // .fdl-mirror/tmp
+	tmpDir  *os.File   // the same folder, for renameat(2)
+	made    gosync.Map // folders known to exist
 }
 
 // Open opens an existing folder for reading.
@@ -54,25 +63,60 @@ func Create(dir string) (*Local, error) {
 		return nil, err
 	}
 	l.rw = true
-	if err := l.root.MkdirAll(TempDir, 0o755); err != nil {
-		return nil, fmt.Errorf("%s: creating %s: %w", dir, TempDir, err)
+	if err := l.openTemp(); err != nil {
+		l.root.Close()
+		return nil, err
 	}
 	return l, nil
+}
+
+// openTemp makes and opens the temporary folder.
+func (l *Local) openTemp() error {
+	if err := l.root.MkdirAll(TempDir, 0o755); err != nil {
+		return fmt.Errorf("%s: creating %s: %w", l.dir, TempDir, err)
+	}
+	tr, err := l.root.OpenRoot(TempDir)
+	if err != nil {
+		return fmt.Errorf("%s: opening %s: %w", l.dir, TempDir, err)
+	}
+	td, err := l.root.Open(TempDir)
+	if err != nil {
+		tr.Close()
+		return fmt.Errorf("%s: opening %s: %w", l.dir, TempDir, err)
+	}
+	l.tmpRoot, l.tmpDir = tr, td
+	return nil
+}
+
+func (l *Local) closeTemp() {
+	if l.tmpRoot != nil {
+		l.tmpRoot.Close()
+		l.tmpDir.Close()
+		l.tmpRoot, l.tmpDir = nil, nil
+	}
 }
 
 // Dir is the folder's path.
 func (l *Local) Dir() string { return l.dir }
 
 // Close releases the folder.
-func (l *Local) Close() error { return l.root.Close() }
+func (l *Local) Close() error {
+	l.tmpMu.Lock()
+	l.closeTemp()
+	l.tmpMu.Unlock()
+	return l.root.Close()
+}
 
 // ClearTemp removes temporary files that an interrupted writer left. Call
 // it only while holding the mirror's lock.
 func (l *Local) ClearTemp() error {
+	l.tmpMu.Lock()
+	defer l.tmpMu.Unlock()
+	l.closeTemp()
 	if err := l.root.RemoveAll(TempDir); err != nil {
 		return fmt.Errorf("%s: clearing %s: %w", l.dir, TempDir, err)
 	}
-	return l.root.MkdirAll(TempDir, 0o755)
+	return l.openTemp()
 }
 
 func (l *Local) Location() string { return l.dir }
@@ -166,14 +210,16 @@ func (l *Local) List(ctx context.Context, prefix string, fn func(backend.FileInf
 
 // writeTemp copies exactly size bytes of r into a new fsynced temporary
 // file and returns its name inside the root.
+// The caller holds tmpMu for reading; the name returned is inside the
+// temporary folder.
 func (l *Local) writeTemp(name string, r io.Reader, size int64) (string, error) {
 	if !l.rw {
 		return "", fmt.Errorf("%s: %w: read-only", l.dir, backend.ErrNotSupported)
 	}
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	tmp := path.Join(TempDir, path.Base(name)+"."+hex.EncodeToString(rnd[:]))
-	f, err := l.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp := path.Base(name) + "." + hex.EncodeToString(rnd[:])
+	f, err := l.tmpRoot.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return "", l.err("write", name, err)
 	}
@@ -188,7 +234,7 @@ func (l *Local) writeTemp(name string, r io.Reader, size int64) (string, error) 
 		err = cerr
 	}
 	if err != nil {
-		l.root.Remove(tmp)
+		l.tmpRoot.Remove(tmp)
 		return "", l.err("write", name, err)
 	}
 	return tmp, nil
@@ -202,21 +248,29 @@ func (l *Local) prepare(name string) error {
 		return fmt.Errorf("%w: %q is reserved", backend.ErrInvalidName, name)
 	}
 	if dir := path.Dir(name); dir != "." {
+		if _, ok := l.made.Load(dir); ok {
+			return nil
+		}
 		if err := l.root.MkdirAll(filepath.FromSlash(dir), 0o755); err != nil {
 			return l.err("mkdir", dir, err)
 		}
+		l.made.Store(dir, true)
 	}
 	return nil
 }
 
-func (l *Local) syncDir(name string) error {
+// openDir opens the folder of name, for renaming into it and syncing it.
+func (l *Local) openDir(name string) (*os.File, error) {
 	d, err := l.root.Open(filepath.FromSlash(path.Dir(name)))
 	if err != nil {
-		return l.err("sync", path.Dir(name), err)
+		return nil, l.err("open folder of", name, err)
 	}
-	defer d.Close()
+	return d, nil
+}
+
+func syncDir(d *os.File) error {
 	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return l.err("sync", path.Dir(name), err)
+		return err
 	}
 	return nil
 }
@@ -225,34 +279,55 @@ func (l *Local) Put(ctx context.Context, name string, r io.Reader, size int64) e
 	if err := l.prepare(name); err != nil {
 		return err
 	}
+	l.tmpMu.RLock()
+	defer l.tmpMu.RUnlock()
 	tmp, err := l.writeTemp(name, r, size)
 	if err != nil {
 		return err
 	}
-	if err := l.root.Rename(tmp, filepath.FromSlash(name)); err != nil {
-		l.root.Remove(tmp)
+	d, err := l.openDir(name)
+	if err != nil {
+		l.tmpRoot.Remove(tmp)
+		return err
+	}
+	defer d.Close()
+	if err := l.renameInto(tmp, d, name); err != nil {
+		l.tmpRoot.Remove(tmp)
 		return l.err("rename", name, err)
 	}
-	return l.syncDir(name)
+	if err := syncDir(d); err != nil {
+		return l.err("sync folder of", name, err)
+	}
+	return nil
 }
 
 func (l *Local) Create(ctx context.Context, name string, r io.Reader, size int64) error {
 	if err := l.prepare(name); err != nil {
 		return err
 	}
+	l.tmpMu.RLock()
+	defer l.tmpMu.RUnlock()
 	tmp, err := l.writeTemp(name, r, size)
 	if err != nil {
 		return err
 	}
-	defer l.root.Remove(tmp)
+	defer l.tmpRoot.Remove(tmp)
 	// link(2) fails when the name exists: an atomic create-if-absent.
-	if err := l.root.Link(tmp, filepath.FromSlash(name)); err != nil {
+	if err := l.root.Link(path.Join(TempDir, tmp), filepath.FromSlash(name)); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("%s: create %s: %w", l.dir, name, backend.ErrExist)
 		}
 		return l.err("create", name, err)
 	}
-	return l.syncDir(name)
+	d, err := l.openDir(name)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := syncDir(d); err != nil {
+		return l.err("sync folder of", name, err)
+	}
+	return nil
 }
 
 func (l *Local) Remove(ctx context.Context, name string) error {
