@@ -33,7 +33,15 @@ Run 'fdl-mirror COMMAND -h' for a command's flags.
 Exit codes: 0 all good, 1 something refused, failed or behind, 2 usage or configuration error.
 `
 
+// defaultMemoryLimit is a soft limit on the Go heap (GOMEMLIMIT overrides
+// it): the garbage collector works harder near it rather than let a long
+// run's heap double. DuckDB's own memory is bounded per catalog apart.
+const defaultMemoryLimit = 96 << 20
+
 func main() {
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
 		os.Exit(exitUsage)
