@@ -60,7 +60,8 @@ type Options struct {
 	// multipart upload).
 	StallTimeout time.Duration
 	// PartSize is both the multipart threshold and the part size (default
-	// 16 MiB). It grows for objects that would need more than 10000 parts.
+	// 8 MiB, as the AWS CLI). It grows for objects that would need more
+	// than 10000 parts.
 	PartSize int64
 	// Concurrency is the number of parts the store holds in memory at
 	// once, read or being uploaded, across all its Puts (default 2: the
@@ -147,7 +148,7 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 		opts.StallTimeout = 2 * time.Minute
 	}
 	if opts.PartSize <= 0 {
-		opts.PartSize = 16 << 20
+		opts.PartSize = 8 << 20
 	}
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 2
