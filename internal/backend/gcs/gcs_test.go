@@ -8,8 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"runtime"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -384,45 +382,19 @@ func TestCutDownloadResumedOrFailed(t *testing.T) {
 	}
 }
 
-type zeros struct{}
-
-func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
-
 // A large Put holds about one chunk in memory, not the object: the heap is
 // sampled while a 64 MiB stream is put in 4 MiB chunks.
 func TestPutMemoryIsBounded(t *testing.T) {
 	srv := testserver.GCS(t)
 	s := open(t, srv, srv.Bucket(t), "m", gcs.Options{ChunkSize: 4 << 20})
-	defer debug.SetGCPercent(debug.SetGCPercent(25))
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak atomic.Uint64
-	stop, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
 	const size = 64 << 20
-	err := s.Put(context.Background(), "big", io.LimitReader(zeros{}, size), size)
-	close(stop)
-	<-sampled
+	var err error
+	grew := backendtest.HeapGrowth(func() {
+		err = s.Put(context.Background(), "big", io.LimitReader(backendtest.Zeros{}, size), size)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	grew := int64(peak.Load()) - int64(base)
 	t.Logf("heap grew by at most %d MiB while putting %d MiB", grew>>20, size>>20)
 	if grew > 24<<20 {
 		t.Fatalf("heap grew by %d MiB while putting a %d MiB stream in 4 MiB chunks", grew>>20, size>>20)

@@ -19,8 +19,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -106,7 +104,7 @@ func TestFailedMultipartUploadIsAborted(t *testing.T) {
 	bucket := srv.Bucket(t)
 	st := open(t, srv.URL(bucket, "m"), s3.Options{PartSize: 5 << 20})
 	size := int64(23 << 20)
-	r := io.MultiReader(io.LimitReader(zeros{}, 17<<20), errReader{})
+	r := io.MultiReader(io.LimitReader(backendtest.Zeros{}, 17<<20), errReader{})
 	if err := st.Put(context.Background(), "big", r, size); err == nil {
 		t.Fatal("Put with a failing reader succeeded")
 	}
@@ -404,10 +402,6 @@ func readAll(t *testing.T, r backend.Reader, name string) []byte {
 	return b
 }
 
-type zeros struct{}
-
-func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
-
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("source failed on purpose") }
@@ -446,37 +440,14 @@ func writeCABundle(t *testing.T) string {
 func TestPutMemoryIsBounded(t *testing.T) {
 	srv := startS3(t)
 	st := open(t, srv.URL(srv.Bucket(t), "m"), s3.Options{PartSize: 5 << 20, Concurrency: 2})
-	defer debug.SetGCPercent(debug.SetGCPercent(25))
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-	var peak atomic.Uint64
-	stop := make(chan struct{})
-	sampled := make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			var ms runtime.MemStats
-			runtime.ReadMemStats(&ms)
-			if ms.HeapInuse > peak.Load() {
-				peak.Store(ms.HeapInuse)
-			}
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
 	const size = 120 << 20
-	err := st.Put(context.Background(), "big", io.LimitReader(zeros{}, size), size)
-	close(stop)
-	<-sampled
+	var err error
+	grew := backendtest.HeapGrowth(func() {
+		err = st.Put(context.Background(), "big", io.LimitReader(backendtest.Zeros{}, size), size)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	grew := int64(peak.Load()) - int64(base)
 	t.Logf("heap grew by at most %d MiB while putting %d MiB", grew>>20, size>>20)
 	if grew > 48<<20 {
 		t.Fatalf("heap grew by %d MiB while putting a %d MiB stream", grew>>20, size>>20)
