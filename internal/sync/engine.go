@@ -286,10 +286,6 @@ func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
 	if inv.settings == nil {
 		return true
 	}
-	final := repo.Refs{}
-	for k, v := range inv.refs {
-		final[k] = v
-	}
 	for name, id := range upstream {
 		if inv.refs[name] != id || !e.published[id] {
 			return true
@@ -307,10 +303,12 @@ func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
 			}
 		}
 	}
-	if string(inv.refsJSON) != string(repo.RefsJSON(final)) {
+	// Every upstream ref is as upstream has it: what is left to write is
+	// refs.json and HEAD, if they do not say what the ref files say.
+	if string(inv.refsJSON) != string(repo.RefsJSON(inv.refs)) {
 		return true
 	}
-	return head != "" && final[head] != "" && string(inv.head) != "ref: "+head+"\n"
+	return head != "" && inv.refs[head] != "" && string(inv.head) != "ref: "+head+"\n"
 }
 
 func (e *engine) addRefusal(r *refusal) {
