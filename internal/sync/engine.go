@@ -67,11 +67,12 @@ type engine struct {
 	dstData     lazyListing // the sink's data_dir, listed only when a version needs it
 	srcData     lazyListing // the source's data_dir, listed for many server-side copies
 
-	mu        gosync.Mutex
-	report    *Report
-	published map[string]bool          // versions complete in the sink, before or now
-	refused   map[string]*refusal      // versions refused in this run
-	dataCalls map[string]*dataFileCall // one copy per data file across versions
+	mu           gosync.Mutex
+	report       *Report
+	published    map[string]bool          // versions complete in the sink, before or now
+	publishedNow map[string]bool          // versions this run published
+	refused      map[string]*refusal      // versions refused in this run
+	dataCalls    map[string]*dataFileCall // one copy per data file across versions
 
 	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
 	lockLost atomic.Bool
@@ -110,6 +111,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		catalogSlots: make(chan struct{}, 2),
 		versionSlots: make(chan struct{}, 2),
 		published:    map[string]bool{},
+		publishedNow: map[string]bool{},
 		refused:      map[string]*refusal{},
 		dataCalls:    map[string]*dataFileCall{},
 		report: &Report{
@@ -666,6 +668,7 @@ func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
 	}
 	e.mu.Lock()
 	e.published[id] = true
+	e.publishedNow[id] = true
 	e.report.VersionsPublished = append(e.report.VersionsPublished, id)
 	e.mu.Unlock()
 	e.log.Info("version published", zap.String("version", id), zap.Int("data_files", dataFiles), zap.Bool("dry_run", e.opts.DryRun))
@@ -786,10 +789,16 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 	known := map[string]int64{}
 	for _, p := range parents {
 		e.mu.Lock()
-		done := e.published[p]
+		done, now := e.published[p], e.publishedNow[p]
 		e.mu.Unlock()
 		if !done {
 			return nil
+		}
+		if now {
+			// Published by this run: every file of it is settled in
+			// dataCalls already, which dataFile asks first; reading its
+			// catalog back from the sink would be the same work again.
+			continue
 		}
 		select {
 		case e.catalogSlots <- struct{}{}:
