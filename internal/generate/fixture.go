@@ -29,18 +29,7 @@ import (
 // Files the catalog references but parquetDir does not hold are listed in
 // Repo.Missing and not written.
 func FromFixture(ctx context.Context, dbGz, parquetDir, dir string, addFiles int, opts Options) (*Repo, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
-	id := opts.ID
-	if id == "" {
-		id = newUUIDv4()
-	}
-	if err := writeSettings(dir, id, opts.DataDir, opts.WriteDataDir); err != nil {
-		return nil, err
-	}
-	b, err := newBuilder(ctx, dir, opts.DataDir, opts)
+	opts, id, b, err := startRepo(ctx, dir, opts)
 	if err != nil {
 		return nil, err
 	}

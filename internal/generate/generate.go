@@ -441,21 +441,31 @@ func writeSettings(dir, id, dataDir string, always bool) error {
 	return fh.Close()
 }
 
-// Generate writes a new repository in dir (which must not hold one): a
-// chain of opts.Versions versions on refs/heads/main.
-func Generate(ctx context.Context, dir string, opts Options) (*Repo, error) {
+// startRepo writes a new repository's fdl.json in dir (with opts.ID, or a
+// new one) and opens the builder that writes its versions.
+func startRepo(ctx context.Context, dir string, opts Options) (Options, string, *builder, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
-		return nil, err
+		return opts, "", nil, err
 	}
 	id := opts.ID
 	if id == "" {
 		id = newUUIDv4()
 	}
 	if err := writeSettings(dir, id, opts.DataDir, opts.WriteDataDir); err != nil {
-		return nil, err
+		return opts, "", nil, err
 	}
 	b, err := newBuilder(ctx, dir, opts.DataDir, opts)
+	if err != nil {
+		return opts, "", nil, err
+	}
+	return opts, id, b, nil
+}
+
+// Generate writes a new repository in dir (which must not hold one): a
+// chain of opts.Versions versions on refs/heads/main.
+func Generate(ctx context.Context, dir string, opts Options) (*Repo, error) {
+	opts, id, b, err := startRepo(ctx, dir, opts)
 	if err != nil {
 		return nil, err
 	}
