@@ -174,7 +174,7 @@ func testPutReplacesAtomically(t *testing.T, b backend.Backend) {
 			return
 		default:
 		}
-		got := read(t, b, "atomic")
+		got := MustRead(t, b, "atomic")
 		if !bytes.Equal(got, versions[0]) && !bytes.Equal(got, versions[1]) {
 			t.Fatalf("read %d bytes that are neither whole version", len(got))
 		}
@@ -457,7 +457,8 @@ func put(t *testing.T, b backend.Backend, name string, content []byte) {
 	}
 }
 
-func read(t *testing.T, r backend.Reader, name string) []byte {
+// MustRead reads a whole object, failing the test on any error.
+func MustRead(t *testing.T, r backend.Reader, name string) []byte {
 	t.Helper()
 	rc, err := r.Open(context.Background(), name)
 	if err != nil {
@@ -473,7 +474,7 @@ func read(t *testing.T, r backend.Reader, name string) []byte {
 
 func checkContent(t *testing.T, r backend.Reader, name string, want []byte) {
 	t.Helper()
-	if got := read(t, r, name); !bytes.Equal(got, want) {
+	if got := MustRead(t, r, name); !bytes.Equal(got, want) {
 		t.Fatalf("%s holds %d bytes %.40q, want %d bytes %.40q", name, len(got), got, len(want), want)
 	}
 	fi, err := r.Stat(context.Background(), name)

@@ -94,7 +94,7 @@ func TestCreateAboveMultipartThresholdIsIfAbsent(t *testing.T) {
 	if err := st.Create(ctx, "big", bytes.NewReader(second), int64(len(second))); !errors.Is(err, backend.ErrExist) {
 		t.Fatalf("second Create: err = %v, want ErrExist", err)
 	}
-	if got := readAll(t, st, "big"); sha256.Sum256(got) != sha256.Sum256(first) {
+	if got := backendtest.MustRead(t, st, "big"); sha256.Sum256(got) != sha256.Sum256(first) {
 		t.Fatal("the second Create changed the object")
 	}
 }
@@ -131,7 +131,7 @@ func TestCopyFromSameEndpoint(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("CopyFrom = %v, %v; want true, nil", ok, err)
 	}
-	if got := readAll(t, dst, "copy/"+name); !bytes.Equal(got, content) {
+	if got := backendtest.MustRead(t, dst, "copy/"+name); !bytes.Equal(got, content) {
 		t.Fatalf("copy holds %q", got)
 	}
 	ok, err = dst.CopyFrom(ctx, src, "missing", "copy/missing", 1)
@@ -204,7 +204,7 @@ func TestRetriesAreLoggedWithTheObject(t *testing.T) {
 			addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
 			st := open(t, addr, s3.Options{Logger: zap.New(core), MaxBackoff: 50 * time.Millisecond, StallTimeout: 300 * time.Millisecond})
 			start := time.Now()
-			if got := readAll(t, st, "obj"); string(got) != "hello" {
+			if got := backendtest.MustRead(t, st, "obj"); string(got) != "hello" {
 				t.Fatalf("read %q through the faults", got)
 			}
 			if time.Since(start) > 5*time.Second {
@@ -256,7 +256,7 @@ func TestOpenResumesCutBody(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
 	st := open(t, addr, s3.Options{Logger: zap.New(core), MaxBackoff: 10 * time.Millisecond})
-	if got := readAll(t, st, "obj"); !bytes.Equal(got, content) {
+	if got := backendtest.MustRead(t, st, "obj"); !bytes.Equal(got, content) {
 		t.Fatalf("read %d bytes through three cuts, not the %d written", len(got), len(content))
 	}
 	if n := logs.FilterMessage("resuming an interrupted read").Len(); n != 3 {
@@ -386,20 +386,6 @@ func TestOpenRefusesBadAddresses(t *testing.T) {
 			t.Errorf("Open %s: error holds the password: %v", addr, err)
 		}
 	}
-}
-
-func readAll(t *testing.T, r backend.Reader, name string) []byte {
-	t.Helper()
-	rc, err := r.Open(context.Background(), name)
-	if err != nil {
-		t.Fatalf("Open %s: %v", name, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatalf("reading %s: %v", name, err)
-	}
-	return b
 }
 
 type errReader struct{}
