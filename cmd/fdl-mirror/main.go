@@ -1,5 +1,5 @@
-// Command fdl-mirror mirrors FDL repositories: sync, verify, daemon, status,
-// version. This package parses flags and prints; the engine decides.
+// Command fdl-mirror mirrors FDL repositories: sync, prune, verify, daemon,
+// status, version. This package parses flags and prints; the engine decides.
 package main
 
 import (
@@ -23,6 +23,10 @@ const usage = `fdl-mirror: a read-only mirror of FDL repositories
 usage:
   fdl-mirror sync [flags] SOURCE SINK     mirror once (SOURCE: path, file://, s3://, gs://, http(s)://)
   fdl-mirror sync --config FILE [--mirror NAME]
+  fdl-mirror prune [--dry-run] [--max-delete N] SOURCE SINK
+                                          remove from SINK what SOURCE withdrew (refs, expired or
+                                          deleted versions, data files only they needed)
+  fdl-mirror prune --config FILE [--mirror NAME]
   fdl-mirror verify [flags] TARGET        check a repository or mirror, trusting nothing
   fdl-mirror status SOURCE SINK | --config FILE
   fdl-mirror daemon --config FILE         run every configured mirror on its schedule
@@ -51,6 +55,8 @@ func main() {
 	switch cmd {
 	case "sync":
 		code = cmdSync(args)
+	case "prune":
+		code = cmdPrune(args)
 	case "verify":
 		code = cmdVerify(args)
 	case "status":

@@ -56,6 +56,12 @@ type Mirror struct {
 	LockWait time.Duration
 	// Retries is how often one request is retried; 0 means each backend's default.
 	Retries int
+	// Prune makes the daemon prune the mirror after each successful sync:
+	// refs, versions and data files the upstream withdrew are removed.
+	Prune bool
+	// PruneMaxDelete bounds the objects one prune removes; 0 means the
+	// prune's default (1000).
+	PruneMaxDelete int
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -307,6 +313,13 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			m.Retries = p.integer(v, where+".retries")
 			if m.Retries < 0 {
 				p.addf(v.Line, "%s.retries: %d: must not be negative", where, m.Retries)
+			}
+		case "prune":
+			m.Prune = p.boolean(v, where+".prune")
+		case "prune_max_delete":
+			m.PruneMaxDelete = p.integer(v, where+".prune_max_delete")
+			if m.PruneMaxDelete <= 0 && p.isInt(v) {
+				p.addf(v.Line, "%s.prune_max_delete: %d: must be at least 1", where, m.PruneMaxDelete)
 			}
 		case "lock_wait":
 			s := p.str(v, where+".lock_wait")

@@ -101,6 +101,8 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		HTTPHeaders:        []string{"Authorization: Bearer s3cret"},
 		LockWait:           30 * time.Second,
 		Retries:            5,
+		Prune:              true,
+		PruneMaxDelete:     5000,
 		Line:               towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {
@@ -187,6 +189,25 @@ mirrors:
 	wantProblem(t, ps, 7, `unknown key "shedule"`)
 	if len(ps) != 2 {
 		t.Errorf("want 2 problems, got:\n%v", ps)
+	}
+}
+
+func TestPruneKeysAreCheckedWithTheirLines(t *testing.T) {
+	ps := problems(t, `mirrors:
+  - name: a
+    source: /u
+    sink: /d
+    prune: sometimes
+    prune_max_delete: 0
+`, nil)
+	wantProblem(t, ps, 5, "prune", `"sometimes"`)
+	wantProblem(t, ps, 6, "prune_max_delete", "at least 1")
+	cfg, err := Parse([]byte("mirrors:\n  - {name: a, source: /u, sink: /d, prune: true}\n"), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Mirrors[0]; !m.Prune || m.PruneMaxDelete != 0 {
+		t.Errorf("prune: true parsed as %+v", m)
 	}
 }
 

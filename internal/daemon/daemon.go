@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/robfig/cron/v3"
@@ -30,6 +31,9 @@ import (
 
 // RunFunc runs one mirror once; fdlsync.RunJob in production.
 type RunFunc func(ctx context.Context, job fdlsync.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
+
+// PruneFunc prunes one mirror once; prune.RunJob in production.
+type PruneFunc func(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error)
 
 // DefaultStopTimeout is how long a stop waits for running syncs to reach a
 // safe point: with the HTTP server's shutdown after it, the process exits
@@ -43,6 +47,9 @@ type Options struct {
 	Logger     *zap.Logger
 	// Run runs one mirror; nil means fdlsync.RunJob.
 	Run RunFunc
+	// Prune prunes a mirror configured with prune: true after each
+	// successful run; nil means prune.RunJob.
+	Prune PruneFunc
 	// StopTimeout bounds the wait for running syncs at a stop; 0 means
 	// DefaultStopTimeout.
 	StopTimeout time.Duration
@@ -77,6 +84,9 @@ func New(opts Options) (*Daemon, error) {
 	}
 	if opts.Run == nil {
 		opts.Run = fdlsync.RunJob
+	}
+	if opts.Prune == nil {
+		opts.Prune = prune.RunJob
 	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = DefaultStopTimeout
@@ -378,6 +388,46 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	default:
 		log.Info("run finished", fields...)
 	}
+	if m.Prune {
+		d.pruneAfter(m, result, log)
+	}
+}
+
+// pruneAfter prunes a mirror after a successful sync, and only then: a
+// sync that could not read the upstream, or refused part of it, leaves the
+// mirror as it is until a sync succeeds again. The prune reads the
+// upstream afresh and applies its own safety rules.
+func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
+	if result != ResultSuccess {
+		log.Warn("prune skipped: the sync did not succeed", zap.String("result", result))
+		return
+	}
+	if d.runCtx.Err() != nil {
+		return
+	}
+	start := time.Now()
+	var rep *prune.Report
+	var err error
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("panic: %v", p)
+				log.Error("prune panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			}
+		}()
+		rep, err = d.opts.Prune(d.runCtx, PruneJob(m), d.log)
+	}()
+	d.metrics.ObservePrune(m.Name, rep, err)
+	fields := []zap.Field{zap.Duration("took", time.Since(start))}
+	if rep != nil {
+		fields = append(fields, zap.Int("refs_removed", len(rep.RefsRemoved)), zap.Int("versions_removed", len(rep.VersionsRemoved)),
+			zap.Int("data_files_removed", len(rep.DataFilesRemoved)), zap.Int("objects_removed", len(rep.Removed)))
+	}
+	if err != nil {
+		log.Error("prune failed", append(fields, zap.Error(err))...)
+		return
+	}
+	log.Info("prune finished", fields...)
 }
 
 // Job turns a configured mirror into the engine's job.
@@ -393,5 +443,18 @@ func Job(m config.Mirror) fdlsync.Job {
 		Concurrency:        m.Concurrency,
 		LockWait:           m.LockWait,
 		Retries:            m.Retries,
+	}
+}
+
+// PruneJob turns a configured mirror into a prune's job.
+func PruneJob(m config.Mirror) prune.Job {
+	return prune.Job{
+		Name:        m.Name,
+		Source:      m.Source,
+		Sink:        m.Sink,
+		HTTPHeaders: m.HTTPHeaders,
+		MaxDelete:   m.PruneMaxDelete,
+		LockWait:    m.LockWait,
+		Retries:     m.Retries,
 	}
 }

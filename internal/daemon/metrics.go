@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus"
@@ -40,6 +41,8 @@ type Metrics struct {
 	lag           *prometheus.GaugeVec
 	reloads       *prometheus.CounterVec
 	configSuccess prometheus.Gauge
+	prunes        *prometheus.CounterVec
+	pruned        *prometheus.CounterVec
 }
 
 // NewMetrics makes the metrics and registers them, with the Go runtime and
@@ -105,11 +108,19 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "config_last_reload_successful",
 			Help: "1 when the last config load succeeded, 0 when it failed and the previous config is in use.",
 		}),
+		prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "prunes_total",
+			Help: "Prunes after a successful sync (mirrors with prune: true), by result: success, failed (nothing removed, or stopped part way at a safe point).",
+		}, []string{"mirror", "result"}),
+		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "pruned_objects_total",
+			Help: "Objects removed from the mirror by prunes (ref files, HEAD, version files, data files).",
+		}, mirror),
 	}
 	m.Registry.MustRegister(
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag,
-		m.reloads, m.configSuccess,
+		m.reloads, m.configSuccess, m.prunes, m.pruned,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -137,7 +148,7 @@ func (m *Metrics) RemoveMirror(name string) {
 	l := prometheus.Labels{"mirror": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
-		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.prunes, m.pruned,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -153,6 +164,18 @@ func (m *Metrics) Running(name string, on bool) {
 		v = 1
 	}
 	m.running.WithLabelValues(name).Set(v)
+}
+
+// ObservePrune records one prune of a mirror.
+func (m *Metrics) ObservePrune(name string, rep *prune.Report, err error) {
+	result := "success"
+	if err != nil {
+		result = "failed"
+	}
+	m.prunes.WithLabelValues(name, result).Inc()
+	if rep != nil && !rep.DryRun {
+		m.pruned.WithLabelValues(name).Add(float64(len(rep.Removed)))
+	}
 }
 
 // Result classifies what RunJob returned.

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
+	"github.com/fdl-mirror/fdl-mirror/internal/prune"
+)
+
+func cmdPrune(args []string) int {
+	fs := newFlagSet("prune", "prune [flags] SOURCE SINK | prune --config FILE [--mirror NAME]")
+	dryRun := fs.Bool("dry-run", false, "list every ref, version and file that would be removed; remove nothing")
+	maxDelete := fs.Int("max-delete", prune.DefaultMaxDelete, "refuse, removing nothing, when more than `N` objects would be removed")
+	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
+	configPath := fs.String("config", "", "prune the mirrors of this config `file`")
+	mirror := fs.String("mirror", "", "with --config: only this mirror")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
+	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
+	var headers stringList
+	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return exitUsage
+	}
+	if *maxDelete < 1 {
+		fmt.Fprintln(os.Stderr, "fdl-mirror prune: --max-delete must be at least 1")
+		return exitUsage
+	}
+	log, err := newLogger(*logLevel, *jsonOut)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", err)
+		return exitUsage
+	}
+	defer log.Sync()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var jobs []prune.Job
+	switch {
+	case *configPath != "" && len(pos) == 0:
+		if len(headers) > 0 {
+			fmt.Fprintln(os.Stderr, "fdl-mirror prune: with --config, set http_headers in the config")
+			return exitUsage
+		}
+		cfg, err := config.Load(*configPath)
+		if err != nil {
+			printConfigError(os.Stderr, "prune", *configPath, err)
+			return exitUsage
+		}
+		mirrors, ok := selectMirrors(os.Stderr, "prune", cfg, *mirror)
+		if !ok {
+			return exitUsage
+		}
+		for _, m := range mirrors {
+			job := daemon.PruneJob(m)
+			job.DryRun = *dryRun
+			if flagSet(fs.Visit, "max-delete") {
+				job.MaxDelete = *maxDelete
+			}
+			jobs = append(jobs, job)
+		}
+	case *configPath != "":
+		fmt.Fprintln(os.Stderr, "fdl-mirror prune: --config takes no SOURCE or SINK")
+		return exitUsage
+	case len(pos) == 2:
+		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers,
+			DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries})
+	default:
+		fs.Usage()
+		return exitUsage
+	}
+	code := exitOK
+	for _, job := range jobs {
+		if ctx.Err() != nil {
+			log.Warn("interrupted; mirror not pruned", zap.String("mirror", job.Name))
+			code = max(code, exitRefused)
+			continue
+		}
+		rep, err := prune.RunJob(ctx, job, log)
+		code = max(code, finishPrune(os.Stdout, job, rep, err, *jsonOut, log))
+	}
+	return code
+}
+
+// flagSet says whether a flag was given on the command line.
+func flagSet(visit func(func(*flag.Flag)), name string) bool {
+	set := false
+	visit(func(f *flag.Flag) {
+		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// finishPrune prints a prune's summary and returns its exit code.
+func finishPrune(w io.Writer, job prune.Job, rep *prune.Report, err error, jsonOut bool, log *zap.Logger) int {
+	var cfg *prune.ConfigError
+	if errors.As(err, &cfg) {
+		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", err)
+		return exitUsage
+	}
+	code := exitOK
+	if err != nil {
+		log.Error("prune stopped", zap.Error(err))
+		code = exitRefused
+	}
+	if jsonOut {
+		out := struct {
+			Mirror string `json:"mirror,omitempty"`
+			OK     bool   `json:"ok"`
+			Error  string `json:"error,omitempty"`
+			*prune.Report
+		}{Mirror: job.Name, OK: code == exitOK, Report: rep}
+		if err != nil {
+			out.Error = err.Error()
+		}
+		if out.Report == nil {
+			out.Report = &prune.Report{Source: job.Source, Sink: job.Sink}
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(out)
+		return code
+	}
+	printPrune(w, job, rep, err)
+	return code
+}
+
+func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
+	name := ""
+	if job.Name != "" {
+		name = job.Name + ": "
+	}
+	if r == nil {
+		fmt.Fprintf(w, "%sprune %s against %s failed: %v\n", name, job.Sink, job.Source, err)
+		return
+	}
+	verb, objects := "removed", len(r.Removed)
+	if r.DryRun {
+		verb, objects = "would remove", r.Deletions
+		fmt.Fprintf(w, "%sdry run: nothing removed\n", name)
+	}
+	fmt.Fprintf(w, "%s%s (against %s): %s %d refs, %d versions, %d data files (%d objects), in %s\n", name, r.Sink, r.Source, verb,
+		len(r.RefsRemoved), len(r.VersionsRemoved), len(r.DataFilesRemoved), objects, r.Duration.Round(time.Millisecond))
+	for _, ref := range r.RefsRemoved {
+		fmt.Fprintf(w, "  %s ref %s (was %s): upstream no longer has it\n", verb, ref.Ref, ref.Version)
+	}
+	if r.HeadRemoved != "" {
+		fmt.Fprintf(w, "  %s HEAD: it names %s\n", verb, r.HeadRemoved)
+	}
+	for _, v := range r.VersionsRemoved {
+		why := "expired upstream"
+		if v.Reason == prune.ReasonGone {
+			why = "no longer upstream"
+		}
+		if !v.Complete {
+			why += "; the rest of a folder an interrupted run left"
+		}
+		fmt.Fprintf(w, "  %s version %s: %s\n", verb, v.Version, why)
+	}
+	for _, f := range r.DataFilesRemoved {
+		fmt.Fprintf(w, "  %s data file %s\n", verb, f)
+	}
+	if r.DryRun {
+		for _, o := range r.Removed {
+			fmt.Fprintf(w, "  would remove %s\n", o)
+		}
+	}
+	for _, f := range r.Unnamed {
+		fmt.Fprintf(w, "  left %s: no catalog in the mirror names it\n", f)
+	}
+	if err != nil {
+		fmt.Fprintf(w, "  STOPPED: %v\n", err)
+	}
+}

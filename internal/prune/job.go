@@ -1,0 +1,106 @@
+package prune
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
+)
+
+// Job is one prune as the command line or the config gives it.
+type Job struct {
+	Name         string // for logs; "" for a plain CLI prune
+	Source, Sink string // addresses
+	HTTPHeaders  []string
+	DryRun       bool
+	MaxDelete    int           // 0 = DefaultMaxDelete
+	LockWait     time.Duration // how long to wait for another run's lock
+	Retries      int           // retries of one request; 0 = each backend's default
+	// Selected says which refs may be removed; nil selects all (see Options).
+	Selected func(ref string) bool
+}
+
+// ConfigError is a problem with the job itself (an address): the command
+// line calls it a usage error.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// RunJob opens the source and the sink, takes the sink's lock as a sync
+// does (a dry run takes none: it only reads), and prunes. Losing the lock
+// or cancelling ctx stops the prune between two removals, which are all
+// safe points.
+func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if job.Name != "" {
+		log = log.With(zap.String("mirror", job.Name))
+	}
+	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Retries: job.Retries, Logger: log})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	defer closeSrc()
+	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Retries: job.Retries, Logger: log})
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
+	defer closeDst()
+
+	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, Logger: log}
+	if job.DryRun {
+		return Run(ctx, src, readOnly{dst}, opts)
+	}
+	held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
+	}
+	defer func() {
+		if err := held.Release(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("releasing the sink's lock", zap.Error(err))
+		}
+	}()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var lost atomic.Bool
+	go func() {
+		select {
+		case <-held.Lost():
+			log.Error("lost the mirror's lock; stopping the prune at a safe point", zap.String("sink", dst.Location()))
+			lost.Store(true)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	rep, err := Run(ctx, src, dst, opts)
+	if err != nil && lost.Load() {
+		err = fmt.Errorf("sink %s: lost the mirror's lock; stopped at a safe point: %w", dst.Location(), err)
+	}
+	return rep, err
+}
+
+// readOnly lets a dry run read the sink while making sure it removes nothing.
+type readOnly struct{ backend.Backend }
+
+func (r readOnly) Put(ctx context.Context, name string, _ io.Reader, _ int64) error {
+	return fmt.Errorf("dry run: refusing to write %s", name)
+}
+
+func (r readOnly) Create(ctx context.Context, name string, _ io.Reader, _ int64) error {
+	return fmt.Errorf("dry run: refusing to write %s", name)
+}
+
+func (r readOnly) Remove(ctx context.Context, name string) error {
+	return fmt.Errorf("dry run: refusing to remove %s", name)
+}
+
+func (r readOnly) Unwrap() backend.Reader { return r.Backend }

@@ -1,0 +1,135 @@
+package prune
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// mirror is the state of the mirror a prune plans from.
+type mirror struct {
+	settings     *repo.Settings
+	refs         repo.Refs // the ref files
+	refsJSON     []byte    // nil when absent
+	refsJSONRefs repo.Refs // what refs.json says
+	head         string    // the ref HEAD names; "" without a readable HEAD
+	versions     map[string]map[string]int64
+}
+
+// readMirror reads the mirror's settings, refs, refs.json, HEAD and its
+// versions/ listing. Refs it cannot read stop the prune: a version they
+// point to could otherwise look unreferenced.
+func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
+	fail := func(format string, args ...any) error {
+		return fmt.Errorf("sink %s: "+format+"; nothing removed", append([]any{dst.Location()}, args...)...)
+	}
+	if !dst.Properties().CanList {
+		return nil, fail("cannot list")
+	}
+	raw, err := backend.ReadAll(ctx, dst, repo.SettingsFile, repo.MaxSmallFile)
+	if backend.IsNotExist(err) {
+		return nil, fail("no %s: not a mirror", repo.SettingsFile)
+	}
+	if err != nil {
+		return nil, fail("%s: %w", repo.SettingsFile, err)
+	}
+	m := &mirror{}
+	if m.settings, err = repo.ParseSettings(raw); err != nil {
+		return nil, fail("%w", err)
+	}
+	refs, bad, err := repo.ReadRefs(ctx, dst)
+	if err != nil {
+		return nil, fail("refs unreadable: %w", err)
+	}
+	if len(bad) > 0 {
+		return nil, fail("ref %s breaks the rules, so the version it points to is unknown: %w", bad[0].Ref, bad[0].Err)
+	}
+	m.refs = refs
+	m.refsJSON, err = backend.ReadAll(ctx, dst, repo.RefsFile, repo.MaxRefsJSON)
+	switch {
+	case backend.IsNotExist(err):
+		m.refsJSON, m.refsJSONRefs = nil, repo.Refs{}
+	case err != nil:
+		return nil, fail("%s: %w", repo.RefsFile, err)
+	default:
+		var bad []*repo.RefError
+		if m.refsJSONRefs, bad, err = repo.ParseRefsJSON(m.refsJSON); err != nil {
+			return nil, fail("%w", err)
+		}
+		if len(bad) > 0 {
+			return nil, fail("%s: ref %s breaks the rules: %w", repo.RefsFile, bad[0].Ref, bad[0].Err)
+		}
+	}
+	raw, err = backend.ReadAll(ctx, dst, repo.HeadFile, repo.MaxSmallFile)
+	switch {
+	case err == nil:
+		// An unreadable HEAD names no ref a prune removes: it stays.
+		m.head, _ = repo.ParseHead(raw)
+	case !backend.IsNotExist(err):
+		return nil, fail("%s: %w", repo.HeadFile, err)
+	}
+	if m.versions, err = versionListing(ctx, dst); err != nil {
+		return nil, fail("%w", err)
+	}
+	return m, nil
+}
+
+// versionListing maps every version folder of a store to its files and
+// their sizes, with one listing of versions/.
+func versionListing(ctx context.Context, r backend.Reader) (map[string]map[string]int64, error) {
+	out := map[string]map[string]int64{}
+	err := r.List(ctx, repo.VersionsDir, func(fi backend.FileInfo) error {
+		rest := strings.TrimPrefix(fi.Name, repo.VersionsDir)
+		id, file, ok := strings.Cut(rest, "/")
+		if !ok || repo.CheckVersionID(id) != nil {
+			return nil // not a version folder: someone else's file, left alone
+		}
+		if out[id] == nil {
+			out[id] = map[string]int64{}
+		}
+		out[id][file] = fi.Size
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", repo.VersionsDir, err)
+	}
+	return out, nil
+}
+
+// listData lists the mirror's data_dir, sorted.
+func listData(ctx context.Context, dst backend.Reader, dataDir string) ([]string, error) {
+	var out []string
+	err := dst.List(ctx, dataDir, func(fi backend.FileInfo) error {
+		out = append(out, fi.Name)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sink %s: listing %s: %w; nothing removed", dst.Location(), dataDir, err)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// readCatalog returns the paths, below data_dir, of every data and delete
+// file a catalog in the mirror names.
+func readCatalog(ctx context.Context, r backend.Reader, name, tmpDir string) ([]string, error) {
+	fetched, err := catalog.Fetch(ctx, r, name, tmpDir)
+	if err != nil {
+		return nil, err
+	}
+	defer fetched.Remove()
+	cat, err := catalog.Read(ctx, fetched.Path)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(cat.Files))
+	for i, f := range cat.Files {
+		out[i] = f.Path
+	}
+	return out, nil
+}

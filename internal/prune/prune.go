@@ -1,0 +1,498 @@
+// Package prune removes from a mirror what its upstream withdrew: refs the
+// upstream deleted, versions it expired (expired.json) or deleted that no
+// remaining ref points to, and the data files that only those versions
+// needed. restic's forget/prune and `git remote prune` are the models:
+// explicit, previewable, and never deleting what something still needs.
+//
+// The whole plan is made from reads before anything is deleted, so a
+// refusal (an upstream that cannot be read, more deletions than allowed)
+// deletes nothing. Then the work runs in the sync's order read backwards,
+// pointers before what they point to:
+//
+//  1. refs the upstream no longer has: refs.json rewritten without them,
+//     HEAD removed if it names one of them, then the ref files;
+//  2. versions expired or gone upstream that no remaining ref names:
+//     version.json first (the version stops being complete), then the rest
+//     of its folder except its catalogs;
+//  3. data files no remaining complete version needs by its catalogs;
+//  4. the catalogs of the removed versions, last, because they are how a
+//     prune killed before step 3 ended knows, the next time, which data
+//     files the removed versions named.
+//
+// A prune killed at any moment leaves every remaining ref pointing at a
+// complete version, and the next prune finds what is left to do: ref files
+// still there, version folders without version.json, catalogs naming data
+// files nothing needs.
+package prune
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// DefaultMaxDelete is how many objects a prune removes before it refuses,
+// unless told more: a mass deletion should be asked for, as with rsync's
+// --max-delete.
+const DefaultMaxDelete = 1000
+
+// ErrTooManyDeletions is wrapped by the error of a prune that would remove
+// more objects than Options.MaxDelete allows; nothing was removed.
+var ErrTooManyDeletions = errors.New("more deletions than --max-delete allows")
+
+// Options tune one prune.
+type Options struct {
+	// DryRun plans and reports, and deletes nothing.
+	DryRun bool
+	// MaxDelete bounds the objects removed (ref files, HEAD, version
+	// files, data files); 0 means DefaultMaxDelete. Over it, the prune
+	// removes nothing and returns ErrTooManyDeletions.
+	MaxDelete int
+	// Selected says which refs of the mirror this prune may remove; nil
+	// selects every ref. Ref selection (patterns of the refs a mirror
+	// follows) plugs in here: a ref it does not select is never removed,
+	// and its version stays.
+	Selected func(ref string) bool
+	// TempDir holds catalogs while they are read; "" is os.TempDir.
+	TempDir string
+	Logger  *zap.Logger
+}
+
+// Run prunes dst against src. The caller holds the mirror's lock (see
+// RunJob). The error says why nothing, or not everything, was removed; the
+// report says what was (or, in a dry run, would be).
+func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Options) (*Report, error) {
+	if opts.MaxDelete <= 0 {
+		opts.MaxDelete = DefaultMaxDelete
+	}
+	if opts.Selected == nil {
+		opts.Selected = func(string) bool { return true }
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	rep := &Report{
+		Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun, Started: time.Now(),
+		RefsRemoved: []RemovedRef{}, VersionsRemoved: []RemovedVersion{}, DataFilesRemoved: []string{},
+		Removed: []string{}, Unnamed: []string{},
+	}
+	defer func() { rep.Duration = time.Since(rep.Started) }()
+	p := &pruner{src: src, dst: dst, opts: opts, log: opts.Logger, report: rep}
+
+	// Read and plan; nothing is deleted before the plan is whole.
+	up, err := readUpstream(ctx, src)
+	if err != nil {
+		return rep, err
+	}
+	m, err := readMirror(ctx, dst)
+	if err != nil {
+		return rep, err
+	}
+	if err := sameRepository(up.settings, m.settings, dst.Location()); err != nil {
+		return rep, err
+	}
+	pl, err := p.plan(ctx, up, m)
+	if err != nil {
+		return rep, err
+	}
+	rep.Deletions, rep.Unnamed = pl.deletions(), append(rep.Unnamed, pl.unnamed...)
+	for _, name := range pl.unnamed {
+		p.log.Info("data file named by no catalog in the mirror; left", zap.String("file", name))
+	}
+	if opts.DryRun {
+		// A dry run lists the whole plan, and says too whether a real
+		// run would refuse it.
+		p.describe(pl)
+	}
+	if rep.Deletions > opts.MaxDelete {
+		return rep, fmt.Errorf("sink %s: %w: the prune would remove %d objects, the limit is %d; nothing removed (raise --max-delete to allow it)",
+			dst.Location(), ErrTooManyDeletions, rep.Deletions, opts.MaxDelete)
+	}
+	if opts.DryRun {
+		return rep, nil
+	}
+
+	// Step 1: refs, pointers first.
+	if err := p.removeRefs(ctx, pl); err != nil {
+		return rep, err
+	}
+	// Step 2: versions, version.json first; catalogs stay for now.
+	for _, v := range pl.versions {
+		if err := p.removeVersion(ctx, v); err != nil {
+			return rep, err
+		}
+	}
+	// Step 3: data files that no remaining complete version needs.
+	for _, name := range pl.dataFiles {
+		if err := p.remove(ctx, name); err != nil {
+			return rep, err
+		}
+		rep.DataFilesRemoved = append(rep.DataFilesRemoved, name)
+	}
+	// Step 4: the removed versions' catalogs, which named those files.
+	for _, v := range pl.versions {
+		for _, name := range v.catalogs {
+			if err := p.remove(ctx, name); err != nil {
+				return rep, err
+			}
+		}
+	}
+	return rep, nil
+}
+
+type pruner struct {
+	src    backend.Reader
+	dst    backend.Backend
+	opts   Options
+	log    *zap.Logger
+	report *Report
+}
+
+// plan is everything a prune will remove, decided before it removes any.
+type plan struct {
+	refs      []RemovedRef // refs to remove, sorted by name
+	refFiles  []string     // the files of those refs that exist
+	refsJSON  []byte       // refs.json to write first; nil: leave it
+	head      bool         // remove HEAD: it names a ref that goes
+	headRef   string
+	versions  []*versionPlan
+	dataFiles []string // sorted
+	unnamed   []string // data files no catalog in the mirror names, left alone
+}
+
+type versionPlan struct {
+	id       string
+	reason   string   // ReasonExpired or ReasonGone
+	complete bool     // has version.json (else a folder an earlier run left)
+	files    []string // every object of its folder but the record and the catalogs
+	catalogs []string // its catalogs, removed last
+}
+
+func (pl *plan) deletions() int {
+	n := len(pl.refFiles) + len(pl.dataFiles)
+	if pl.head {
+		n++
+	}
+	for _, v := range pl.versions {
+		n += len(v.files) + len(v.catalogs)
+		if v.complete {
+			n++
+		}
+	}
+	return n
+}
+
+// plan decides the three steps from the upstream's and the mirror's state.
+func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, error) {
+	pl := &plan{}
+
+	// Step 1: the mirror's selected refs, by their files or in refs.json,
+	// that upstream does not have. A ref upstream holds but refused (a bad
+	// name or value) is still upstream's: it is not withdrawn.
+	remaining := repo.Refs{}
+	for _, name := range m.refs.Names() {
+		if up.hasRef(name) || !p.opts.Selected(name) {
+			remaining[name] = m.refs[name]
+		}
+	}
+	for _, name := range unionNames(m.refs, m.refsJSONRefs) {
+		if up.hasRef(name) || !p.opts.Selected(name) {
+			continue
+		}
+		id, isFile := m.refs[name]
+		if !isFile {
+			id = m.refsJSONRefs[name]
+		}
+		pl.refs = append(pl.refs, RemovedRef{Ref: name, Version: id})
+		if isFile {
+			pl.refFiles = append(pl.refFiles, name)
+		}
+	}
+	if len(pl.refs) > 0 {
+		// Written from the ref files that stay, as a sync writes it.
+		if want := repo.RefsJSON(remaining); string(want) != string(m.refsJSON) {
+			pl.refsJSON = want
+		}
+		if m.head != "" && containsRef(pl.refs, m.head) {
+			pl.head, pl.headRef = true, m.head
+		}
+	}
+
+	// Step 2: versions no remaining ref names (in the ref files, in
+	// refs.json, which readers that cannot list follow, or upstream), that
+	// upstream expired or no longer has.
+	protected := map[string]bool{}
+	for _, id := range remaining {
+		protected[id] = true
+	}
+	for name, id := range m.refsJSONRefs {
+		if !containsRef(pl.refs, name) {
+			protected[id] = true
+		}
+	}
+	for _, id := range up.refs {
+		protected[id] = true
+	}
+	for _, id := range sortedKeys(m.versions) {
+		if protected[id] {
+			continue
+		}
+		status, err := up.versionStatus(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if status == statusKept {
+			continue
+		}
+		pl.versions = append(pl.versions, newVersionPlan(id, status, m.versions[id]))
+	}
+
+	// Step 3: the data files the removed versions' catalogs name, less
+	// those a remaining complete version needs. Without a removed catalog
+	// there is nothing to look for, and no catalog is read.
+	candidates := map[string]bool{}
+	for _, v := range pl.versions {
+		for _, name := range v.catalogs {
+			files, err := readCatalog(ctx, p.dst, name, p.opts.TempDir)
+			if err != nil {
+				// Its files stay, reported as named by no catalog: keeping
+				// too much is safe, deleting on a guess is not.
+				p.log.Warn("catalog of a removed version unreadable; the data files it names stay",
+					zap.String("version", v.id), zap.String("catalog", name), zap.Error(err))
+				continue
+			}
+			for _, f := range files {
+				candidates[m.settings.DataDir+f] = true
+			}
+		}
+	}
+	if len(candidates) == 0 {
+		return pl, nil
+	}
+	removed := map[string]bool{}
+	for _, v := range pl.versions {
+		removed[v.id] = true
+	}
+	needed := map[string]bool{}
+	for _, id := range sortedKeys(m.versions) {
+		files := m.versions[id]
+		if removed[id] || !hasKey(files, repo.RecordFile) {
+			continue
+		}
+		for _, name := range catalogsOf(id, files) {
+			names, err := readCatalog(ctx, p.dst, name, p.opts.TempDir)
+			if err != nil {
+				// A remaining version whose needs are unknown could lose a
+				// file it needs: remove nothing.
+				return nil, fmt.Errorf("sink %s: version %s stays but its catalog %s cannot be read, so the data files it needs are unknown; nothing removed: %w",
+					p.dst.Location(), id, name, err)
+			}
+			for _, f := range names {
+				needed[m.settings.DataDir+f] = true
+			}
+		}
+	}
+	data, err := listData(ctx, p.dst, m.settings.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range data {
+		switch {
+		case needed[name]:
+		case candidates[name]:
+			pl.dataFiles = append(pl.dataFiles, name)
+		default:
+			pl.unnamed = append(pl.unnamed, name)
+		}
+	}
+	return pl, nil
+}
+
+func newVersionPlan(id, reason string, files map[string]int64) *versionPlan {
+	v := &versionPlan{id: id, reason: reason, complete: hasKey(files, repo.RecordFile)}
+	cats := map[string]bool{}
+	for _, c := range catalogsOf(id, files) {
+		cats[c] = true
+	}
+	for _, f := range sortedKeys(files) {
+		name := repo.VersionFile(id, f)
+		switch {
+		case f == repo.RecordFile:
+		case cats[name]:
+			v.catalogs = append(v.catalogs, name)
+		default:
+			v.files = append(v.files, name)
+		}
+	}
+	return v
+}
+
+// catalogsOf names a version's catalogs in the mirror: ducklake.duckdb
+// (metadata.db where it is absent, as newer tools name it) and every
+// catalogs/<format>.duckdb, an entry point for readers like the main one.
+func catalogsOf(id string, files map[string]int64) []string {
+	var out []string
+	switch {
+	case hasKey(files, repo.CatalogFile):
+		out = append(out, repo.VersionFile(id, repo.CatalogFile))
+	case hasKey(files, metadataFile):
+		out = append(out, repo.VersionFile(id, metadataFile))
+	}
+	for _, f := range sortedKeys(files) {
+		if strings.HasPrefix(f, "catalogs/") && strings.HasSuffix(f, ".duckdb") {
+			out = append(out, repo.VersionFile(id, f))
+		}
+	}
+	return out
+}
+
+// metadataFile is the frozen catalog's name in fdl-cli 0.27 and later.
+const metadataFile = "metadata.db"
+
+// describe fills a dry run's report with the whole plan; a real run's
+// report grows as the work is done.
+func (p *pruner) describe(pl *plan) {
+	r := p.report
+	r.RefsRemoved = append(r.RefsRemoved, pl.refs...)
+	r.HeadRemoved = pl.headRef
+	for _, v := range pl.versions {
+		r.VersionsRemoved = append(r.VersionsRemoved, RemovedVersion{Version: v.id, Reason: v.reason, Complete: v.complete})
+	}
+	r.DataFilesRemoved = append(r.DataFilesRemoved, pl.dataFiles...)
+	r.Removed = pl.objects()
+}
+
+// objects lists every object the plan removes, in the order it removes them.
+func (pl *plan) objects() []string {
+	var out []string
+	if pl.head {
+		out = append(out, repo.HeadFile)
+	}
+	out = append(out, pl.refFiles...)
+	for _, v := range pl.versions {
+		if v.complete {
+			out = append(out, repo.VersionFile(v.id, repo.RecordFile))
+		}
+		out = append(out, v.files...)
+	}
+	out = append(out, pl.dataFiles...)
+	for _, v := range pl.versions {
+		out = append(out, v.catalogs...)
+	}
+	return out
+}
+
+// removeRefs is step 1: refs.json without the refs that go, then HEAD if
+// it names one of them, then their files. A reader that follows refs.json
+// or HEAD never meets a ref whose file is gone; a prune killed after
+// refs.json finds the ref files still there, and removes them next time.
+func (p *pruner) removeRefs(ctx context.Context, pl *plan) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if pl.refsJSON != nil {
+		if err := p.dst.Put(ctx, repo.RefsFile, strings.NewReader(string(pl.refsJSON)), int64(len(pl.refsJSON))); err != nil {
+			return fmt.Errorf("sink %s: writing %s: %w", p.dst.Location(), repo.RefsFile, err)
+		}
+	}
+	if pl.head {
+		if err := p.remove(ctx, repo.HeadFile); err != nil {
+			return err
+		}
+		p.report.HeadRemoved = pl.headRef
+		p.log.Info("HEAD removed: the ref it names is gone", zap.String("ref", pl.headRef))
+	}
+	for _, name := range pl.refFiles {
+		if err := p.remove(ctx, name); err != nil {
+			return err
+		}
+	}
+	for _, r := range pl.refs {
+		p.report.RefsRemoved = append(p.report.RefsRemoved, r)
+		p.log.Info("ref removed: upstream no longer has it", zap.String("ref", r.Ref), zap.String("version", r.Version))
+	}
+	return nil
+}
+
+// removeVersion is step 2 for one version: version.json first, then the
+// rest of its folder but its catalogs (step 4).
+func (p *pruner) removeVersion(ctx context.Context, v *versionPlan) error {
+	if v.complete {
+		if err := p.remove(ctx, repo.VersionFile(v.id, repo.RecordFile)); err != nil {
+			return err
+		}
+	}
+	for _, name := range v.files {
+		if err := p.remove(ctx, name); err != nil {
+			return err
+		}
+	}
+	p.report.VersionsRemoved = append(p.report.VersionsRemoved, RemovedVersion{Version: v.id, Reason: v.reason, Complete: v.complete})
+	p.log.Info("version removed", zap.String("version", v.id), zap.String("reason", v.reason))
+	return nil
+}
+
+// remove deletes one object, stopping first if the run was cancelled (the
+// lock lost, a signal): every point between two removals is a safe one.
+func (p *pruner) remove(ctx context.Context, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := p.dst.Remove(ctx, name); err != nil {
+		return fmt.Errorf("sink %s: removing %s: %w", p.dst.Location(), name, err)
+	}
+	p.report.Removed = append(p.report.Removed, name)
+	return nil
+}
+
+// sameRepository refuses to prune a mirror of another repository against
+// this upstream: its refs would all look withdrawn.
+func sameRepository(up, mine *repo.Settings, sink string) error {
+	if mine.ID != up.ID {
+		return fmt.Errorf("sink %s holds another repository: its %s has id %q, upstream's is %q; nothing removed",
+			sink, repo.SettingsFile, mine.ID, up.ID)
+	}
+	if mine.DataDir != up.DataDir {
+		return fmt.Errorf("sink %s: %s has data_dir %q, upstream's is %q; nothing removed", sink, repo.SettingsFile, mine.DataDir, up.DataDir)
+	}
+	return nil
+}
+
+func containsRef(refs []RemovedRef, name string) bool {
+	for _, r := range refs {
+		if r.Ref == name {
+			return true
+		}
+	}
+	return false
+}
+
+func unionNames(a, b repo.Refs) []string {
+	all := map[string]bool{}
+	for n := range a {
+		all[n] = true
+	}
+	for n := range b {
+		all[n] = true
+	}
+	return sortedKeys(all)
+}
+
+func hasKey[V any](m map[string]V, k string) bool { _, ok := m[k]; return ok }
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,90 @@
+package prune
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// A repository whose main has a side branch; the mirror is a byte copy.
+// Upstream then deletes the branch and its version.
+func withdrawnBranch(t *testing.T) (up, mirror *local.Local, branchVersion string) {
+	t.Helper()
+	ctx := context.Background()
+	parent := t.TempDir()
+	upDir, mirrorDir := filepath.Join(parent, "up"), filepath.Join(parent, "mirror")
+	opts := generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 5, FastParquet: true}
+	g, err := generate.Generate(ctx, upDir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := generate.AddVersion(ctx, upDir, 2, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(upDir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("refs/heads/side", id+"\n")
+	write("refs/heads/main", g.Versions[1]+"\n")
+	write("refs.json", string(repo.RefsJSON(repo.Refs{"refs/heads/main": g.Versions[1], "refs/heads/side": id})))
+	if err := os.CopyFS(mirrorDir, os.DirFS(upDir)); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(upDir, "refs/heads/side"))
+	os.RemoveAll(filepath.Join(upDir, "versions", id))
+	write("refs.json", string(repo.RefsJSON(repo.Refs{"refs/heads/main": g.Versions[1]})))
+	if up, err = local.Open(upDir); err != nil {
+		t.Fatal(err)
+	}
+	if mirror, err = local.Create(mirrorDir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { up.Close(); mirror.Close() })
+	return up, mirror, id
+}
+
+// Ref selection plugs in as Options.Selected: a ref it does not select is
+// never removed, and the version it names stays with it.
+func TestARefNotSelectedStaysWithItsVersion(t *testing.T) {
+	up, mirror, id := withdrawnBranch(t)
+	rep, err := Run(context.Background(), up, mirror, Options{Selected: func(ref string) bool { return ref != "refs/heads/side" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Removed) != 0 || len(rep.RefsRemoved) != 0 || len(rep.VersionsRemoved) != 0 {
+		t.Fatalf("removed %v, refs %v, versions %v; want nothing", rep.Removed, rep.RefsRemoved, rep.VersionsRemoved)
+	}
+	rep, err = Run(context.Background(), up, mirror, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.RefsRemoved) != 1 || len(rep.VersionsRemoved) != 1 || rep.VersionsRemoved[0].Version != id || len(rep.DataFilesRemoved) != 2 {
+		t.Fatalf("with every ref selected: refs %v, versions %v, data files %v", rep.RefsRemoved, rep.VersionsRemoved, rep.DataFilesRemoved)
+	}
+}
+
+// A prune cancelled before it starts removing removes nothing; cancelled
+// midway (the lock lost), it stops at the next removal.
+func TestACancelledPruneStopsBeforeItsNextRemoval(t *testing.T) {
+	up, mirror, _ := withdrawnBranch(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	rep, err := Run(ctx, up, mirror, Options{})
+	if err == nil {
+		t.Fatal("a cancelled prune reported no error")
+	}
+	if len(rep.Removed) != 0 {
+		t.Fatalf("a cancelled prune removed %v", rep.Removed)
+	}
+	if _, err := os.Stat(filepath.Join(mirror.Dir(), "refs/heads/side")); err != nil {
+		t.Fatalf("the ref went: %v", err)
+	}
+}

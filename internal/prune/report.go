@@ -1,0 +1,39 @@
+package prune
+
+import "time"
+
+// RemovedRef is a ref removed from the mirror, with the version it named.
+type RemovedRef struct {
+	Ref     string `json:"ref"`
+	Version string `json:"version"`
+}
+
+// RemovedVersion is a version removed from the mirror, and why.
+type RemovedVersion struct {
+	Version string `json:"version"`
+	Reason  string `json:"reason"` // ReasonExpired or ReasonGone
+	// Complete is false for a folder without version.json that an
+	// earlier, interrupted prune (or sync) left.
+	Complete bool `json:"complete"`
+}
+
+// Report is what a prune removed or, in a dry run, would remove.
+type Report struct {
+	Source           string           `json:"source"`
+	Sink             string           `json:"sink"`
+	DryRun           bool             `json:"dry_run,omitempty"`
+	Started          time.Time        `json:"started"`
+	Duration         time.Duration    `json:"duration_ns"`
+	RefsRemoved      []RemovedRef     `json:"refs_removed"`
+	HeadRemoved      string           `json:"head_removed,omitempty"` // the ref HEAD named, when HEAD goes with it
+	VersionsRemoved  []RemovedVersion `json:"versions_removed"`
+	DataFilesRemoved []string         `json:"data_files_removed"`
+	// Deletions counts the objects the plan removes, which --max-delete bounds.
+	Deletions int `json:"deletions"`
+	// Removed lists every object removed, in order; in a dry run, every
+	// object that would be.
+	Removed []string `json:"removed"`
+	// Unnamed lists data files that no catalog in the mirror names: left
+	// alone (listed only when the prune looked at data files).
+	Unnamed []string `json:"unnamed"`
+}
