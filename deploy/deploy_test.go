@@ -378,6 +378,23 @@ func TestKubernetesDeployment(t *testing.T) {
 	if get(t, c, "args", 0) != "daemon" {
 		t.Errorf("Deployment does not run the daemon: %v", get(t, c, "args"))
 	}
+	// Replicas for availability: two, on different nodes where there are
+	// several, one always left by voluntary disruptions.
+	if r := get(t, dep, "spec", "replicas"); r != 2 {
+		t.Errorf("replicas = %v, want 2", r)
+	}
+	labels := get(t, dep, "spec", "template", "metadata", "labels").(map[string]any)
+	anti := get(t, pod, "affinity", "podAntiAffinity", "preferredDuringSchedulingIgnoredDuringExecution", 0, "podAffinityTerm").(map[string]any)
+	if anti["topologyKey"] != "kubernetes.io/hostname" || fmt.Sprint(get(t, anti, "labelSelector", "matchLabels")) != fmt.Sprint(labels) {
+		t.Errorf("pod anti-affinity %v does not keep the replicas (%v) apart by node", anti, labels)
+	}
+	pdb, ok := objs["PodDisruptionBudget/fdl-mirror"]
+	if !ok {
+		t.Fatalf("no PodDisruptionBudget/fdl-mirror; objects: %v", keys(objs))
+	}
+	if get(t, pdb, "spec", "minAvailable") != 1 || fmt.Sprint(get(t, pdb, "spec", "selector", "matchLabels")) != fmt.Sprint(labels) {
+		t.Errorf("PodDisruptionBudget %v: want minAvailable 1 over the daemon's pods %v", get(t, pdb, "spec"), labels)
+	}
 	if get(t, c, "livenessProbe", "httpGet", "path") != "/healthz" || get(t, c, "readinessProbe", "httpGet", "path") != "/readyz" {
 		t.Error("probes are not on /healthz (liveness) and /readyz (readiness)")
 	}
@@ -387,6 +404,66 @@ func TestKubernetesDeployment(t *testing.T) {
 	}
 	if !strings.HasSuffix(cfg.Listen, ":"+itoa(port["containerPort"])) || strings.HasPrefix(cfg.Listen, "127.") {
 		t.Errorf("config listens on %s, the pod exposes %v", cfg.Listen, port["containerPort"])
+	}
+}
+
+// The sharded CronJob: an Indexed Job whose every pod is one shard of one
+// ConfigMap, with --shards N matching the number of pods.
+func TestKubernetesShardedCronJob(t *testing.T) {
+	objs := manifests(t, "kubernetes/cronjob-sharded.yaml")
+	for k, v := range manifests(t, "kubernetes/cronjob.yaml") {
+		if strings.HasPrefix(k, "ConfigMap/fdl-mirror-keys") {
+			objs[k] = v
+		}
+	}
+	cj, ok := objs["CronJob/fdl-mirror-sharded"]
+	if !ok {
+		t.Fatalf("no CronJob/fdl-mirror-sharded; objects: %v", keys(objs))
+	}
+	if p := get(t, cj, "spec", "concurrencyPolicy"); p != "Forbid" {
+		t.Errorf("concurrencyPolicy = %v", p)
+	}
+	job := get(t, cj, "spec", "jobTemplate", "spec")
+	if m := get(t, job, "completionMode"); m != "Indexed" {
+		t.Errorf("completionMode = %v, want Indexed (pods get JOB_COMPLETION_INDEX)", m)
+	}
+	completions, parallelism := get(t, job, "completions"), get(t, job, "parallelism")
+	n, ok := completions.(int)
+	if !ok || n < 2 || parallelism != completions {
+		t.Fatalf("completions %v, parallelism %v: want the same number of shards, at least 2", completions, parallelism)
+	}
+	// A failing shard must not stop the others (backoffLimit would end
+	// the whole Job at the first failed pod).
+	if get(t, job, "backoffLimitPerIndex") != 0 || get(t, job, "backoffLimit") != nil {
+		t.Errorf("backoffLimitPerIndex %v, backoffLimit %v: want 0 and unset", get(t, job, "backoffLimitPerIndex"), get(t, job, "backoffLimit"))
+	}
+	pod := get(t, job, "template", "spec").(map[string]any)
+	if pod["restartPolicy"] != "Never" {
+		t.Errorf("restartPolicy %v: backoffLimitPerIndex needs Never", pod["restartPolicy"])
+	}
+	args := fmt.Sprint(get(t, pod, "containers", 0, "args"))
+	if !strings.HasPrefix(args, "[sync --config ") || !strings.Contains(args, " --shards "+strconv.Itoa(n)+" ") && !strings.HasSuffix(args, " --shards "+strconv.Itoa(n)+"]") {
+		t.Errorf("args %s: want sync --config FILE --shards %d", args, n)
+	}
+	if strings.Contains(args, "--shard ") {
+		t.Errorf("args %s: --shard I/N would give every pod the same shard", args)
+	}
+	cfg := checkPodConfig(t, objs, pod, "fdl-mirror-sharded-config")
+	seen := map[string]int{}
+	for i := 0; i < n; i++ {
+		part := cfg.InShard(config.Shard{Index: i, Count: n})
+		if len(part.Mirrors) == 0 {
+			t.Errorf("shard %d/%d of the example holds no mirror", i, n)
+		}
+		t.Logf("shard %d/%d: %v", i, n, part.Names())
+		for _, name := range part.Names() {
+			seen[name]++
+		}
+	}
+	for _, name := range cfg.Names() {
+		if seen[name] != 1 {
+			t.Errorf("mirror %s is in %d shards", name, seen[name])
+		}
 	}
 }
 

@@ -17,17 +17,23 @@ import (
 )
 
 func cmdDaemon(args []string) int {
-	fs := newFlagSet("daemon", "daemon --config FILE [flags]")
+	fs := newFlagSet("daemon", "daemon --config FILE [--shard I/N | --shards N] [flags]")
 	configPath := fs.String("config", "", "config `file` listing the mirrors (see config.example.yaml)")
 	check := fs.Bool("check", false, "check the config, print every problem, and exit (0 valid, 2 not)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	jsonLogs := fs.Bool("json", false, "log JSON even on a terminal")
+	var shardF shardFlags
+	shardF.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
 	}
 	if *configPath == "" || len(pos) != 0 {
 		fs.Usage()
+		return exitUsage
+	}
+	shard, ok := shardArgs(fs, "daemon", &shardF, *configPath, "")
+	if !ok {
 		return exitUsage
 	}
 	log, err := newLogger(*logLevel, *jsonLogs)
@@ -37,13 +43,17 @@ func cmdDaemon(args []string) int {
 	}
 	defer log.Sync()
 
-	d, err := daemon.New(daemon.Options{ConfigPath: *configPath, Logger: log})
+	d, err := daemon.New(daemon.Options{ConfigPath: *configPath, Shard: shard, Logger: log})
 	if err != nil {
 		printConfigError(os.Stderr, "daemon", *configPath, err)
 		return exitUsage
 	}
 	if *check {
-		fmt.Printf("%s: valid; mirrors: %v\n", *configPath, d.Config().Names())
+		if shard.Whole() {
+			fmt.Printf("%s: valid; mirrors: %v\n", *configPath, d.Config().Names())
+		} else {
+			fmt.Printf("%s: valid; mirrors of shard %s: %v\n", *configPath, shard, d.Config().Names())
+		}
 		return exitOK
 	}
 
@@ -70,7 +80,7 @@ func cmdDaemon(args []string) int {
 	}()
 
 	log.Info("fdl-mirror daemon starting", zap.String("version", versionString()),
-		zap.String("config", *configPath), zap.Strings("mirrors", d.Config().Names()))
+		zap.String("config", *configPath), zap.String("shard", shard.String()), zap.Strings("mirrors", d.Config().Names()))
 	if err := d.Serve(ctx, reload); err != nil {
 		log.Error("daemon could not start", zap.Error(err))
 		return exitRefused
@@ -105,14 +115,19 @@ func selectMirrors(w io.Writer, cmd string, cfg *config.Config, name string) ([]
 	return []config.Mirror{m}, true
 }
 
-// syncFromConfig runs the config's mirrors (or the one named) once, one
-// after the other, for CI and CronJobs. A mirror's failure does not stop the
-// next; the exit code is the worst of theirs, as for a plain sync.
-func syncFromConfig(ctx context.Context, configPath, mirror string, jsonOut bool, log *zap.Logger) int {
+// syncFromConfig runs the config's mirrors (those of a shard, or the one
+// named) once, one after the other, for CI and CronJobs. A mirror's failure
+// does not stop the next; the exit code is the worst of theirs, as for a
+// plain sync.
+func syncFromConfig(ctx context.Context, configPath, mirror string, shard config.Shard, jsonOut bool, log *zap.Logger) int {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		printConfigError(os.Stderr, "sync", configPath, err)
 		return exitUsage
+	}
+	cfg = selectShard(os.Stderr, "sync", cfg, shard)
+	if !shard.Whole() {
+		log.Info("running one shard of the config", zap.String("shard", shard.String()), zap.Strings("mirrors", cfg.Names()))
 	}
 	mirrors, ok := selectMirrors(os.Stderr, "sync", cfg, mirror)
 	if !ok {

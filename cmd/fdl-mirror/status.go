@@ -19,15 +19,21 @@ import (
 )
 
 func cmdStatus(args []string) int {
-	fs := newFlagSet("status", "status [flags] SOURCE SINK | status --config FILE [--mirror NAME]")
+	fs := newFlagSet("status", "status [flags] SOURCE SINK | status --config FILE [--mirror NAME | --shard I/N | --shards N]")
 	configPath := fs.String("config", "", "compare the mirrors of this config `file`")
 	mirror := fs.String("mirror", "", "with --config: only this mirror")
 	jsonOut := fs.Bool("json", false, "print one JSON object per mirror on stdout")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
+	var shardF shardFlags
+	shardF.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
+		return exitUsage
+	}
+	shard, ok := shardArgs(fs, "status", &shardF, *configPath, *mirror)
+	if !ok {
 		return exitUsage
 	}
 	log, err := newLogger(*logLevel, *jsonOut)
@@ -51,6 +57,7 @@ func cmdStatus(args []string) int {
 			printConfigError(os.Stderr, "status", *configPath, err)
 			return exitUsage
 		}
+		cfg = selectShard(os.Stderr, "status", cfg, shard)
 		mirrors, ok := selectMirrors(os.Stderr, "status", cfg, *mirror)
 		if !ok {
 			return exitUsage

@@ -31,7 +31,7 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 }
 
 func cmdSync(args []string) int {
-	fs := newFlagSet("sync", "sync [flags] SOURCE SINK | sync --config FILE [--mirror NAME]")
+	fs := newFlagSet("sync", "sync [flags] SOURCE SINK | sync --config FILE [--mirror NAME | --shard I/N | --shards N]")
 	concurrency := fs.Int("concurrency", 8, "files copied at once")
 	dryRun := fs.Bool("dry-run", false, "print the plan; write nothing")
 	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
@@ -44,8 +44,14 @@ func cmdSync(args []string) int {
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
 	var trust trustFlags
 	trust.register(fs)
+	var shardF shardFlags
+	shardF.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
+		return exitUsage
+	}
+	shard, ok := shardArgs(fs, "sync", &shardF, *configPath, *mirror)
+	if !ok {
 		return exitUsage
 	}
 	log, err := newLogger(*logLevel, *jsonOut)
@@ -62,7 +68,7 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --config takes no SOURCE or SINK")
 			return exitUsage
 		}
-		return syncFromConfig(ctx, *configPath, *mirror, *jsonOut, log)
+		return syncFromConfig(ctx, *configPath, *mirror, shard, *jsonOut, log)
 	}
 	if len(pos) != 2 {
 		fs.Usage()

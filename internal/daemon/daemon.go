@@ -44,7 +44,10 @@ const DefaultStopTimeout = 12 * time.Second
 type Options struct {
 	// ConfigPath is the file loaded at start and on every reload.
 	ConfigPath string
-	Logger     *zap.Logger
+	// Shard limits the daemon to the mirrors of one shard of the config,
+	// at start and at every reload; the zero Shard runs them all.
+	Shard  config.Shard
+	Logger *zap.Logger
 	// Run runs one mirror; nil means fdlsync.RunJob.
 	Run RunFunc
 	// Prune prunes a mirror configured with prune: true after each
@@ -91,7 +94,7 @@ func New(opts Options) (*Daemon, error) {
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = DefaultStopTimeout
 	}
-	cfg, err := load(opts.ConfigPath)
+	cfg, err := load(opts.ConfigPath, opts.Shard)
 	if err != nil {
 		return nil, err
 	}
@@ -110,8 +113,11 @@ func New(opts Options) (*Daemon, error) {
 	return d, nil
 }
 
-// load reads a config the daemon can run: every mirror needs a schedule.
-func load(path string) (*config.Config, error) {
+// load reads a config the daemon can run: every mirror needs a schedule,
+// those of other shards too (every replica of a sharded daemon reads the
+// same file and must agree whether it is valid). It returns the mirrors
+// of shard.
+func load(path string, shard config.Shard) (*config.Config, error) {
 	cfg, err := config.Load(path)
 	if err != nil {
 		return nil, err
@@ -126,7 +132,7 @@ func load(path string) (*config.Config, error) {
 	if len(ps) > 0 {
 		return nil, ps
 	}
-	return cfg, nil
+	return cfg.InShard(shard), nil
 }
 
 // Metrics returns the daemon's metrics.
@@ -248,7 +254,7 @@ func (d *Daemon) stop() {
 // Reload reads the config file again. A config that does not validate is
 // logged, with every problem, and the one in use kept.
 func (d *Daemon) Reload() error {
-	cfg, err := load(d.opts.ConfigPath)
+	cfg, err := load(d.opts.ConfigPath, d.opts.Shard)
 	if err != nil {
 		d.metrics.Reloaded(false)
 		var ps config.Problems
@@ -380,7 +386,10 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	case err != nil && result == ResultCanceled:
 		log.Info("run stopped at a safe point", append(fields, zap.Error(err))...)
 	case result == ResultLocked:
-		log.Warn("another run holds the sink's lock; trying again at the next tick", append(fields, zap.Error(err))...)
+		// Daemon replicas meet here at every tick with something new: the
+		// one that got the lock runs the mirror. Nothing is wrong, so info;
+		// a lock held past its expiry is taken over in sink.Lock instead.
+		log.Info("another run holds the sink's lock (another replica, a manual sync); skipped until the next tick", append(fields, zap.Error(err))...)
 	case err != nil:
 		log.Error("run failed", append(fields, zap.Error(err))...)
 	case result == ResultRefused:

@@ -56,6 +56,7 @@ type Held struct {
 	b     backend.Backend // object store; nil for a local folder
 	file  *os.File        // local folder: the flock(2)ed file
 	rec   lockRecord      // Expires is the renewal goroutine's alone
+	owner string
 	log   *zap.Logger
 	stop  context.CancelFunc
 	done  chan struct{} // closed when the renewal goroutine has ended
@@ -102,10 +103,20 @@ func Lock(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, erro
 		host, _ := os.Hostname()
 		opts.Owner = host + " pid " + strconv.Itoa(os.Getpid())
 	}
+	var h *Held
+	var err error
 	if l, ok := backend.Innermost(b).(*local.Local); ok {
-		return lockLocal(ctx, l, opts)
+		h, err = lockLocal(ctx, l, opts)
+	} else {
+		h, err = lockObject(ctx, b, opts)
 	}
-	return lockObject(ctx, b, opts)
+	if err == nil {
+		// With "releasing the lock", after nothing is written any more, a
+		// record of who wrote the mirror when (replicas, manual syncs).
+		h.log.Debug("took the lock", zap.String("owner", opts.Owner))
+		h.owner = opts.Owner
+	}
+	return h, err
 }
 
 // Lost is closed when the lock could not be renewed or was taken by
@@ -117,6 +128,7 @@ func (h *Held) Lost() <-chan struct{} { return h.lost }
 func (h *Held) Release(ctx context.Context) error {
 	var err error
 	h.freed.Do(func() {
+		h.log.Debug("releasing the lock", zap.String("owner", h.owner))
 		if h.file != nil {
 			err = h.file.Close() // closing the last descriptor drops the flock
 			return
@@ -339,5 +351,5 @@ func lockLocal(ctx context.Context, l *local.Local, opts LockOptions) (*Held, er
 	}
 	done := make(chan struct{})
 	close(done)
-	return &Held{file: f, log: opts.Logger, done: done, lost: make(chan struct{})}, nil
+	return &Held{file: f, log: opts.Logger.With(zap.String("sink", l.Location())), done: done, lost: make(chan struct{})}, nil
 }
