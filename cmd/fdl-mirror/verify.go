@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sort"
+	gosync "sync"
 	"syscall"
 
 	"go.uber.org/zap"
@@ -20,6 +22,7 @@ func cmdVerify(args []string) int {
 	jsonOut := fs.Bool("json", false, "print the problems as JSON on stdout")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	concurrency := fs.Int("concurrency", 8, "size checks at once")
+	deep := fs.Bool("deep", false, "also read each data file's head and tail: Parquet and puffin magic, footer length against the catalog")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) target (repeatable)")
 	var trust trustFlags
@@ -53,7 +56,14 @@ func cmdVerify(args []string) int {
 		return exitUsage
 	}
 	defer closeTarget()
-	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency})
+	var notesMu gosync.Mutex
+	notes := []verify.Problem{}
+	note := func(p verify.Problem) {
+		notesMu.Lock()
+		notes = append(notes, p)
+		notesMu.Unlock()
+	}
+	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency, Deep: *deep, Note: note})
 	if err != nil {
 		log.Error("verify stopped", zap.Error(err))
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
@@ -66,8 +76,13 @@ func cmdVerify(args []string) int {
 			Target   string           `json:"target"`
 			OK       bool             `json:"ok"`
 			Problems []verify.Problem `json:"problems"`
-		}{target.Location(), len(problems) == 0, append([]verify.Problem{}, problems...)})
+			Notes    []verify.Problem `json:"notes"`
+		}{target.Location(), len(problems) == 0, append([]verify.Problem{}, problems...), notes})
 	} else {
+		sort.Slice(notes, func(i, j int) bool { return notes[i].Version < notes[j].Version })
+		for _, n := range notes {
+			fmt.Println("NOTE", n.Message)
+		}
 		for _, p := range problems {
 			fmt.Println("PROBLEM", p.Message)
 		}

@@ -27,8 +27,15 @@ type File struct {
 	Path string
 	// Size is file_size_bytes as recorded, or -1 where the catalog has none.
 	Size int64
+	// Footer is footer_size as recorded: the length of a Parquet file's
+	// metadata, the 4 bytes before its closing magic; -1 where the catalog
+	// has none.
+	Footer int64
 	// Delete is true for delete files.
 	Delete bool
+	// Puffin is true for a file whose recorded format is puffin (deletion
+	// vectors) rather than Parquet.
+	Puffin bool
 }
 
 // Catalog is what the mirror needs to know of one catalog.
@@ -117,16 +124,26 @@ func (r *reader) read() (*Catalog, error) {
 	for _, kind := range []struct {
 		table  string
 		delete bool
-	}{{"ducklake_data_file", false}, {"ducklake_delete_file", true}} {
-		rows, err := r.conn.QueryContext(r.ctx, "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes FROM cat."+kind.table)
+		format string // its format column
+	}{{"ducklake_data_file", false, "file_format"}, {"ducklake_delete_file", true, "format"}} {
+		// footer_size and the format are read where the catalog has them:
+		// verify --deep checks files against them.
+		footer, format := "NULL::BIGINT", "NULL::VARCHAR"
+		if r.cols[kind.table]["footer_size"] {
+			footer = "footer_size"
+		}
+		if r.cols[kind.table][kind.format] {
+			format = kind.format
+		}
+		rows, err := r.conn.QueryContext(r.ctx, "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes, "+footer+", "+format+" FROM cat."+kind.table)
 		if err != nil {
 			return nil, r.errf("reading %s: %w", kind.table, err)
 		}
 		for rows.Next() {
-			var tableID, begin, size sql.NullInt64
-			var p sql.NullString
+			var tableID, begin, size, footerSize sql.NullInt64
+			var p, fileFormat sql.NullString
 			var rel sql.NullBool
-			if err := rows.Scan(&tableID, &begin, &p, &rel, &size); err != nil {
+			if err := rows.Scan(&tableID, &begin, &p, &rel, &size, &footerSize, &fileFormat); err != nil {
 				rows.Close()
 				return nil, r.errf("reading %s: %w", kind.table, err)
 			}
@@ -151,7 +168,12 @@ func (r *reader) read() (*Catalog, error) {
 				continue
 			}
 			seen[where] = len(c.Files)
-			c.Files = append(c.Files, File{Path: where, Size: sz, Delete: kind.delete})
+			ft := int64(-1)
+			if footerSize.Valid {
+				ft = footerSize.Int64
+			}
+			c.Files = append(c.Files, File{Path: where, Size: sz, Footer: ft, Delete: kind.delete,
+				Puffin: strings.EqualFold(fileFormat.String, "puffin")})
 		}
 		err = rows.Err()
 		rows.Close()

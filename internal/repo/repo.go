@@ -8,6 +8,7 @@ package repo
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path"
 	"regexp"
@@ -371,15 +372,23 @@ type Record struct {
 
 var sha256Re = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
+// ErrReplay is wrapped by ParseRecord's error for a record whose "id" is
+// not its folder's name: a signed record copied under another version ID.
+var ErrReplay = errors.New("a record of another version (replayed under this ID)")
+
 // ParseRecord reads a version record and checks the fields this project
 // relies on: parents are version IDs, sha256 is lowercase hex.
 func ParseRecord(id string, content []byte) (*Record, error) {
 	var doc struct {
+		ID      *string  `json:"id"`
 		Parents []string `json:"parents"`
 		SHA256  *string  `json:"sha256"`
 	}
 	if err := json.Unmarshal(content, &doc); err != nil {
 		return nil, fmt.Errorf("version %s: %s: malformed JSON: %w", id, RecordFile, err)
+	}
+	if doc.ID != nil && *doc.ID != id {
+		return nil, fmt.Errorf("version %s: %s says \"id\": %q: %w", id, RecordFile, *doc.ID, ErrReplay)
 	}
 	for _, p := range doc.Parents {
 		if err := CheckVersionID(p); err != nil {

@@ -30,6 +30,9 @@ const LockName = backend.ReservedPrefix + "lock"
 // and did not let go within LockOptions.Wait.
 var ErrLocked = errors.New("mirror is locked by another run")
 
+// DefaultLockTTL is how long an object-store lock lives without renewal.
+const DefaultLockTTL = 2 * time.Minute
+
 // LockOptions say who locks and how patiently.
 type LockOptions struct {
 	// Owner names this run in the lock, for the message another run
@@ -97,7 +100,7 @@ func Lock(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, erro
 		opts.Logger = zap.NewNop()
 	}
 	if opts.TTL <= 0 {
-		opts.TTL = 2 * time.Minute
+		opts.TTL = DefaultLockTTL
 	}
 	if opts.Owner == "" {
 		host, _ := os.Hostname()
@@ -122,6 +125,30 @@ func Lock(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, erro
 // Lost is closed when the lock could not be renewed or was taken by
 // another run. A local folder's lock is never lost.
 func (h *Held) Lost() <-chan struct{} { return h.lost }
+
+// Check reads the lock object back and fails (wrapping ErrLocked) when it
+// no longer carries this run's token: another run took it over, or it was
+// removed by hand. A run calls it just before it moves refs, so that two
+// runs never both do, whatever the renewal's timing. A local folder's
+// flock cannot be taken over, and is not checked.
+func (h *Held) Check(ctx context.Context) error {
+	if h.file != nil {
+		return nil
+	}
+	cur, err := readLock(ctx, h.b)
+	switch {
+	case backend.IsNotExist(err):
+		err = fmt.Errorf("%w: %s: lock %s was removed by someone else", ErrLocked, h.b.Location(), LockName)
+	case err != nil:
+		return fmt.Errorf("%s: reading back lock %s: %w", h.b.Location(), LockName, err)
+	case cur.Token != h.rec.Token:
+		err = fmt.Errorf("%w: %s: lock %s was taken over by %s", ErrLocked, h.b.Location(), LockName, cur.Owner)
+	default:
+		return nil
+	}
+	h.lose.Do(func() { close(h.lost) })
+	return err
+}
 
 // Release gives the lock up: the object is removed if it still carries
 // our token; the flock is dropped.

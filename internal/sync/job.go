@@ -28,6 +28,7 @@ type Job struct {
 	Concurrency        int
 	DryRun             bool
 	LockWait           time.Duration // how long to wait for another run's lock
+	LockTTL            time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
 	Retries            int           // retries of one request; 0 = each backend's default
 }
 
@@ -101,10 +102,14 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 		return Run(ctx, src, readOnly{dst}, opts)
 	}
 	opts.Lock = func(ctx context.Context) (func(), <-chan struct{}, error) {
-		held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, Logger: log})
+		held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 		}
+		// Uploads older than the lock's lifetime were started by runs
+		// that no longer hold it (killed mid-upload): nothing else
+		// removes them.
+		sink.AbortStaleUploads(ctx, dst, job.LockTTL, log)
 		unlock := func() {
 			if err := held.Release(context.WithoutCancel(ctx)); err != nil {
 				log.Warn("releasing the sink's lock", zap.Error(err))

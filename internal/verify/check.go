@@ -3,7 +3,9 @@ package verify
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
+	"strings"
 	gosync "sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -27,6 +29,12 @@ type CheckOptions struct {
 	Trust *Policy
 	// Concurrency bounds the size checks at once (default 8).
 	Concurrency int
+	// Note, when set, is told what is worth knowing but not wrong: a
+	// version without a signature where signatures are not required.
+	Note func(Problem)
+	// Deep reads each data file's head and tail too (see deepCheck): a
+	// file of the right size with damaged bytes at its ends is found.
+	Deep bool
 }
 
 // CheckRepository checks a repository or mirror without trusting it, the
@@ -68,16 +76,25 @@ func (c *checker) run(ctx context.Context) ([]Problem, error) {
 		return c.problems, nil
 	}
 	refs := c.refs(ctx)
+	rootFiles := []string{repo.CatalogFile, "metadata.db"} // what a store that cannot list is asked for
 	if c.r.Properties().CanList {
+		// One listing of everything: the data files' sizes, and the files
+		// at the root, where no catalog may sit.
 		c.data = map[string]int64{}
-		err := c.r.List(ctx, c.settings.DataDir, func(fi backend.FileInfo) error {
-			c.data[fi.Name] = fi.Size
+		rootFiles = nil
+		err := c.r.List(ctx, "", func(fi backend.FileInfo) error {
+			if strings.HasPrefix(fi.Name, c.settings.DataDir) {
+				c.data[fi.Name] = fi.Size
+			} else if !strings.Contains(fi.Name, "/") {
+				rootFiles = append(rootFiles, fi.Name)
+			}
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("%s: listing %s: %w", c.r.Location(), c.settings.DataDir, err)
+			return nil, fmt.Errorf("%s: listing: %w", c.r.Location(), err)
 		}
 	}
+	c.rootCatalogs(ctx, rootFiles)
 	seen := map[string]bool{}
 	queue := []string{}
 	for _, name := range refs.Names() {
@@ -184,6 +201,8 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 			bad(sigName, "%v", err)
 		} else if _, err := c.opts.Trust.CheckVersion(id, raw, sig); err != nil {
 			c.add(Problem{Version: id, File: sigName, Message: err.Error()})
+		} else if sig == nil && c.opts.Note != nil {
+			c.opts.Note(Problem{Version: id, File: sigName, Message: fmt.Sprintf("version %s carries no signature (signatures are not required)", id)})
 		}
 	}
 	catalogName := repo.VersionFile(id, repo.CatalogFile)
@@ -212,31 +231,75 @@ func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog
 	for _, f := range cat.Files {
 		name := c.settings.DataDir + f.Path
 		if c.data != nil {
-			c.compare(id, name, c.data[name], hasKey(c.data, name), f.Size)
-			continue
+			have, exists := c.data[name]
+			if !c.compare(id, name, have, exists, f.Size) || !c.opts.Deep {
+				continue
+			}
 		}
 		wg.Add(1)
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			fi, err := c.r.Stat(ctx, name)
-			if err != nil && !backend.IsNotExist(err) {
-				c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: %v", id, name, err)})
-				return
+			if c.data == nil {
+				fi, err := c.r.Stat(ctx, name)
+				if err != nil && !backend.IsNotExist(err) {
+					c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: %v", id, name, err)})
+					return
+				}
+				if !c.compare(id, name, fi.Size, err == nil, f.Size) || !c.opts.Deep {
+					return
+				}
 			}
-			c.compare(id, name, fi.Size, err == nil, f.Size)
+			c.deep(ctx, id, name, f)
 		}()
 	}
 	wg.Wait()
 }
 
-func hasKey(m map[string]int64, k string) bool { _, ok := m[k]; return ok }
-
-func (c *checker) compare(id, name string, have int64, exists bool, want int64) {
+// compare reports a data file missing or of another size than recorded;
+// true when it is there as recorded.
+func (c *checker) compare(id, name string, have int64, exists bool, want int64) bool {
 	switch {
 	case !exists:
 		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s is missing", id, name)})
 	case want >= 0 && have != want:
 		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s has %d bytes, the catalog records %d", id, name, have, want)})
+	default:
+		return true
 	}
+	return false
+}
+
+// rootCatalogs reports a DuckDB or SQLite database among the files at the
+// root: the spec forbids a catalog outside versions/ (it would hand readers
+// a state that was never published). Files are judged by their header,
+// whatever their name.
+func (c *checker) rootCatalogs(ctx context.Context, names []string) {
+	for _, name := range names {
+		rc, err := c.r.Open(ctx, name)
+		if backend.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			c.add(Problem{File: name, Message: fmt.Sprintf("%s at the root: %v", name, err)})
+			continue
+		}
+		head := make([]byte, 16)
+		n, _ := io.ReadFull(rc, head)
+		rc.Close()
+		if kind := databaseKind(head[:n]); kind != "" {
+			c.add(Problem{File: name, Message: fmt.Sprintf("%s at the root is a %s database: no catalog may sit outside %s", name, kind, repo.VersionsDir)})
+		}
+	}
+}
+
+// databaseKind names the database a file's first bytes announce, or "".
+func databaseKind(head []byte) string {
+	switch {
+	case len(head) >= 12 && string(head[8:12]) == "DUCK":
+		return "DuckDB"
+	case len(head) >= 16 && string(head) == "SQLite format 3\x00":
+		return "SQLite"
+	}
+	return ""
 }

@@ -1,0 +1,118 @@
+package verify
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+)
+
+// Magic numbers at both ends of the data files a DuckLake catalog lists.
+var (
+	parquetMagic = []byte("PAR1")
+	puffinMagic  = []byte("PFA1")
+)
+
+// deep checks one data file's ends. A Parquet file starts and ends with
+// PAR1, and the 4 bytes before its closing magic are the length of its
+// footer, which the catalog records as footer_size (where it does); a
+// puffin file starts and ends with PFA1. A file zero-filled by a power cut,
+// or with a footer overwritten, has the right size and fails here. A file
+// too short for its magic is damaged too.
+func (c *checker) deep(ctx context.Context, id, name string, f catalog.File) {
+	bad := func(format string, args ...any) {
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s is damaged: "+format, append([]any{id, name}, args...)...)})
+	}
+	magic, kind := parquetMagic, "Parquet"
+	if f.Puffin {
+		magic, kind = puffinMagic, "puffin"
+	}
+	head, tail, size, err := ends(ctx, c.r, name, 4, 8)
+	if err != nil {
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: reading its ends: %v", id, name, err)})
+		return
+	}
+	if size < 8 {
+		bad("%d bytes, too short for a %s file", size, kind)
+		return
+	}
+	if !bytes.Equal(head, magic) {
+		bad("it does not start with %s's magic %q (found %q)", kind, magic, head)
+		return
+	}
+	if !bytes.Equal(tail[4:], magic) {
+		bad("it does not end with %s's magic %q (found %q)", kind, magic, tail[4:])
+		return
+	}
+	if f.Puffin {
+		return
+	}
+	footer := int64(binary.LittleEndian.Uint32(tail[:4]))
+	if footer > size-12 {
+		bad("its footer length %d does not fit in its %d bytes", footer, size)
+		return
+	}
+	if f.Footer >= 0 && footer != f.Footer {
+		bad("its footer is %d bytes, the catalog records footer_size %d", footer, f.Footer)
+	}
+}
+
+// ends reads the first nHead and the last nTail bytes of a file and its
+// size. A store whose reader can seek (a local file) is read at both ends
+// only; other stores stream the file through, keeping its last bytes.
+func ends(ctx context.Context, r backend.Reader, name string, nHead, nTail int) (head, tail []byte, size int64, err error) {
+	rc, err := r.Open(ctx, name)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer rc.Close()
+	if ra, ok := rc.(interface {
+		io.ReaderAt
+		io.Seeker
+	}); ok {
+		size, err = ra.Seek(0, io.SeekEnd)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		head = make([]byte, min(int64(nHead), size))
+		if _, err := ra.ReadAt(head, 0); err != nil && err != io.EOF {
+			return nil, nil, 0, err
+		}
+		tail = make([]byte, min(int64(nTail), size))
+		if _, err := ra.ReadAt(tail, size-int64(len(tail))); err != nil && err != io.EOF {
+			return nil, nil, 0, err
+		}
+		return head, tail, size, nil
+	}
+	buf := bufPool.Get().(*[]byte)
+	defer bufPool.Put(buf)
+	var last []byte // the last nTail bytes seen so far
+	for {
+		n, err := rc.Read(*buf)
+		chunk := (*buf)[:n]
+		if len(head) < nHead {
+			head = append(head, chunk[:min(n, nHead-len(head))]...)
+		}
+		size += int64(n)
+		last = append(last, chunk[max(0, n-nTail):]...)
+		if len(last) > nTail {
+			last = append(last[:0], last[len(last)-nTail:]...)
+		}
+		if err == io.EOF {
+			return head, last, size, nil
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if ctx.Err() != nil {
+			return nil, nil, 0, ctx.Err()
+		}
+	}
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
