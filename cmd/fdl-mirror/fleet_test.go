@@ -14,8 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
 // Fleets: one config over many pods (shards of an Indexed Job), and daemon
@@ -510,4 +514,85 @@ func TestDaemonReplicaFinishesTheMirrorOfOneKilledMidRun(t *testing.T) {
 	if res := run(t, "verify", m.sink); res.code != 0 {
 		t.Errorf("verify: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
+}
+
+// The same on S3 (Versity): the killed daemon's lock object stays behind,
+// the other replica is locked out until it expires (lock_ttl), then takes
+// it over and finishes the mirror.
+func TestDaemonReplicaTakesAnS3MirrorOverOnceTheKilledOnesLockExpires(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large sync skipped in -short mode")
+	}
+	s3 := testserver.S3(t)
+	bucket := s3.Bucket(t)
+	parent := t.TempDir()
+	up := filepath.Join(parent, "upstream")
+	gen(t, up, generate.Options{Versions: 4, FilesPerVersion: 300, RowsPerFile: 10, FastParquet: true, Tags: true})
+	sinkURL := s3.URL(bucket, "mirror")
+	const ttl = 3 * time.Second
+	addrs := []string{freeAddr(t), freeAddr(t)}
+	var configs []string
+	for i, addr := range addrs {
+		configs = append(configs, filepath.Join(parent, fmt.Sprintf("fdl-mirror-%d.yaml", i)))
+		text := fmt.Sprintf("listen: %s\nmirrors:\n  - name: large\n    source: %s\n    sink: %q\n    schedule: \"@every 1s\"\n    concurrency: 2\n    lock_ttl: %s\n",
+			addr, up, sinkURL, ttl)
+		if err := os.WriteFile(configs[i], []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dataObjects := func() int {
+		out, err := s3.Client().ListObjectsV2(t.Context(), &awss3.ListObjectsV2Input{
+			Bucket: aws.String(bucket), Prefix: aws.String("mirror/data/")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(out.Contents)
+	}
+
+	first := startDaemon(t, configs[0], addrs[0])
+	waitUntil(t, "the first daemon to be copying", 60*time.Second, func() bool { return dataObjects() >= 10 })
+	second := startDaemon(t, configs[1], addrs[1])
+	waitUntil(t, "the second daemon locked out", 30*time.Second, func() bool {
+		return scrape(t, second.addr)[`fdl_mirror_runs_total{mirror="large",result="locked"}`] >= 1
+	})
+	if scrape(t, first.addr)[`fdl_mirror_running{mirror="large"}`] != 1 {
+		t.Fatal("the first daemon's run ended before the kill: make the upstream larger")
+	}
+	killed := time.Now()
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-first.exited
+	t.Logf("SIGKILL with %d data files in the S3 mirror", dataObjects())
+
+	waitUntil(t, "the second daemon to finish the mirror", 180*time.Second, func() bool {
+		return scrape(t, second.addr)[`fdl_mirror_runs_total{mirror="large",result="success"}`] >= 1
+	})
+	t.Logf("finished by the second daemon %s after the kill (lock_ttl %s)", time.Since(killed).Round(time.Millisecond), ttl)
+	if n := scrape(t, second.addr)[`fdl_mirror_runs_total{mirror="large",result="failed"}`]; n != 0 {
+		t.Errorf("the second daemon counted %v failed runs", n)
+	}
+	if code, took := second.stop(t, syscall.SIGTERM); code != 0 || took > 15*time.Second {
+		t.Errorf("SIGTERM: exit %d after %s", code, took)
+	}
+	if !strings.Contains(second.stderr.String(), "taking over an expired lock") {
+		t.Error("the second daemon did not take over the dead one's lock: it did not wait for it to expire")
+	}
+	spans := lockSpans(t, killed, first.stderr.String(), second.stderr.String())
+	assertOneWriterAtATime(t, spans)
+	for sink, ss := range spans {
+		for _, s := range ss {
+			if s.daemon == 1 && s.from.Before(killed) {
+				t.Errorf("%s: the second daemon held the lock from %s, before the kill", sink, s.from.Format(time.StampMilli))
+			}
+		}
+	}
+	if res := run(t, "verify", sinkURL); res.code != 0 {
+		t.Errorf("verify the S3 mirror: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	back := filepath.Join(parent, "back")
+	if res := run(t, "sync", sinkURL, back); res.code != 0 {
+		t.Fatalf("bringing the S3 mirror back: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	fdltest.AssertMirrored(t, up, back, nil)
 }

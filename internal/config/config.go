@@ -54,6 +54,9 @@ type Mirror struct {
 	HTTPHeaders []string
 	// LockWait is how long a run waits for another run's lock on the sink.
 	LockWait time.Duration
+	// LockTTL is how long an object-store sink's lock outlives a holder
+	// that stopped renewing it (a killed replica); 0 means the default.
+	LockTTL time.Duration
 	// Retries is how often one request is retried; 0 means each backend's default.
 	Retries int
 	// Prune makes the daemon prune the mirror after each successful sync:
@@ -65,6 +68,10 @@ type Mirror struct {
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
+
+// MinLockTTL is the shortest lock_ttl accepted: the lock is renewed every
+// third of it, so far shorter would not survive a slow store.
+const MinLockTTL = time.Second
 
 // Mirror returns the mirror called name.
 func (c *Config) Mirror(name string) (Mirror, bool) {
@@ -329,6 +336,19 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 					p.addf(v.Line, "%s.lock_wait: %q is not a duration such as 30s or 5m", where, s)
 				}
 				m.LockWait = d
+			}
+		case "lock_ttl":
+			s := p.str(v, where+".lock_ttl")
+			if s != "" {
+				d, err := time.ParseDuration(s)
+				switch {
+				case err != nil:
+					p.addf(v.Line, "%s.lock_ttl: %q is not a duration such as 30s or 2m", where, s)
+				case d < MinLockTTL:
+					// Renewals come every third of it, each allowed a quarter.
+					p.addf(v.Line, "%s.lock_ttl: %s: must be at least %s", where, s, MinLockTTL)
+				}
+				m.LockTTL = d
 			}
 		default:
 			return false

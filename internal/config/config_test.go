@@ -100,6 +100,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		Concurrency:        8,
 		HTTPHeaders:        []string{"Authorization: Bearer s3cret"},
 		LockWait:           30 * time.Second,
+		LockTTL:            2 * time.Minute,
 		Retries:            5,
 		Prune:              true,
 		PruneMaxDelete:     5000,
@@ -280,6 +281,16 @@ mirrors:
 			break
 		}
 	}
+}
+
+func TestLockTTL(t *testing.T) {
+	base := "mirrors:\n  - name: a\n    source: /u\n    sink: /d\n    lock_ttl: "
+	cfg, err := Parse([]byte(base+"5s\n"), "test.yaml", env(nil))
+	if err != nil || cfg.Mirrors[0].LockTTL != 5*time.Second {
+		t.Fatalf("lock_ttl: 5s: %v, %+v", err, cfg)
+	}
+	wantProblem(t, problems(t, base+"200ms\n", nil), 5, "lock_ttl", "200ms", "at least 1s")
+	wantProblem(t, problems(t, base+"soon\n", nil), 5, "lock_ttl", `"soon"`, "not a duration")
 }
 
 func TestRequireSignaturesNeedsTrustedSigners(t *testing.T) {

@@ -451,6 +451,7 @@ func Job(m config.Mirror) fdlsync.Job {
 		SignatureNamespace: m.SignatureNamespace,
 		Concurrency:        m.Concurrency,
 		LockWait:           m.LockWait,
+		LockTTL:            m.LockTTL,
 		Retries:            m.Retries,
 	}
 }
