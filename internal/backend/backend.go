@@ -8,6 +8,25 @@
 // leading slash ("versions/019a…/version.json"). A backend never resolves a
 // name outside its root: names holding "..", "." or empty segments, a
 // leading "/" or a backslash are rejected with ErrInvalidName.
+//
+// # Who retries what
+//
+// Three layers retry, each what the one below it cannot:
+//
+//  1. One request: each backend's client (the AWS SDK's standard retryer,
+//     the GCS client's, go-retryablehttp for HTTP) retries a request that
+//     failed on a connection error, a timeout, 429 or 5xx, with jittered
+//     exponential backoff, a bounded number of times (--retries), and logs
+//     each retry.
+//  2. One body: a download cut off mid-stream after its headers arrived is
+//     resumed where it stopped by ResumingReader (S3 and HTTP; the GCS
+//     client resumes its own), pinned to the same object by its ETag or
+//     Last-Modified, at most MaxResumes times per body.
+//  3. One file: the engine's copyFile tries a whole copy again
+//     (CopyAttempts) only when the error is not IsPermanent: a failed
+//     write to the mirror after its client gave up, say. An absent object,
+//     a refusal, refused credentials or a redirect refused by policy are
+//     final at every layer.
 package backend
 
 import (
@@ -31,8 +50,55 @@ var (
 	ErrInvalidName = errors.New("invalid object name")
 )
 
+// ErrNoBucket and ErrAccessDenied tell a wrong address or refused
+// credentials from an absent object: an S3 or GCS service answers 404 (or
+// 403) for all three, and only its error code says which. Neither wraps
+// ErrNotExist, so that a missing bucket is never read as "this repository
+// has no fdl.json".
+var (
+	// ErrNoBucket is wrapped by errors about a bucket that does not exist.
+	ErrNoBucket = errors.New("bucket does not exist")
+	// ErrAccessDenied is wrapped by errors where the service refused the
+	// credentials (an unknown access key, a bad signature) or their rights.
+	ErrAccessDenied = errors.New("access refused")
+)
+
 // IsNotExist reports whether err says an object is absent.
 func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
+
+// IsPermanent reports whether trying again cannot change the outcome of
+// what failed with err: an absent or existing object, a bad name, an
+// unsupported operation, a missing bucket, refused credentials, or an
+// error that says so itself with a method Permanent() bool (an HTTP
+// redirect refused by policy, the engine's refusals). Cancellation is not
+// in the list: the caller knows its own context.
+func IsPermanent(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, target := range []error{ErrNotExist, ErrExist, ErrNotSupported, ErrInvalidName, ErrNoBucket, ErrAccessDenied} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
+}
+
+// Permanent marks err as permanent for IsPermanent (restic's
+// backoff.Permanent): a failure that no retry can cure.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string   { return e.err.Error() }
+func (e *permanentError) Unwrap() error   { return e.err }
+func (e *permanentError) Permanent() bool { return true }
 
 // FileInfo describes one object.
 type FileInfo struct {
@@ -58,7 +124,9 @@ type Reader interface {
 	// Open returns the object's content, streamed. The error wraps
 	// ErrNotExist when the object is absent.
 	Open(ctx context.Context, name string) (io.ReadCloser, error)
-	// Stat returns the object's size. The error wraps ErrNotExist when absent.
+	// Stat returns the object's size. The error wraps ErrNotExist when
+	// absent. The size is -1 where the store cannot tell it without
+	// reading the object: an HTTP server that sends no Content-Length.
 	Stat(ctx context.Context, name string) (FileInfo, error)
 	// List calls fn for every object whose name starts with prefix (a
 	// folder prefix ends in "/"), recursively, in no particular order.

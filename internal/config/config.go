@@ -19,6 +19,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	"github.com/robfig/cron/v3"
 	"gopkg.in/yaml.v3"
@@ -65,6 +67,12 @@ type Mirror struct {
 	// PruneMaxDelete bounds the objects one prune removes; 0 means the
 	// prune's default (1000).
 	PruneMaxDelete int
+	// HTTPAllowRedirects are the hosts ("HOST" or "HOST:PORT") an HTTP(S)
+	// source may redirect to besides its own origin.
+	HTTPAllowRedirects []string
+	// BWLimit is the bandwidth limit of a run in bytes per second; 0 is
+	// none.
+	BWLimit int64
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -328,6 +336,17 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			if m.PruneMaxDelete <= 0 && p.isInt(v) {
 				p.addf(v.Line, "%s.prune_max_delete: %d: must be at least 1", where, m.PruneMaxDelete)
 			}
+		case "http_allow_redirects":
+			m.HTTPAllowRedirects = p.strings(v, where+".http_allow_redirects", httpstore.CheckAllowRedirect)
+		case "bwlimit":
+			s := p.str(v, where+".bwlimit")
+			if s != "" {
+				n, err := limiter.ParseRate(s)
+				if err != nil {
+					p.addf(v.Line, "%s.bwlimit: %v", where, err)
+				}
+				m.BWLimit = n
+			}
 		case "lock_wait":
 			s := p.str(v, where+".lock_wait")
 			if s != "" {
@@ -541,6 +560,28 @@ func (p *parser) headers(v *yaml.Node, where string) []string {
 			continue
 		}
 		out = append(out, h)
+	}
+	return out
+}
+
+// strings reads a list of plain strings, each passing check.
+func (p *parser) strings(v *yaml.Node, where string, check func(string) error) []string {
+	if isNull(v) {
+		return nil
+	}
+	if v.Kind != yaml.SequenceNode {
+		p.addf(v.Line, "%s: must be a list of strings, not %s", where, kindName(v))
+		return nil
+	}
+	var out []string
+	for i, item := range v.Content {
+		if s, ok := p.scalar(item, fmt.Sprintf("%s[%d]", where, i)); ok {
+			if err := check(s); err != nil {
+				p.addf(item.Line, "%s[%d]: %v", where, i, err)
+				continue
+			}
+			out = append(out, s)
+		}
 	}
 	return out
 }

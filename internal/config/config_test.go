@@ -104,6 +104,8 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		Retries:            5,
 		Prune:              true,
 		PruneMaxDelete:     5000,
+		HTTPAllowRedirects: []string{"cdn.example.org"},
+		BWLimit:            10 << 20,
 		Line:               towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {
@@ -242,6 +244,11 @@ mirrors:
     source: /u
     sink: /d
     source: /v
+  - name: g
+    source: /u
+    sink: /d
+    bwlimit: fast
+    http_allow_redirects: ["http://cdn.example.org/"]
 `
 	_, err := Parse([]byte(text), filepath.Join(dir, "test.yaml"), env(nil))
 	var ps Problems
@@ -272,8 +279,10 @@ mirrors:
 	wantProblem(t, ps, 23, "http_headers[0]", "Name: value")
 	wantProblem(t, ps, 24, "mirrors[5]", "must be a mapping")
 	wantProblem(t, ps, 28, "source", "given twice", "line 26")
-	if len(ps) != 20 {
-		t.Errorf("want 20 problems, got %d:\n%v", len(ps), ps)
+	wantProblem(t, ps, 32, "bwlimit", `"fast"`, "10M")
+	wantProblem(t, ps, 33, "http_allow_redirects[0]", "http://cdn.example.org/", "HOST or HOST:PORT")
+	if len(ps) != 22 {
+		t.Errorf("want 22 problems, got %d:\n%v", len(ps), ps)
 	}
 	for i := 1; i < len(ps); i++ {
 		if ps[i].Line < ps[i-1].Line {

@@ -79,6 +79,9 @@ type Store struct {
 	stall     time.Duration
 	log       *zap.Logger
 	pages     atomic.Int64
+	// bucketFound is set once the bucket answered: a later "object does
+	// not exist" is that (see objectErr).
+	bucketFound atomic.Bool
 }
 
 // Open returns the store at u (gs://BUCKET/PREFIX/). It does not touch the
@@ -196,18 +199,44 @@ func (s *Store) Pages() int64 { return s.pages.Load() }
 
 func (s *Store) key(name string) string { return s.prefix + name }
 
-// errorf names gs://bucket/key and maps "absent" to backend.ErrNotExist.
+// errorf names gs://bucket/key and maps the service's answer to the
+// backend's errors: an absent object to backend.ErrNotExist, a missing
+// bucket to backend.ErrNoBucket, refused credentials (401, 403) to
+// backend.ErrAccessDenied.
 func (s *Store) errorf(op, name string, err error) error {
 	where := "gs://" + s.name + "/" + s.key(name)
 	var gerr *googleapi.Error
 	switch {
 	case errors.Is(err, storage.ErrObjectNotExist):
 		return fmt.Errorf("%s: %s: %w", where, op, backend.ErrNotExist)
-	case errors.As(err, &gerr) && gerr.Code == http.StatusNotFound:
-		// A missing bucket: every object in it is absent too.
-		return fmt.Errorf("%s: %s: %w: %w", where, op, backend.ErrNotExist, err)
+	case errors.Is(err, storage.ErrBucketNotExist):
+		return fmt.Errorf("%s: %s: %w", where, op, backend.ErrNoBucket)
+	case errors.As(err, &gerr) && (gerr.Code == http.StatusUnauthorized || gerr.Code == http.StatusForbidden):
+		return fmt.Errorf("%s: %s: %w (%s)", where, op, backend.ErrAccessDenied, gerr.Message)
+	case errors.As(err, &gerr) && gerr.Code == http.StatusNotFound && op == "list":
+		// Listing objects has no object to miss: only the bucket.
+		return fmt.Errorf("%s: %s: %w (%s)", where, op, backend.ErrNoBucket, gerr.Message)
 	}
 	return fmt.Errorf("%s: %s: %w", where, op, err)
+}
+
+// objectErr is errorf for the answer to an object's read. The client
+// reports any 404 as storage.ErrObjectNotExist, a missing bucket included,
+// so until the bucket was seen once, its attributes are asked for: a
+// missing bucket is then said as such. Where the credentials may not read
+// the bucket's attributes (403) nothing more is known, and the object is
+// absent as the client said.
+func (s *Store) objectErr(ctx context.Context, op, name string, err error) error {
+	if errors.Is(err, storage.ErrObjectNotExist) && !s.bucketFound.Load() {
+		_, berr := s.bucket.Attrs(ctx)
+		switch {
+		case berr == nil:
+			s.bucketFound.Store(true)
+		case errors.Is(berr, storage.ErrBucketNotExist):
+			return s.errorf(op, name, berr)
+		}
+	}
+	return s.errorf(op, name, err)
 }
 
 func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
@@ -216,7 +245,7 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	}
 	r, err := s.bucket.Object(s.key(name)).NewReader(ctx)
 	if err != nil {
-		return nil, s.errorf("open", name, err)
+		return nil, s.objectErr(ctx, "open", name, err)
 	}
 	return &reader{r: r, s: s, name: name}, nil
 }
@@ -244,7 +273,7 @@ func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error)
 	}
 	a, err := s.bucket.Object(s.key(name)).Attrs(ctx)
 	if err != nil {
-		return backend.FileInfo{}, s.errorf("stat", name, err)
+		return backend.FileInfo{}, s.objectErr(ctx, "stat", name, err)
 	}
 	return backend.FileInfo{Name: name, Size: a.Size}, nil
 }
@@ -371,7 +400,7 @@ func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstNa
 	srcObj := from.bucket.Object(from.key(srcName))
 	a, err := srcObj.Attrs(ctx)
 	if err != nil {
-		return false, from.errorf("copy", srcName, err)
+		return false, from.objectErr(ctx, "copy", srcName, err)
 	}
 	if a.Size != size {
 		return false, fmt.Errorf("gs://%s/%s: copy: source has %d bytes, expected %d", from.name, from.key(srcName), a.Size, size)

@@ -246,15 +246,35 @@ func TestErrorsNameTheObject(t *testing.T) {
 	}
 }
 
+// A missing bucket is said as such, for Stat, Open and List, and not as
+// "object does not exist" (the client reports any 404 of an object read as
+// ErrObjectNotExist); a missing object in a good bucket still is absent.
 func TestMissingBucket(t *testing.T) {
 	srv := testserver.GCS(t)
-	s := open(t, srv, "no-such-bucket-"+srv.Bucket(t), "", gcs.Options{})
-	err := s.Put(context.Background(), "f", strings.NewReader("x"), 1)
+	bucket := srv.Bucket(t)
+	s := open(t, srv, "no-such-bucket-"+bucket, "", gcs.Options{})
+	ctx := context.Background()
+	err := s.Put(ctx, "f", strings.NewReader("x"), 1)
 	if err == nil {
 		t.Fatal("Put into a missing bucket succeeded")
 	}
-	if _, err := s.Stat(context.Background(), "f"); !backend.IsNotExist(err) {
-		t.Fatalf("Stat in a missing bucket: %v", err)
+	_, statErr := s.Stat(ctx, "fdl.json")
+	rc, openErr := s.Open(ctx, "fdl.json")
+	if rc != nil {
+		rc.Close()
+	}
+	listErr := s.List(ctx, "", func(backend.FileInfo) error { return nil })
+	for op, err := range map[string]error{"Stat": statErr, "Open": openErr, "List": listErr} {
+		if !errors.Is(err, backend.ErrNoBucket) || backend.IsNotExist(err) || !strings.Contains(err.Error(), "bucket does not exist") {
+			t.Errorf("%s in a missing bucket: %v", op, err)
+		}
+	}
+	good := open(t, srv, bucket, "", gcs.Options{})
+	if _, err := good.Stat(ctx, "fdl.json"); !backend.IsNotExist(err) {
+		t.Errorf("Stat of a missing object: %v", err)
+	}
+	if _, err := good.Open(ctx, "fdl.json"); !backend.IsNotExist(err) {
+		t.Errorf("Open of a missing object: %v", err)
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -60,6 +59,48 @@ type Options struct {
 	// ReadIdleTimeout aborts (and then resumes) a body that delivers no
 	// byte for this long.
 	ReadIdleTimeout time.Duration
+	// AllowRedirects names the hosts, besides the source's own origin,
+	// that a redirect may lead to (--http-allow-redirect): "cdn.example.com"
+	// on any port, or "cdn.example.com:8443" on that port only. A redirect
+	// anywhere else, or from https to http, is refused.
+	AllowRedirects []string
+}
+
+// MaxRedirects bounds the redirects followed for one request.
+const MaxRedirects = 10
+
+// allowedHost is one entry of Options.AllowRedirects.
+type allowedHost struct {
+	host string // lower case, without brackets
+	port string // "" for any port
+}
+
+// CheckAllowRedirect checks an entry of Options.AllowRedirects.
+func CheckAllowRedirect(entry string) error {
+	_, err := parseAllowedHost(entry)
+	return err
+}
+
+func parseAllowedHost(entry string) (allowedHost, error) {
+	bad := fmt.Errorf("redirect host %q: not a HOST or HOST:PORT", entry)
+	e := strings.ToLower(strings.TrimSpace(entry))
+	if e == "" || strings.ContainsAny(e, "/?#@ \t") {
+		return allowedHost{}, bad
+	}
+	if strings.Count(e, ":") > 1 && !strings.HasPrefix(e, "[") {
+		return allowedHost{host: e}, nil // a bare IPv6 address
+	}
+	if !strings.Contains(strings.TrimSuffix(e, "]"), "]:") && !(strings.Count(e, ":") == 1 && !strings.HasPrefix(e, "[")) {
+		return allowedHost{host: strings.Trim(e, "[]")}, nil
+	}
+	h, p, err := net.SplitHostPort(e)
+	if err != nil || h == "" {
+		return allowedHost{}, bad
+	}
+	if _, err := strconv.ParseUint(p, 10, 16); err != nil {
+		return allowedHost{}, bad
+	}
+	return allowedHost{host: h, port: p}, nil
 }
 
 // Store is a base URL read as a store.
@@ -72,6 +113,7 @@ type Store struct {
 	retryMax int
 	waitMin  time.Duration
 	waitMax  time.Duration
+	allowed  []allowedHost
 	requests atomic.Int64
 	retries  atomic.Int64
 }
@@ -101,7 +143,16 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 		}
 		header.Add(name, strings.TrimSpace(value))
 	}
+	var allowed []allowedHost
+	for _, entry := range opts.AllowRedirects {
+		a, err := parseAllowedHost(entry)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", b.Redacted(), err)
+		}
+		allowed = append(allowed, a)
+	}
 	s := &Store{
+		allowed:  allowed,
 		base:     &b,
 		header:   header,
 		log:      opts.Logger,
@@ -158,20 +209,86 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// checkRedirect keeps the operator's --http-header values (an API key, a
-// bearer token) from following a redirect to another host: net/http drops
-// only Authorization and Cookie by itself.
+// checkRedirect follows a redirect only within the source's origin
+// (scheme, host and port), or to a host the operator allowed, and never
+// from https to http: an upstream must not aim the mirror at other servers
+// (cloud metadata, localhost services, private ranges). It runs before the
+// redirected request is sent, so a refused target gets no request at all.
+// It also keeps the operator's --http-header values (an API key, a bearer
+// token) from following a redirect to another origin: net/http drops only
+// Authorization and Cookie by itself.
 func (s *Store) checkRedirect(req *http.Request, via []*http.Request) error {
-	if len(via) >= 10 {
-		return errors.New("stopped after 10 redirects")
+	from := via[len(via)-1].URL
+	refuse := func(reason string) error {
+		return &RedirectError{From: from.Redacted(), To: req.URL.Redacted(), Reason: reason, first: len(via) == 1}
 	}
-	if req.URL.Host != s.base.Host || req.URL.Scheme != s.base.Scheme {
-		for k := range s.header {
-			req.Header.Del(k)
+	if len(via) >= MaxRedirects {
+		return refuse(fmt.Sprintf("more than %d redirects", MaxRedirects))
+	}
+	for _, hop := range append(via, req) {
+		if hop.URL.Scheme == "https" && req.URL.Scheme != "https" {
+			return refuse("a downgrade from https to " + req.URL.Scheme)
 		}
+	}
+	if sameOrigin(req.URL, s.base) {
+		return nil
+	}
+	if !s.allowedTarget(req.URL) {
+		return refuse(fmt.Sprintf("%s is not the source's origin; allow its host with --http-allow-redirect %s", origin(req.URL), req.URL.Hostname()))
+	}
+	for k := range s.header {
+		req.Header.Del(k)
 	}
 	return nil
 }
+
+// RedirectError is a redirect refused by the store's policy. It is
+// permanent (backend.IsPermanent): the upstream said where the file is,
+// and that place is not allowed.
+type RedirectError struct {
+	From, To, Reason string // addresses without passwords
+	first            bool   // From is the address first asked for
+}
+
+func (e *RedirectError) Error() string {
+	if e.first {
+		return "redirect to " + e.To + " refused: " + e.Reason
+	}
+	return "redirect from " + e.From + " to " + e.To + " refused: " + e.Reason
+}
+
+// Permanent marks the error for backend.IsPermanent.
+func (e *RedirectError) Permanent() bool { return true }
+
+func (s *Store) allowedTarget(u *url.URL) bool {
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return false
+	}
+	host := strings.ToLower(u.Hostname())
+	for _, a := range s.allowed {
+		if a.host == host && (a.port == "" || a.port == port(u)) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameOrigin compares scheme, host and port, the port defaulting by scheme.
+func sameOrigin(a, b *url.URL) bool {
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+}
+
+func port(u *url.URL) string {
+	if p := u.Port(); p != "" {
+		return p
+	}
+	if strings.EqualFold(u.Scheme, "https") {
+		return "443"
+	}
+	return "80"
+}
+
+func origin(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
 // Location is the base URL, without a password.
 func (s *Store) Location() string { return s.base.Redacted() }
@@ -213,6 +330,9 @@ type failure struct{ reason string }
 type failureKey struct{}
 
 func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if rerr := (*RedirectError)(nil); errors.As(err, &rerr) {
+		return false, nil // the same answer would come again
+	}
 	retry, cerr := retryablehttp.DefaultRetryPolicy(ctx, resp, err)
 	if f, ok := ctx.Value(failureKey{}).(*failure); ok && retry {
 		if err != nil {
@@ -247,12 +367,7 @@ func (s *Store) backoff(lo, hi time.Duration, attempt int, resp *http.Response) 
 			return min(time.Duration(secs)*time.Second, hi)
 		}
 	}
-	d := lo
-	for i := 0; i < attempt && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d/2 + rand.N(d/2+1)
+	return backend.Backoff(lo, hi, attempt)
 }
 
 // giveUp hands back the last response after the retries ran out, so that
@@ -282,6 +397,11 @@ func (s *Store) do(ctx context.Context, method string, u *url.URL, extra http.He
 		req.Header[k] = v
 	}
 	resp, err := s.client.Do(req)
+	if rerr := (*RedirectError)(nil); errors.As(err, &rerr) {
+		// Said plainly: the wrapping by net/http and the retrier
+		// repeats the address and counts one try.
+		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), rerr)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
 	}
@@ -305,7 +425,7 @@ type StatusError struct {
 func (e *StatusError) Error() string { return e.Method + " " + e.URL + ": " + e.Status }
 
 // Stat asks HEAD for the size, or GET when HEAD is refused or says no
-// length.
+// length; the size is -1 when neither says it.
 func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
 	u, err := s.URL(name)
 	if err != nil {
@@ -331,10 +451,9 @@ func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error)
 	}
 	// Closing early costs the connection, not the transfer.
 	resp.Body.Close()
-	if resp.ContentLength < 0 {
-		return backend.FileInfo{}, fmt.Errorf("GET %s: the server does not say the size", u.Redacted())
-	}
-	return backend.FileInfo{Name: name, Size: resp.ContentLength}, nil
+	// A server that streams without Content-Length (chunked) gives no
+	// size: -1 says so, and the object is read to its end.
+	return backend.FileInfo{Name: name, Size: max(resp.ContentLength, -1)}, nil
 }
 
 // List is not possible over HTTP.
@@ -342,159 +461,66 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 	return fmt.Errorf("%s: list: %w", s.Location(), backend.ErrNotSupported)
 }
 
-// Open starts a GET and streams its body.
+// Open starts a GET and streams its body through a
+// backend.ResumingReader: a body cut off mid-stream is resumed with a
+// Range request pinned to the same object (If-Range a strong ETag or
+// Last-Modified), and a body without a Content-Length (chunked) is read
+// to its end, not resumed.
 func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	u, err := s.URL(name)
 	if err != nil {
 		return nil, err
 	}
-	b := &body{s: s, ctx: ctx, u: u, size: -1}
-	if err := b.get(nil); err != nil {
-		return nil, err
+	var validator string
+	var size int64
+	open := func(ctx context.Context, off int64) (backend.Response, error) {
+		if off == 0 {
+			resp, err := s.do(ctx, http.MethodGet, u, nil)
+			if err != nil {
+				return backend.Response{}, err
+			}
+			if resp.StatusCode == http.StatusPartialContent {
+				resp.Body.Close()
+				return backend.Response{}, fmt.Errorf("GET %s: unasked-for partial content", u.Redacted())
+			}
+			// A strong validator lets a cut-off body be resumed from the
+			// same object: If-Range makes the server send all of a
+			// changed one instead, which is refused below.
+			if et := resp.Header.Get("ETag"); et != "" && !strings.HasPrefix(et, "W/") {
+				validator = et
+			} else {
+				validator = resp.Header.Get("Last-Modified")
+			}
+			size = resp.ContentLength
+			return backend.Response{Body: resp.Body, Size: size, Pinned: validator != ""}, nil
+		}
+		s.retries.Add(1)
+		h := http.Header{}
+		h.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-")
+		h.Set("If-Range", validator)
+		resp, err := s.do(ctx, http.MethodGet, u, h)
+		if err != nil {
+			return backend.Response{}, err
+		}
+		want := fmt.Sprintf("bytes %d-%d/%d", off, size-1, size)
+		if resp.StatusCode != http.StatusPartialContent || resp.Header.Get("Content-Range") != want {
+			// The object changed under us, or the server ignores ranges.
+			resp.Body.Close()
+			return backend.Response{}, fmt.Errorf("got %s, Content-Range %q", resp.Status, resp.Header.Get("Content-Range"))
+		}
+		return backend.Response{Body: resp.Body}, nil
 	}
-	b.size = b.resp.ContentLength
-	if b.resp.StatusCode == http.StatusPartialContent {
-		b.close()
-		return nil, fmt.Errorf("GET %s: unasked-for partial content", u.Redacted())
-	}
-	// A strong validator lets a cut-off body be resumed from the same
-	// object: If-Range makes the server send all of a changed one instead.
-	if et := b.resp.Header.Get("ETag"); et != "" && !strings.HasPrefix(et, "W/") {
-		b.validator = et
-	} else {
-		b.validator = b.resp.Header.Get("Last-Modified")
-	}
-	return b, nil
-}
-
-// body is a GET's body that resumes where it was cut off, and fails
-// rather than end short.
-type body struct {
-	s         *Store
-	ctx       context.Context
-	u         *url.URL
-	resp      *http.Response
-	cancel    context.CancelFunc
-	idle      *time.Timer
-	size      int64 // -1: unknown
-	off       int64
-	validator string
-	resumes   int
-	pending   error // met after bytes that were returned first
-	stalled   atomic.Bool
-	err       error // sticky
-}
-
-// get sends the GET for this body (with extra headers when resuming),
-// under its own context so that the idle timer can abort it.
-func (b *body) get(extra http.Header) error {
-	ctx, cancel := context.WithCancel(b.ctx)
-	resp, err := b.s.do(ctx, http.MethodGet, b.u, extra)
+	rr, err := backend.OpenResuming(ctx, "GET "+u.Redacted(), open, backend.ResumeOptions{
+		MaxResumes: s.retryMax, WaitMin: s.waitMin, WaitMax: s.waitMax, IdleTimeout: s.idle,
+		OnResume: func(off int64, resume int, cause error) {
+			s.log.Warn("http: resuming cut-off body", zap.String("url", u.Redacted()), zap.Int64("offset", off),
+				zap.Int64("size", size), zap.Int("retry", resume), zap.Error(cause))
+		},
+	})
 	if err != nil {
-		cancel()
-		return err
+		return nil, err // not a typed nil in the interface
 	}
-	b.resp, b.cancel = resp, cancel
-	// The timer runs only while a Read waits on the network, so a slow
-	// consumer is not mistaken for a stalled server.
-	b.stalled.Store(false)
-	b.idle = time.AfterFunc(time.Hour, func() { b.stalled.Store(true); cancel() })
-	b.idle.Stop()
-	return nil
-}
-
-func (b *body) close() {
-	if b.resp != nil {
-		b.idle.Stop()
-		b.resp.Body.Close()
-		b.cancel()
-		b.resp = nil
-	}
-}
-
-func (b *body) Close() error {
-	b.close()
-	if b.err == nil {
-		b.err = errors.New("read after close")
-	}
-	return nil
-}
-
-func (b *body) Read(p []byte) (int, error) {
-	for {
-		if b.err != nil {
-			return 0, b.err
-		}
-		err := b.pending
-		b.pending = nil
-		if err == nil {
-			var n int
-			b.idle.Reset(b.s.idle)
-			n, err = b.resp.Body.Read(p)
-			b.idle.Stop()
-			b.off += int64(n)
-			if err != nil && b.stalled.Load() {
-				err = fmt.Errorf("no data for %v: %w", b.s.idle, err)
-			}
-			if b.size >= 0 && b.off > b.size {
-				b.err = fmt.Errorf("GET %s: more than the %d bytes announced", b.u.Redacted(), b.size)
-				return 0, b.err
-			}
-			if err == io.EOF && (b.size < 0 || b.off == b.size) {
-				b.err = io.EOF
-				return n, io.EOF
-			}
-			if err == nil {
-				return n, nil
-			}
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			if n > 0 {
-				b.pending = err
-				return n, nil
-			}
-		}
-		if rerr := b.resume(err); rerr != nil {
-			b.close()
-			b.err = rerr
-			return 0, rerr
-		}
-	}
-}
-
-// resume asks for the rest of the object after the read error cause.
-func (b *body) resume(cause error) error {
-	failed := fmt.Errorf("GET %s: body cut off after %d of %d bytes: %w", b.u.Redacted(), b.off, b.size, cause)
-	if b.ctx.Err() != nil {
-		return fmt.Errorf("GET %s: %w", b.u.Redacted(), b.ctx.Err())
-	}
-	if b.size < 0 || b.validator == "" || b.resumes >= b.s.retryMax {
-		return failed
-	}
-	b.close()
-	b.resumes++
-	wait := b.s.backoff(b.s.waitMin, b.s.waitMax, b.resumes-1, nil)
-	b.s.log.Warn("http: resuming cut-off body", zap.String("url", b.u.Redacted()), zap.Int64("offset", b.off),
-		zap.Int64("size", b.size), zap.Int("retry", b.resumes), zap.Error(cause))
-	select {
-	case <-b.ctx.Done():
-		return fmt.Errorf("GET %s: %w", b.u.Redacted(), b.ctx.Err())
-	case <-time.After(wait):
-	}
-	b.s.retries.Add(1)
-	h := http.Header{}
-	h.Set("Range", "bytes="+strconv.FormatInt(b.off, 10)+"-")
-	h.Set("If-Range", b.validator)
-	if err := b.get(h); err != nil {
-		return fmt.Errorf("%w; resuming: %w", failed, err)
-	}
-	want := fmt.Sprintf("bytes %d-%d/%d", b.off, b.size-1, b.size)
-	if b.resp.StatusCode != http.StatusPartialContent || b.resp.Header.Get("Content-Range") != want {
-		// The object changed under us, or the server ignores ranges.
-		return fmt.Errorf("%w; resuming: got %s, Content-Range %q", failed, b.resp.Status, b.resp.Header.Get("Content-Range"))
-	}
-	return nil
+	return rr, nil
 }
 
 var _ backend.Reader = (*Store)(nil)

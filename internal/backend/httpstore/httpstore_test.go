@@ -11,7 +11,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -350,9 +352,89 @@ func TestGivesUpAfterRetryMax(t *testing.T) {
 	}
 }
 
-// A redirect to another host must not carry the operator's headers (an API
-// key) along; a redirect within the host keeps them.
-func TestHeadersDoNotFollowARedirectToAnotherHost(t *testing.T) {
+// secretServer is an internal service a hostile upstream would like the
+// mirror to read: it counts every request it gets.
+func secretServer(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.Write([]byte("secret"))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &hits
+}
+
+// A redirect to another origin (here another port of 127.0.0.1) is
+// refused before anything is sent there, for HEAD and GET alike, with an
+// error naming both addresses, permanent, and not retried.
+func TestRedirectToAnotherOriginRefused(t *testing.T) {
+	secret, secretHits := secretServer(t)
+	var homeHits atomic.Int64
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		homeHits.Add(1)
+		http.Redirect(w, r, secret.URL+"/secret", http.StatusFound)
+	}))
+	defer home.Close()
+	s := open(t, home.URL+"/repo/", fast(httpstore.Options{}))
+	ctx := context.Background()
+	name := "versions/019a/dataset.json"
+	_, statErr := s.Stat(ctx, name)
+	rc, openErr := s.Open(ctx, name)
+	if rc != nil {
+		rc.Close()
+	}
+	for op, err := range map[string]error{"Stat": statErr, "Open": openErr} {
+		var rerr *httpstore.RedirectError
+		if !errors.As(err, &rerr) || !backend.IsPermanent(err) || backend.IsNotExist(err) {
+			t.Fatalf("%s: %v, want a permanent RedirectError", op, err)
+		}
+		for _, want := range []string{home.URL + "/repo/" + name, secret.URL + "/secret", "--http-allow-redirect 127.0.0.1"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: error %q does not name %s", op, err, want)
+			}
+		}
+	}
+	if n := secretHits.Load(); n != 0 {
+		t.Errorf("the other server got %d requests", n)
+	}
+	if n := homeHits.Load(); n != 2 || s.Retries() != 0 {
+		t.Errorf("home got %d requests, %d retries; want one HEAD and one GET, no retry", n, s.Retries())
+	}
+}
+
+// A cut-off body whose resumption (a Range request) is redirected to
+// another origin is refused the same way: the file fails, and the other
+// server is never asked.
+func TestRedirectOfResumptionRefused(t *testing.T) {
+	secret, secretHits := secretServer(t)
+	content := randomBytes(7, 10000)
+	home := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Range") != "" {
+			http.Redirect(w, r, secret.URL+"/secret", http.StatusFound)
+			return
+		}
+		w.Header().Set("ETag", `"v1"`)
+		w.Header().Set("Content-Length", strconv.Itoa(len(content)))
+		w.Write(content[:1000])
+		w.(http.Flusher).Flush()
+		panic(http.ErrAbortHandler) // the connection drops mid-body
+	}))
+	defer home.Close()
+	s := open(t, home.URL, fast(httpstore.Options{}))
+	got, err := readAll(context.Background(), s, "data/f.parquet")
+	var rerr *httpstore.RedirectError
+	if !errors.As(err, &rerr) || !strings.Contains(err.Error(), secret.URL+"/secret") {
+		t.Fatalf("read %d bytes, %v; want the resumption's redirect refused", len(got), err)
+	}
+	if n := secretHits.Load(); n != 0 {
+		t.Errorf("the other server got %d requests", n)
+	}
+}
+
+// A redirect to a host the operator allowed is followed, without the
+// operator's headers (an API key); a redirect within the origin keeps
+// them; a host:port entry allows that port only.
+func TestRedirectsAllowedByNameDropHeaders(t *testing.T) {
 	var leaked, kept []string
 	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		leaked = append(leaked, r.Header.Get("X-Api-Key"))
@@ -372,18 +454,75 @@ func TestHeadersDoNotFollowARedirectToAnotherHost(t *testing.T) {
 		}
 	}))
 	defer home.Close()
-	s := open(t, home.URL+"/", httpstore.Options{Headers: []string{"X-Api-Key: s3cret-key"}})
+	otherHost := strings.TrimPrefix(other.URL, "http://")
 	ctx := context.Background()
-	if _, err := readAll(ctx, s, "away.json"); err != nil {
-		t.Fatal(err)
+	for _, allow := range []string{"127.0.0.1", otherHost} {
+		leaked, kept = nil, nil
+		s := open(t, home.URL+"/", httpstore.Options{Headers: []string{"X-Api-Key: s3cret-key"}, AllowRedirects: []string{allow}})
+		if _, err := readAll(ctx, s, "away.json"); err != nil {
+			t.Fatalf("allowing %s: %v", allow, err)
+		}
+		if _, err := readAll(ctx, s, "here.json"); err != nil {
+			t.Fatal(err)
+		}
+		if len(leaked) != 1 || leaked[0] != "" {
+			t.Errorf("allowing %s: the other host got X-Api-Key %q", allow, leaked)
+		}
+		if len(kept) != 1 || kept[0] != "s3cret-key" {
+			t.Errorf("a redirect within the origin lost the header: %q", kept)
+		}
 	}
-	if _, err := readAll(ctx, s, "here.json"); err != nil {
-		t.Fatal(err)
+	// Another port of the allowed host is another host.
+	s := open(t, home.URL+"/", httpstore.Options{AllowRedirects: []string{"127.0.0.1:1"}})
+	if _, err := readAll(ctx, s, "away.json"); err == nil {
+		t.Fatal("a redirect to a port that was not allowed was followed")
 	}
-	if len(leaked) != 1 || leaked[0] != "" {
-		t.Errorf("the other host got X-Api-Key %q", leaked)
+}
+
+func TestAllowRedirectsEntriesChecked(t *testing.T) {
+	for _, bad := range []string{"", "http://cdn.example.com", "cdn.example.com/x", "cdn:port", "user@cdn"} {
+		u, _ := url.Parse("http://127.0.0.1:1/")
+		if _, err := httpstore.Open(context.Background(), u, httpstore.Options{AllowRedirects: []string{bad}}); err == nil {
+			t.Errorf("AllowRedirects %q accepted", bad)
+		}
 	}
-	if len(kept) != 1 || kept[0] != "s3cret-key" {
-		t.Errorf("a redirect within the host lost the header: %q", kept)
+	for _, good := range []string{"cdn.example.com", "CDN.example.com:8443", "[::1]:8080", "::1", "10.0.0.1"} {
+		u, _ := url.Parse("http://127.0.0.1:1/")
+		if _, err := httpstore.Open(context.Background(), u, httpstore.Options{AllowRedirects: []string{good}}); err != nil {
+			t.Errorf("AllowRedirects %q: %v", good, err)
+		}
+	}
+}
+
+// A server that streams without Content-Length (chunked) has its objects
+// read whole, and Stat says the size is unknown (-1) instead of failing.
+// A chunked body cut off is an error, never a short file.
+func TestChunkedBodies(t *testing.T) {
+	content := randomBytes(8, 300000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodHead {
+			return
+		}
+		for off := 0; off < len(content); off += 65536 {
+			w.Write(content[off:min(off+65536, len(content))])
+			w.(http.Flusher).Flush()
+			if r.URL.Path == "/cut" && off > 0 {
+				panic(http.ErrAbortHandler)
+			}
+		}
+	}))
+	defer srv.Close()
+	s := open(t, srv.URL, fast(httpstore.Options{}))
+	ctx := context.Background()
+	fi, err := s.Stat(ctx, "catalog.duckdb")
+	if err != nil || fi.Size != -1 {
+		t.Fatalf("Stat = %+v, %v; want size -1", fi, err)
+	}
+	got, err := readAll(ctx, s, "catalog.duckdb")
+	if err != nil || !bytes.Equal(got, content) {
+		t.Fatalf("read %d of %d bytes: %v", len(got), len(content), err)
+	}
+	if got, err := readAll(ctx, s, "cut"); err == nil {
+		t.Fatalf("a cut-off chunked body read as %d bytes without an error", len(got))
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -87,6 +88,9 @@ type Store struct {
 	opts      Options
 	checksums bool // ask for CRC32 checksums on multipart uploads
 	parts     *partPool
+	// bucketFound is set once a listing answered: a later 404 to HEAD is
+	// an absent object, not a missing bucket (see headNotFound).
+	bucketFound atomic.Bool
 }
 
 // partPool holds the part buffers of every Put of a store: at most
@@ -268,40 +272,78 @@ func (s *Store) key(name string) string { return s.prefix + name }
 // addr is an object's address for messages and logs.
 func (s *Store) addr(name string) string { return "s3://" + s.bucket + "/" + s.key(name) }
 
-// err wraps an SDK error with the object's address, mapping "no such key"
-// to backend.ErrNotExist and a failed If-None-Match to backend.ErrExist.
+// err wraps an SDK error with the object's address, mapped by the
+// service's error code to the backend's errors: an absent object to
+// backend.ErrNotExist, a missing bucket to backend.ErrNoBucket, refused
+// credentials to backend.ErrAccessDenied, a failed If-None-Match to
+// backend.ErrExist. The code is said too.
 func (s *Store) err(op, name string, err error) error {
-	switch {
-	case isNotFound(err):
-		return fmt.Errorf("%s: %s: %w", s.addr(name), op, backend.ErrNotExist)
-	case isPreconditionFailed(err):
-		return fmt.Errorf("%s: %s: %w", s.addr(name), op, backend.ErrExist)
+	if class := classify(err); class != nil {
+		return fmt.Errorf("%s: %s: %w (%s)", s.addr(name), op, class, says(err))
 	}
 	return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
 }
 
-func isNotFound(err error) bool {
-	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) {
-		switch apiErr.ErrorCode() {
-		case "NoSuchKey", "NotFound":
-			return true
-		case "NoSuchBucket":
-			return false // a configuration error, not an absent object
-		}
-	}
-	var respErr *awshttp.ResponseError
-	return errors.As(err, &respErr) && respErr.HTTPStatusCode() == http.StatusNotFound
+// accessCodes are the S3 error codes that refuse the credentials or their
+// rights. Versity S3 Gateway answers an unknown access key with 404
+// XAdminUserNotFound, and its other account errors start with XAdmin too.
+var accessCodes = map[string]bool{
+	"AccessDenied": true, "InvalidAccessKeyId": true, "SignatureDoesNotMatch": true,
+	"InvalidToken": true, "ExpiredToken": true, "TokenRefreshRequired": true,
+	"InvalidSecurity": true, "AccountProblem": true, "AllAccessDisabled": true,
+	"Forbidden": true,
 }
 
-func isPreconditionFailed(err error) bool {
+// classify maps an S3 error to the backend error it means, by the
+// service's error code first and the HTTP status second; nil when it
+// means none of them. A 404 without a code the service explains (HEAD
+// answers have no body: "NotFound") reads as an absent object here; Stat
+// asks the bucket what such a 404 means (see Store.headNotFound).
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	code := ""
 	var apiErr smithy.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode() == "PreconditionFailed" {
-		return true
+	if errors.As(err, &apiErr) {
+		code = apiErr.ErrorCode()
+	}
+	status := 0
+	var respErr *awshttp.ResponseError
+	if errors.As(err, &respErr) {
+		status = respErr.HTTPStatusCode()
+	}
+	switch {
+	case code == "NoSuchBucket":
+		return backend.ErrNoBucket
+	case accessCodes[code] || strings.HasPrefix(code, "XAdmin") || status == http.StatusForbidden:
+		return backend.ErrAccessDenied
+	case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
+		return backend.ErrExist
+	case code == "NoSuchKey" || status == http.StatusNotFound:
+		return backend.ErrNotExist
+	}
+	return nil
+}
+
+// says is what the service said, for a message: its code and message, or
+// the HTTP status when it sent no code.
+func says(err error) string {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode() != "" {
+		if m := apiErr.ErrorMessage(); m != "" && m != apiErr.ErrorCode() {
+			return "S3 error " + apiErr.ErrorCode() + ": " + m
+		}
+		return "S3 error " + apiErr.ErrorCode()
 	}
 	var respErr *awshttp.ResponseError
-	return errors.As(err, &respErr) && respErr.HTTPStatusCode() == http.StatusPreconditionFailed
+	if errors.As(err, &respErr) {
+		return fmt.Sprintf("HTTP %d", respErr.HTTPStatusCode())
+	}
+	return err.Error()
 }
+
+func isNotFound(err error) bool { return errors.Is(classify(err), backend.ErrNotExist) }
 
 // retryLogger logs every retry the SDK's retryer decides on, naming the
 // object.
@@ -330,90 +372,59 @@ func (s *Store) logRetries(name string) func(*awss3.Options) {
 	}
 }
 
-// Open streams the object. A body cut off mid-stream (a reset, a stall)
-// is resumed with a ranged GET from where it stopped, If-Match the first
-// answer's ETag, so the stream never mixes two versions of the object;
-// with MaxAttempts GETs per Open at most.
+// Open streams the object through a backend.ResumingReader: a body cut
+// off mid-stream (a reset, a stall) is resumed with a ranged GET from where
+// it stopped, If-Match the first answer's ETag, so the stream never mixes
+// two versions of the object; with MaxAttempts-1 resumptions per Open at
+// most.
 func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err := backend.CheckName(name); err != nil {
 		return nil, err
 	}
-	out, err := s.client.GetObject(ctx, &awss3.GetObjectInput{
-		Bucket: aws.String(s.bucket),
-		Key:    aws.String(s.key(name)),
-	}, s.logRetries(name))
-	if err != nil {
-		return nil, s.err("open", name, err)
-	}
-	return &resumingBody{s: s, ctx: ctx, name: name, body: out.Body,
-		etag: aws.ToString(out.ETag), size: aws.ToInt64(out.ContentLength)}, nil
-}
-
-type resumingBody struct {
-	s       *Store
-	ctx     context.Context
-	name    string
-	body    io.ReadCloser
-	etag    string
-	size    int64 // of the whole object
-	off     int64 // bytes delivered so far
-	resumes int
-	err     error // sticky, once resuming has failed
-}
-
-func (r *resumingBody) Read(p []byte) (int, error) {
-	for {
-		if r.err != nil {
-			return 0, r.err
+	var etag string
+	var size int64
+	open := func(ctx context.Context, off int64) (backend.Response, error) {
+		in := &awss3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.key(name))}
+		if off > 0 {
+			in.Range = aws.String("bytes=" + strconv.FormatInt(off, 10) + "-")
+			in.IfMatch = aws.String(etag)
 		}
-		n, err := r.body.Read(p)
-		r.off += int64(n)
-		if err == nil || errors.Is(err, io.EOF) || n > 0 {
-			return n, err // an error with data comes back on the next Read
-		}
-		if r.off == r.size {
-			return 0, io.EOF // every byte arrived; the connection broke after
-		}
-		if r.ctx.Err() != nil || r.etag == "" || r.resumes >= r.s.opts.MaxAttempts-1 {
-			r.err = fmt.Errorf("%s: reading at byte %d of %d: %w", r.s.addr(r.name), r.off, r.size, err)
-			return 0, r.err
-		}
-		r.resumes++
-		r.s.log.Warn("resuming an interrupted read", zap.String("object", r.s.addr(r.name)),
-			zap.Int64("offset", r.off), zap.Int("resume", r.resumes), zap.Error(err))
-		r.body.Close()
-		r.body = http.NoBody
-		if err := sleep(r.ctx, min(100*time.Millisecond<<r.resumes, r.s.opts.MaxBackoff)); err != nil {
-			r.err = err
-			return 0, err
-		}
-		out, err := r.s.client.GetObject(r.ctx, &awss3.GetObjectInput{
-			Bucket:  aws.String(r.s.bucket),
-			Key:     aws.String(r.s.key(r.name)),
-			Range:   aws.String("bytes=" + strconv.FormatInt(r.off, 10) + "-"),
-			IfMatch: aws.String(r.etag),
-		}, r.s.logRetries(r.name))
+		out, err := s.client.GetObject(ctx, in, s.logRetries(name))
 		if err != nil {
-			// A 412 here means the object was replaced under us.
-			r.err = fmt.Errorf("%s: resuming at byte %d: %w", r.s.addr(r.name), r.off, err)
-			return 0, r.err
+			if off > 0 {
+				// A 412 here means the object was replaced under us.
+				return backend.Response{}, fmt.Errorf("resuming at byte %d: %w", off, err)
+			}
+			return backend.Response{}, s.err("open", name, err)
 		}
-		r.body = out.Body
+		if off == 0 {
+			etag, size = aws.ToString(out.ETag), aws.ToInt64(out.ContentLength)
+			return backend.Response{Body: out.Body, Size: size, Pinned: etag != ""}, nil
+		}
+		if want := fmt.Sprintf("bytes %d-%d/%d", off, size-1, size); aws.ToString(out.ContentRange) != want {
+			out.Body.Close()
+			return backend.Response{}, fmt.Errorf("resuming at byte %d: got Content-Range %q", off, aws.ToString(out.ContentRange))
+		}
+		return backend.Response{Body: out.Body}, nil
 	}
+	rr, err := backend.OpenResuming(ctx, s.addr(name), open, backend.ResumeOptions{
+		MaxResumes: s.opts.MaxAttempts - 1,
+		WaitMin:    resumeWaitMin,
+		WaitMax:    s.opts.MaxBackoff,
+		OnResume: func(off int64, resume int, cause error) {
+			s.log.Warn("resuming an interrupted read", zap.String("object", s.addr(name)),
+				zap.Int64("offset", off), zap.Int("resume", resume), zap.Error(cause))
+		},
+	})
+	if err != nil {
+		return nil, err // not a typed nil in the interface
+	}
+	return rr, nil
 }
 
-func (r *resumingBody) Close() error { return r.body.Close() }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// resumeWaitMin is the first wait before resuming a cut-off body; it
+// doubles with each resumption, up to MaxBackoff.
+const resumeWaitMin = 100 * time.Millisecond
 
 func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
 	if err := backend.CheckName(name); err != nil {
@@ -424,9 +435,42 @@ func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error)
 		Key:    aws.String(s.key(name)),
 	}, s.logRetries(name))
 	if err != nil {
+		if isNotFound(err) {
+			return backend.FileInfo{}, s.headNotFound(ctx, "stat", name, err)
+		}
 		return backend.FileInfo{}, s.err("stat", name, err)
 	}
 	return backend.FileInfo{Name: name, Size: aws.ToInt64(out.ContentLength)}, nil
+}
+
+// headNotFound says what a 404 to HEAD means. A HEAD answer has no body,
+// so its error code is only "NotFound" whether the object, the bucket or
+// (on Versity) the access key is unknown. Until one such probe found the
+// bucket there, a one-key listing of the bucket asks: its answer has a
+// body and so a code. A listing refused for want of rights (403
+// AccessDenied) tells nothing: the 404 then stays an absent object.
+func (s *Store) headNotFound(ctx context.Context, op, name string, headErr error) error {
+	if !s.bucketFound.Load() {
+		_, err := s.client.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{
+			Bucket:  aws.String(s.bucket),
+			Prefix:  aws.String(s.key(name)),
+			MaxKeys: aws.Int32(1),
+		}, s.logRetries(name))
+		switch class := classify(err); {
+		case err == nil:
+			s.bucketFound.Store(true)
+		case class == backend.ErrNoBucket || (class == backend.ErrAccessDenied && !isAccessDeniedOnly(err)):
+			return fmt.Errorf("%s: %s: %w (%s)", s.addr(name), op, class, says(err))
+		}
+	}
+	return s.err(op, name, headErr)
+}
+
+// isAccessDeniedOnly is a 403 AccessDenied: the credentials are good but
+// may not do this one thing (list), which says nothing of the bucket.
+func isAccessDeniedOnly(err error) bool {
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "AccessDenied"
 }
 
 // List lists with ListObjectsV2, a thousand objects per request. Keys that
@@ -444,6 +488,9 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx, s.logRetries(prefix))
 		if err != nil {
+			if class := classify(err); class == backend.ErrNoBucket || class == backend.ErrAccessDenied {
+				return fmt.Errorf("%s: listing: %w (%s)", s.addr(prefix), class, says(err))
+			}
 			return fmt.Errorf("%s: listing: %w", s.addr(prefix), err)
 		}
 		for _, obj := range page.Contents {
@@ -708,8 +755,8 @@ func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstNa
 		CopySource: aws.String(copySource(from.bucket, from.key(srcName))),
 	}, s.logRetries(dstName))
 	if err != nil {
-		if isNotFound(err) {
-			return false, fmt.Errorf("copying %s to %s: %w", from.addr(srcName), s.addr(dstName), backend.ErrNotExist)
+		if class := classify(err); class != nil {
+			return false, fmt.Errorf("copying %s to %s: %w (%s)", from.addr(srcName), s.addr(dstName), class, says(err))
 		}
 		return false, fmt.Errorf("copying %s to %s: %w", from.addr(srcName), s.addr(dstName), err)
 	}

@@ -442,3 +442,44 @@ func TestPutMemoryIsBounded(t *testing.T) {
 		t.Fatalf("Stat = %+v, %v", fi, err)
 	}
 }
+
+// A 404 is not always an absent object: Versity answers an unknown access
+// key with 404 XAdminUserNotFound, and a missing bucket is NoSuchBucket.
+// Each is said as what it is, for HEAD (Stat, whose answer has no body to
+// carry the code), GET (Open) and List alike, and none reads as "object
+// does not exist"; a missing object in a good bucket still does.
+func TestMissingBucketAndBadKeyAreNotAbsentObjects(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	ctx := context.Background()
+	check := func(what string, st *s3.Store, want error) {
+		t.Helper()
+		rc, openErr := st.Open(ctx, "fdl.json")
+		if rc != nil {
+			rc.Close()
+		}
+		_, statErr := st.Stat(ctx, "fdl.json")
+		listErr := st.List(ctx, "", func(backend.FileInfo) error { return nil })
+		for op, err := range map[string]error{"Open": openErr, "Stat": statErr, "List": listErr} {
+			if !errors.Is(err, want) || backend.IsNotExist(err) || !backend.IsPermanent(err) {
+				t.Errorf("%s: %s: %v; want %v and not %v", what, op, err, want, backend.ErrNotExist)
+			}
+		}
+		t.Logf("%s: %v", what, openErr)
+	}
+	check("missing bucket", open(t, srv.URL("no-such-"+bucket, "p"), s3.Options{MaxAttempts: 1}), backend.ErrNoBucket)
+
+	good := open(t, srv.URL(bucket, "p"), s3.Options{MaxAttempts: 1})
+	if _, err := good.Stat(ctx, "fdl.json"); !backend.IsNotExist(err) || strings.Contains(err.Error(), "bucket") {
+		t.Errorf("Stat of a missing object: %v", err)
+	}
+	if _, err := good.Open(ctx, "fdl.json"); !backend.IsNotExist(err) {
+		t.Errorf("Open of a missing object: %v", err)
+	}
+
+	t.Setenv("AWS_ACCESS_KEY_ID", "nobody"+srv.AccessKey)
+	check("unknown access key", open(t, srv.URL(bucket, "p"), s3.Options{MaxAttempts: 1}), backend.ErrAccessDenied)
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong"+srv.SecretKey)
+	check("wrong secret", open(t, srv.URL(bucket, "p"), s3.Options{MaxAttempts: 1}), backend.ErrAccessDenied)
+}

@@ -1,0 +1,233 @@
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of ResumeOptions.
+const (
+	// DefaultMaxResumes bounds the resumptions of one body.
+	DefaultMaxResumes = 8
+	// DefaultResumeWaitMin is the first wait before a resumption; it
+	// doubles with each one.
+	DefaultResumeWaitMin = 100 * time.Millisecond
+	// DefaultResumeWaitMax caps the wait before a resumption.
+	DefaultResumeWaitMax = 15 * time.Second
+)
+
+// Response is one answer to a download: the first, or a resumption.
+type Response struct {
+	Body io.ReadCloser
+	// Size is the whole object's size, -1 when the first answer did not
+	// say (a chunked HTTP body): such a body ends at its EOF and is not
+	// resumed. Only the first answer's is read.
+	Size int64
+	// Pinned says that a resumption reads the same object as the first
+	// answer (the store asks for it If-Match or If-Range a validator).
+	// Without it a cut-off body is an error. Only the first answer's is
+	// read.
+	Pinned bool
+}
+
+// OpenFunc asks for an object from byte off on: off is 0 for the first
+// request, then where a cut-off body stopped. ctx is the body's own: it
+// is canceled when the body stalls or is closed. A resumption that does
+// not start exactly at off, or reads another object, is an error.
+type OpenFunc func(ctx context.Context, off int64) (Response, error)
+
+// ResumeOptions bound the resumptions of one body; zero values are the
+// defaults.
+type ResumeOptions struct {
+	MaxResumes       int
+	WaitMin, WaitMax time.Duration
+	// IdleTimeout aborts (and then resumes) a body that delivers no byte
+	// for this long while a Read waits on it; 0 leaves it to the client.
+	IdleTimeout time.Duration
+	// OnResume is told of each resumption before it is sent (to log and
+	// count it): the object's address, the offset, the resumption's number
+	// from 1, and why the body stopped.
+	OnResume func(off int64, resume int, cause error)
+}
+
+// ResumingReader is a download that resumes where it was cut off (a
+// reset, a stall), with backoff, and never ends short: a body that stops
+// before the object's size, and cannot be resumed, is an error from Read.
+// It replaces a hand-written resuming body in each store (S3, HTTP).
+type ResumingReader struct {
+	what    string // the object's address, for messages
+	ctx     context.Context
+	open    OpenFunc
+	opts    ResumeOptions
+	body    io.ReadCloser
+	cancel  context.CancelFunc
+	idle    *time.Timer
+	stalled atomic.Bool
+	size    int64
+	pinned  bool
+	off     int64
+	resumes int
+	pending error // met after bytes that were returned first
+	err     error // sticky
+}
+
+// OpenResuming sends the first request, through open with off 0, and
+// returns its body as a ResumingReader. what names the object in errors.
+func OpenResuming(ctx context.Context, what string, open OpenFunc, opts ResumeOptions) (*ResumingReader, error) {
+	if opts.MaxResumes <= 0 {
+		opts.MaxResumes = DefaultMaxResumes
+	}
+	if opts.WaitMin <= 0 {
+		opts.WaitMin = DefaultResumeWaitMin
+	}
+	if opts.WaitMax <= 0 {
+		opts.WaitMax = DefaultResumeWaitMax
+	}
+	r := &ResumingReader{what: what, ctx: ctx, open: open, opts: opts}
+	resp, err := r.start(0)
+	if err != nil {
+		return nil, err
+	}
+	r.size, r.pinned = resp.Size, resp.Pinned
+	return r, nil
+}
+
+// Size is the object's size from the first answer, -1 if unknown.
+func (r *ResumingReader) Size() int64 { return r.size }
+
+// start sends one request under the body's own context, so that the
+// idle timer and Close can abort it.
+func (r *ResumingReader) start(off int64) (Response, error) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	resp, err := r.open(ctx, off)
+	if err != nil {
+		cancel()
+		return Response{}, err
+	}
+	r.body, r.cancel = resp.Body, cancel
+	r.stalled.Store(false)
+	if r.opts.IdleTimeout > 0 {
+		// The timer runs only while a Read waits on the network, so a
+		// slow consumer is not mistaken for a stalled server.
+		r.idle = time.AfterFunc(time.Hour, func() { r.stalled.Store(true); cancel() })
+		r.idle.Stop()
+	}
+	return resp, nil
+}
+
+func (r *ResumingReader) stop() {
+	if r.body != nil {
+		if r.idle != nil {
+			r.idle.Stop()
+		}
+		r.body.Close()
+		r.cancel()
+		r.body = nil
+	}
+}
+
+// Close ends the download; a later Read fails.
+func (r *ResumingReader) Close() error {
+	r.stop()
+	if r.err == nil {
+		r.err = errors.New(r.what + ": read after close")
+	}
+	return nil
+}
+
+func (r *ResumingReader) Read(p []byte) (int, error) {
+	for {
+		if r.err != nil {
+			return 0, r.err
+		}
+		err := r.pending
+		r.pending = nil
+		if err == nil {
+			var n int
+			if r.idle != nil {
+				r.idle.Reset(r.opts.IdleTimeout)
+			}
+			n, err = r.body.Read(p)
+			if r.idle != nil {
+				r.idle.Stop()
+			}
+			r.off += int64(n)
+			if err != nil && r.stalled.Load() {
+				err = fmt.Errorf("no data for %v: %w", r.opts.IdleTimeout, err)
+			}
+			if r.size >= 0 && r.off > r.size {
+				r.stop()
+				r.err = fmt.Errorf("%s: more than the %d bytes announced", r.what, r.size)
+				return 0, r.err
+			}
+			if r.size >= 0 && r.off == r.size && err != nil {
+				// Every byte arrived; whatever broke after does not matter.
+				r.err = io.EOF
+				return n, io.EOF
+			}
+			if err == io.EOF && r.size < 0 {
+				r.err = io.EOF
+				return n, io.EOF
+			}
+			if err == nil {
+				return n, nil
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			if n > 0 {
+				r.pending = err
+				return n, nil
+			}
+		}
+		if rerr := r.resume(err); rerr != nil {
+			r.stop()
+			r.err = rerr
+			return 0, rerr
+		}
+	}
+}
+
+// resume asks for the rest of the object after the read error cause.
+func (r *ResumingReader) resume(cause error) error {
+	failed := fmt.Errorf("%s: body cut off after %d of %d bytes: %w", r.what, r.off, r.size, cause)
+	if r.ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", r.what, r.ctx.Err())
+	}
+	if r.size < 0 || !r.pinned || r.resumes >= r.opts.MaxResumes {
+		return failed
+	}
+	r.stop()
+	r.resumes++
+	if r.opts.OnResume != nil {
+		r.opts.OnResume(r.off, r.resumes, cause)
+	}
+	t := time.NewTimer(Backoff(r.opts.WaitMin, r.opts.WaitMax, r.resumes-1))
+	defer t.Stop()
+	select {
+	case <-r.ctx.Done():
+		return fmt.Errorf("%s: %w", r.what, r.ctx.Err())
+	case <-t.C:
+	}
+	if _, err := r.start(r.off); err != nil {
+		return fmt.Errorf("%w; resuming: %w", failed, err)
+	}
+	return nil
+}
+
+// Backoff is the wait before retry number attempt (from 0): lo doubled
+// attempt times, at most hi, with "equal jitter" (a random wait in [d/2,
+// d]) so that many clients that failed together do not retry together.
+func Backoff(lo, hi time.Duration, attempt int) time.Duration {
+	d := lo
+	for i := 0; i < attempt && d < hi; i++ {
+		d *= 2
+	}
+	d = min(d, hi)
+	return d/2 + rand.N(d/2+1)
+}
