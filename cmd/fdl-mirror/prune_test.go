@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -610,3 +611,68 @@ func TestDaemonPrunesAfterASuccessfulSync(t *testing.T) {
 		}
 	}
 }
+
+// A mirror whose own refs cannot be read removes nothing: a version they
+// point to could otherwise look unreferenced.
+func TestPruneOfAMirrorWithUnreadableRefsRemovesNothing(t *testing.T) {
+	cases := []struct {
+		name, file, content, says string
+	}{
+		{"a ref file holding garbage", "refs/heads/extra", "../../elsewhere\n", "refs/heads/extra"},
+		{"a malformed refs.json", "refs.json", "{not json", "refs.json"},
+		{"refs.json naming a bad version", "refs.json", `{"refs/heads/main": "../x"}`, "refs.json"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, up, sink := prunedScenario(t)
+			writeFile(t, filepath.Join(sink, c.file), c.content)
+			before := fdltest.States(t, sink)
+			res := run(t, "prune", up, sink)
+			if res.code != 1 || !strings.Contains(res.stdout, c.says) || !strings.Contains(res.stdout, "nothing removed") {
+				t.Errorf("exit %d, want 1 naming %s and saying nothing was removed\n%s%s", res.code, c.says, res.stdout, res.stderr)
+			}
+			assertUntouched(t, sink, before, res)
+		})
+	}
+}
+
+// The text a person reads from a dry run names every ref, version and
+// object, says nothing was removed, and a real run then says what it did.
+func TestPruneDryRunNamesWhatItWouldRemove(t *testing.T) {
+	r, up, sink := prunedScenario(t)
+	gone, expired := r.branches["refs/heads/gone"], r.branches["refs/heads/expired"]
+	before := fdltest.States(t, sink)
+	res := run(t, "prune", "--dry-run", up, sink)
+	if res.code != 0 {
+		t.Fatalf("exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	assertUntouched(t, sink, before, res)
+	lines := []string{
+		"dry run: nothing removed",
+		"would remove ref refs/heads/gone (was " + gone + ")",
+		"would remove version " + gone + ": no longer upstream",
+		"would remove version " + expired + ": expired upstream",
+		"would remove versions/" + expired + "/ducklake.duckdb",
+	}
+	for _, f := range append(append([]string{}, r.only[gone]...), r.only[expired]...) {
+		lines = append(lines, "would remove data file "+f)
+	}
+	for _, l := range lines {
+		if !strings.Contains(res.stdout, l) {
+			t.Errorf("dry run does not say %q:\n%s", l, res.stdout)
+		}
+	}
+	// Over the limit, a dry run still lists the plan, and says a real run
+	// would be refused.
+	res = run(t, "prune", "--dry-run", "--max-delete", "1", up, sink)
+	if res.code != 1 || !strings.Contains(res.stdout, "would remove ref refs/heads/gone") || !strings.Contains(res.stdout, "limit is 1") {
+		t.Errorf("dry run over the limit: exit %d\n%s", res.code, res.stdout)
+	}
+	assertUntouched(t, sink, before, res)
+	res = run(t, "prune", up, sink)
+	if res.code != 0 || !strings.Contains(res.stdout, "removed 2 refs, 2 versions, "+itoa(len(r.only[gone])+len(r.only[expired]))+" data files") {
+		t.Errorf("prune: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
