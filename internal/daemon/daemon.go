@@ -465,6 +465,7 @@ func PruneJob(m config.Mirror) prune.Job {
 		HTTPHeaders: m.HTTPHeaders,
 		MaxDelete:   m.PruneMaxDelete,
 		LockWait:    m.LockWait,
+		LockTTL:     m.LockTTL,
 		Retries:     m.Retries,
 	}
 }

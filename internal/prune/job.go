@@ -22,6 +22,7 @@ type Job struct {
 	DryRun       bool
 	MaxDelete    int           // 0 = DefaultMaxDelete
 	LockWait     time.Duration // how long to wait for another run's lock
+	LockTTL      time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
 	Retries      int           // retries of one request; 0 = each backend's default
 	// Selected says which refs may be removed; nil selects all (see Options).
 	Selected func(ref string) bool
@@ -60,7 +61,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 	if job.DryRun {
 		return Run(ctx, src, readOnly{dst}, opts)
 	}
-	held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, Logger: log})
+	held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 	}
