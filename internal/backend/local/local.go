@@ -70,8 +70,16 @@ func Create(dir string) (*Local, error) {
 	return l, nil
 }
 
-// openTemp makes and opens the temporary folder.
+// openTemp makes and opens the temporary folder, after checking that
+// neither it nor .fdl-mirror is a symbolic link or another non-folder: a
+// link that stays inside the root passes os.Root, and clearing the
+// temporary folder through it would empty whatever it points at (data/).
 func (l *Local) openTemp() error {
+	for _, name := range []string{strings.TrimSuffix(backend.ReservedPrefix, "/"), TempDir} {
+		if err := l.checkPlainFolder(name); err != nil {
+			return err
+		}
+	}
 	if err := l.root.MkdirAll(TempDir, 0o755); err != nil {
 		return fmt.Errorf("%s: creating %s: %w", l.dir, TempDir, err)
 	}
@@ -85,6 +93,23 @@ func (l *Local) openTemp() error {
 		return fmt.Errorf("%s: opening %s: %w", l.dir, TempDir, err)
 	}
 	l.tmpRoot, l.tmpDir = tr, td
+	return nil
+}
+
+// checkPlainFolder refuses name when it exists as anything but a folder
+// (checked without following a final symbolic link).
+func (l *Local) checkPlainFolder(name string) error {
+	st, err := l.root.Lstat(filepath.FromSlash(name))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("%s: checking %s: %w", l.dir, name, err)
+	case st.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s: %s is a symbolic link, not a plain folder of the mirror: refusing to write through it (remove it if the mirror's own folder belongs there)", l.dir, name)
+	case !st.IsDir():
+		return fmt.Errorf("%s: %s is not a folder (mode %v): refusing to write through it", l.dir, name, st.Mode())
+	}
 	return nil
 }
 
@@ -216,9 +241,11 @@ func (l *Local) writeTemp(name string, r io.Reader, size int64) (string, error) 
 	if !l.rw {
 		return "", fmt.Errorf("%s: %w: read-only", l.dir, backend.ErrNotSupported)
 	}
+	// A name of its own, not name plus a suffix: a data file named near
+	// the file system's limit (255 bytes) must fit here too.
 	var rnd [8]byte
 	rand.Read(rnd[:])
-	tmp := path.Base(name) + "." + hex.EncodeToString(rnd[:])
+	tmp := hex.EncodeToString(rnd[:])
 	f, err := l.tmpRoot.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return "", l.err("write", name, err)
