@@ -28,6 +28,7 @@ const (
 	RecordFile    = "version.json"
 	SignatureFile = "version.json.sig"
 	CatalogFile   = "ducklake.duckdb"
+	CatalogsDir   = "catalogs/" // alternate catalogs: catalogs/<format>.duckdb
 
 	DefaultDataDir = "data/"
 
@@ -44,6 +45,10 @@ const (
 	MaxSmallFile  = 1 << 20  // fdl.json, refs, HEAD, version.json(.sig)
 	MaxRefsJSON   = 16 << 20 // refs.json
 	MaxRecordFile = 16 << 20
+
+	// MaxCatalogFormats bounds the catalog_formats entries read; the rest
+	// are ignored.
+	MaxCatalogFormats = 16
 )
 
 var (
@@ -218,7 +223,7 @@ type Settings struct {
 	FDL            string
 	ID             string
 	DataDir        string
-	CatalogFormats []string
+	CatalogFormats []CatalogFormat
 	Signers        []string
 	Raw            []byte
 }
@@ -285,27 +290,71 @@ func CheckDataDir(d string) error {
 	return nil
 }
 
-// catalog_formats may be a list of names, a list of objects with "format"
-// (or "name"), or an object keyed by format; tolerate all of them.
-func parseCatalogFormats(raw json.RawMessage) []string {
+// CatalogFormat is one entry of catalog_formats: the name of the file it
+// gives in a version's catalogs/ folder, and where the entry is the spec's
+// form ({"ducklake": "1.0"}), the DuckLake version it names.
+type CatalogFormat struct {
+	Name     string // catalogs/<Name>.duckdb
+	DuckLake string // "1.0"; "" for the other forms
+}
+
+// CatalogFiles names the alternate catalogs catalog_formats gives, relative
+// to a version's folder, for a reader that cannot list to try: for the
+// spec's form both catalogs/ducklake-<version>.duckdb and, since the spec
+// page on versions that would say is not available to us,
+// catalogs/<version>.duckdb. Sorted, without duplicates.
+func (s *Settings) CatalogFiles() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(stem string) {
+		if n := CatalogsDir + stem + ".duckdb"; backendSafeSegment(stem) && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	for _, f := range s.CatalogFormats {
+		add(f.Name)
+		if f.DuckLake != "" {
+			add(f.DuckLake)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// catalog_formats may be the spec's list of objects keyed by "ducklake"
+// ([{"ducklake": "1.1"}, {"ducklake": "1.0", "until": "2027-03-31"}]), a
+// list of names, a list of objects with "format" (or "name"), or an object
+// keyed by format; tolerate all of them. Entries whose name could not be
+// one file name are dropped.
+func parseCatalogFormats(raw json.RawMessage) []CatalogFormat {
 	if len(raw) == 0 {
 		return nil
 	}
-	var out []string
+	var out []CatalogFormat
 	var list []json.RawMessage
 	if json.Unmarshal(raw, &list) == nil {
 		for _, item := range list {
 			var s string
 			if json.Unmarshal(item, &s) == nil {
-				out = append(out, s)
+				out = append(out, CatalogFormat{Name: s})
 				continue
 			}
-			var obj struct{ Format, Name string }
+			var obj struct {
+				DuckLake *string `json:"ducklake"`
+				Format   string  `json:"format"`
+				Name     string  `json:"name"`
+			}
 			if json.Unmarshal(item, &obj) == nil {
-				if obj.Format != "" {
-					out = append(out, obj.Format)
-				} else if obj.Name != "" {
-					out = append(out, obj.Name)
+				switch {
+				case obj.DuckLake != nil:
+					if *obj.DuckLake != "" {
+						out = append(out, CatalogFormat{Name: "ducklake-" + *obj.DuckLake, DuckLake: *obj.DuckLake})
+					}
+				case obj.Format != "":
+					out = append(out, CatalogFormat{Name: obj.Format})
+				case obj.Name != "":
+					out = append(out, CatalogFormat{Name: obj.Name})
 				}
 			}
 		}
@@ -313,17 +362,22 @@ func parseCatalogFormats(raw json.RawMessage) []string {
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(raw, &obj) == nil {
 			for k := range obj {
-				out = append(out, k)
+				out = append(out, CatalogFormat{Name: k})
 			}
 		}
 	}
 	clean := out[:0]
 	for _, f := range out {
-		if backendSafeSegment(f) {
+		if backendSafeSegment(f.Name) && (f.DuckLake == "" || backendSafeSegment(f.DuckLake)) {
 			clean = append(clean, f)
 		}
 	}
-	sort.Strings(clean)
+	// A reader that cannot list asks for each name, in each version: a
+	// list of thousands would be as many requests per version.
+	if len(clean) > MaxCatalogFormats {
+		clean = clean[:MaxCatalogFormats]
+	}
+	sort.Slice(clean, func(i, j int) bool { return clean[i].Name < clean[j].Name })
 	return clean
 }
 

@@ -1,6 +1,7 @@
 package repo
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -93,7 +94,7 @@ func TestParseSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.DataDir != "data/" || s.ID != "x" || strings.Join(s.CatalogFormats, ",") != "v1,v2" || len(s.Signers) != 1 {
+	if s.DataDir != "data/" || s.ID != "x" || strings.Join(s.CatalogFiles(), ",") != "catalogs/v1.duckdb,catalogs/v2.duckdb" || len(s.Signers) != 1 {
 		t.Errorf("%+v", s)
 	}
 	for doc, why := range map[string]string{
@@ -109,6 +110,38 @@ func TestParseSettings(t *testing.T) {
 	} {
 		if _, err := ParseSettings([]byte(doc)); err == nil || !strings.Contains(err.Error(), why) || !strings.Contains(err.Error(), "fdl.json") {
 			t.Errorf("%s: %v, want an error naming fdl.json and %q", doc, err, why)
+		}
+	}
+}
+
+// The spec's own form of catalog_formats: each entry's DuckLake version
+// names catalogs/ducklake-<version>.duckdb, and catalogs/<version>.duckdb
+// is tried too (our reading of the spec).
+func TestParseSettingsSpecCatalogFormats(t *testing.T) {
+	s, err := ParseSettings([]byte(`{"fdl": "0.1", "catalog_formats": [{"ducklake": "1.1"}, {"ducklake": "1.0", "until": "2027-03-31"}, {"ducklake": "../x"}, {"ducklake": ""}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []CatalogFormat{{Name: "ducklake-1.0", DuckLake: "1.0"}, {Name: "ducklake-1.1", DuckLake: "1.1"}}
+	if !reflect.DeepEqual(s.CatalogFormats, want) {
+		t.Errorf("formats %+v, want %+v", s.CatalogFormats, want)
+	}
+	files := []string{"catalogs/1.0.duckdb", "catalogs/1.1.duckdb", "catalogs/ducklake-1.0.duckdb", "catalogs/ducklake-1.1.duckdb"}
+	if got := s.CatalogFiles(); !reflect.DeepEqual(got, files) {
+		t.Errorf("catalog files %v, want %v", got, files)
+	}
+	// The other forms stay readable.
+	for doc, want := range map[string]string{
+		`["a", {"format": "b"}, {"name": "c"}]`: "catalogs/a.duckdb,catalogs/b.duckdb,catalogs/c.duckdb",
+		`{"d": {}, "e": true}`:                  "catalogs/d.duckdb,catalogs/e.duckdb",
+		`"nonsense"`:                            "",
+	} {
+		s, err := ParseSettings([]byte(`{"fdl": "0.1", "catalog_formats": ` + doc + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(s.CatalogFiles(), ","); got != want {
+			t.Errorf("%s: %s, want %s", doc, got, want)
 		}
 	}
 }

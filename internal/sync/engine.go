@@ -748,10 +748,7 @@ func (e *engine) versionFiles(ctx context.Context, id string) (map[string]int64,
 	if e.srcVersions != nil {
 		return e.srcVersions[id], nil
 	}
-	names := append([]string{}, repo.KnownVersionFiles...)
-	for _, f := range e.settings.CatalogFormats {
-		names = append(names, "catalogs/"+f+".duckdb")
-	}
+	names := append(append([]string{}, repo.KnownVersionFiles...), e.settings.CatalogFiles()...)
 	files := map[string]int64{}
 	for _, n := range names {
 		fi, err := e.src.Stat(ctx, repo.VersionFile(id, n))
