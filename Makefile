@@ -1,4 +1,4 @@
-# fdl-mirror: make demo, make test, make bench.
+# fdl-mirror: make demo, make test, make fuzz, make bench.
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # DuckDB is linked through cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all build demo test test-servers vet fmt-check bench clean
+.PHONY: all build demo test test-servers vet fmt-check fuzz bench clean
 
 all: build
 
@@ -28,6 +28,21 @@ fmt-check:
 
 test: test-servers fmt-check vet
 	$(GO) test -count=1 -timeout 30m $(PKGS)
+
+# Every fuzz target, one after the other, for FUZZTIME each (go test fuzzes
+# one target at a time). Their seed corpora (testdata/fuzz/) run as plain
+# tests in `make test`; an input that fails is written there by go test and
+# becomes a seed once the bug is fixed.
+FUZZTIME  ?= 30s
+FUZZFLAGS ?=
+fuzz:
+	@set -e; for f in $$(git ls-files '*_test.go' | xargs grep -l '^func Fuzz'); do \
+	  pkg=./$$(dirname $$f); \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "== $$pkg $$t"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) $$pkg; \
+	  done; \
+	done
 
 # A sample repository, generated with DuckDB by the project's own generator,
 # mirrored and verified; nothing outside ./demo is touched.

@@ -132,16 +132,9 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 			b.RawPath += "/"
 		}
 	}
-	header := http.Header{}
-	for i, h := range opts.Headers {
-		name, value, ok := strings.Cut(h, ":")
-		name = strings.TrimSpace(name)
-		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
-			// A malformed header may be all secret ("Bearer xyz" without
-			// a name): say which one, not what it holds.
-			return nil, fmt.Errorf("%s: HTTP header #%d is not \"Name: value\"", b.Redacted(), i+1)
-		}
-		header.Add(name, strings.TrimSpace(value))
+	header, err := ParseHeaders(opts.Headers)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", b.Redacted(), err)
 	}
 	var allowed []allowedHost
 	for _, entry := range opts.AllowRedirects {
@@ -363,8 +356,8 @@ func (s *Store) logRetry(_ retryablehttp.Logger, req *http.Request, attempt int)
 // many clients that failed together do not retry together.
 func (s *Store) backoff(lo, hi time.Duration, attempt int, resp *http.Response) time.Duration {
 	if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
-		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 {
-			return min(time.Duration(secs)*time.Second, hi)
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), hi); ok {
+			return d
 		}
 	}
 	return backend.Backoff(lo, hi, attempt)
@@ -486,11 +479,7 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 			// A strong validator lets a cut-off body be resumed from the
 			// same object: If-Range makes the server send all of a
 			// changed one instead, which is refused below.
-			if et := resp.Header.Get("ETag"); et != "" && !strings.HasPrefix(et, "W/") {
-				validator = et
-			} else {
-				validator = resp.Header.Get("Last-Modified")
-			}
+			validator = validatorOf(resp.Header.Get("ETag"), resp.Header.Get("Last-Modified"))
 			size = resp.ContentLength
 			return backend.Response{Body: resp.Body, Size: size, Pinned: validator != ""}, nil
 		}
@@ -502,11 +491,9 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 		if err != nil {
 			return backend.Response{}, err
 		}
-		want := fmt.Sprintf("bytes %d-%d/%d", off, size-1, size)
-		if resp.StatusCode != http.StatusPartialContent || resp.Header.Get("Content-Range") != want {
-			// The object changed under us, or the server ignores ranges.
+		if err := checkResumed(resp.StatusCode, resp.Header.Get("Content-Range"), off, size); err != nil {
 			resp.Body.Close()
-			return backend.Response{}, fmt.Errorf("got %s, Content-Range %q", resp.Status, resp.Header.Get("Content-Range"))
+			return backend.Response{}, err
 		}
 		return backend.Response{Body: resp.Body}, nil
 	}
