@@ -57,8 +57,9 @@ func (j Job) Policy() (*verify.Policy, error) {
 // policyTrust adapts *verify.Policy to the engine's Trust.
 type policyTrust struct{ p *verify.Policy }
 
-func (t policyTrust) CheckVersion(id string, record, sig []byte) (any, error) {
-	return t.p.CheckVersion(id, record, sig)
+func (t policyTrust) CheckVersion(id string, record, sig []byte) error {
+	_, err := t.p.CheckVersion(id, record, sig)
+	return err
 }
 func (t policyTrust) CompareRepoSigners(lines []string) string { return t.p.CompareRepoSigners(lines) }
 

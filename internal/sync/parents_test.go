@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	gosync "sync"
+	"sync"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -26,7 +26,7 @@ import (
 // prefixes it is asked to List.
 type recorder struct {
 	backend.Backend
-	mu    gosync.Mutex
+	mu    sync.Mutex
 	stats []string
 	lists []string
 }

@@ -1,40 +1,11 @@
 package sync
 
 import (
-	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
 )
-
-// Options tune one run of the engine.
-type Options struct {
-	// Concurrency is how many files are copied at once (default 8).
-	Concurrency int
-	// DryRun plans and reports, and writes nothing.
-	DryRun bool
-	// Trust checks version signatures; nil checks none. *verify.Policy is
-	// the implementation.
-	Trust Trust
-	// Logger receives structured logs; nil logs nothing.
-	Logger *zap.Logger
-	// Progress, when set, is told of every file copied (for a display).
-	Progress func(files int64, bytes int64)
-	// Lock, when set, takes the mirror's lock; the run calls it only once
-	// it knows it has something to write, and calls unlock at its end.
-	// Losing the lock (lost closed) stops the run at a safe point.
-	Lock func(ctx context.Context) (unlock func(), lost <-chan struct{}, err error)
-}
-
-// Trust judges a version's signature against keys the operator trusts.
-type Trust interface {
-	// CheckVersion returns an error when the version must not be
-	// published; sig is nil when the version carries no signature.
-	CheckVersion(versionID string, record, sig []byte) (any, error)
-	// CompareRepoSigners returns a warning when the keys the repository
-	// lists differ from the trusted ones ("" when they agree).
-	CompareRepoSigners(lines []string) string
-}
 
 // Refusal reasons: stable, short labels for summaries and metrics.
 const (
@@ -89,3 +60,48 @@ type Report struct {
 
 // OK is true when nothing was refused or failed.
 func (r *Report) OK() bool { return len(r.Refused) == 0 }
+
+func (e *engine) addRefusal(r *refusal) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.report.Refused = append(e.report.Refused, r.Refusal)
+	e.log.Warn("refused", zap.String("reason", r.Reason), zap.String("ref", r.Ref),
+		zap.String("version", r.Version), zap.String("file", r.File), zap.String("message", r.Message))
+}
+
+func (e *engine) copied(n int64) {
+	e.mu.Lock()
+	e.report.FilesCopied++
+	e.report.BytesCopied += n
+	files, bytes := e.report.FilesCopied, e.report.BytesCopied
+	e.mu.Unlock()
+	if e.opts.Progress != nil {
+		e.opts.Progress(files, bytes)
+	}
+}
+
+func (e *engine) plan(name string) {
+	e.mu.Lock()
+	e.report.Planned = append(e.report.Planned, name)
+	e.mu.Unlock()
+}
+
+// FatalError stops a run as a whole: the source's settings are unreadable,
+// or the sink holds another repository.
+type FatalError struct{ Err error }
+
+func (e *FatalError) Error() string { return e.Err.Error() }
+func (e *FatalError) Unwrap() error { return e.Err }
+
+func fatalf(format string, args ...any) error {
+	return &FatalError{fmt.Errorf(format, args...)}
+}
+
+// refusal is an error that carries its report entry.
+type refusal struct{ Refusal }
+
+func (r *refusal) Error() string { return r.Message }
+
+func refuse(reason, version, file string, format string, args ...any) *refusal {
+	return &refusal{Refusal{Version: version, File: file, Reason: reason, Message: fmt.Sprintf(format, args...)}}
+}

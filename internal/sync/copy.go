@@ -1,0 +1,173 @@
+package sync
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+)
+
+// copyFile streams one immutable file from source to sink (or copies it
+// server-side), refusing it when its size is not the recorded one. size -1
+// means unknown: whatever the source has is taken. Transient failures are
+// retried.
+func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
+	select {
+	case e.copySlots <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-e.copySlots }()
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		var n int64
+		n, err = e.copyOnce(ctx, name, size)
+		if err == nil {
+			e.copied(n)
+			return nil
+		}
+		var r *refusal
+		var se *sourceError
+		if errors.As(err, &r) || errors.As(err, &se) || backend.IsNotExist(err) || ctx.Err() != nil || errors.Is(err, backend.ErrInvalidName) {
+			return err
+		}
+		e.log.Warn("copy failed; retrying", zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
+		select {
+		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return err
+}
+
+func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {
+	if c := backend.CopierOf(e.dst); c != nil && c.CanCopyFrom(e.src) {
+		have, err := e.sourceSize(ctx, name)
+		if err != nil {
+			return 0, &sourceError{err}
+		}
+		if size >= 0 && have != size {
+			return 0, sizeRefusal(name, have, size)
+		}
+		if ok, err := c.CopyFrom(ctx, backend.Innermost(e.src), name, name, have); ok || err != nil {
+			return have, err
+		}
+	}
+	rc, err := e.src.Open(ctx, name)
+	if err != nil {
+		return 0, &sourceError{err}
+	}
+	defer rc.Close()
+	var body io.Reader = rc
+	if st, ok := rc.(interface{ Stat() (fs.FileInfo, error) }); ok {
+		// A local file: its size is known without reading it, and passing
+		// the *os.File on lets the kernel copy it (copy_file_range).
+		fi, err := st.Stat()
+		if err != nil {
+			return 0, err
+		}
+		if size >= 0 && fi.Size() != size {
+			return 0, sizeRefusal(name, fi.Size(), size)
+		}
+		size = fi.Size()
+	} else {
+		if size < 0 {
+			fi, err := e.src.Stat(ctx, name)
+			if err != nil {
+				return 0, &sourceError{err}
+			}
+			size = fi.Size
+		}
+		body = &exactReader{r: rc, left: size, name: name, want: size}
+	}
+	if err := e.dst.Put(ctx, name, body, size); err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return 0, r
+		}
+		if x, ok := body.(*exactReader); ok && x.mismatch != nil {
+			return 0, x.mismatch
+		}
+		return 0, err
+	}
+	return size, nil
+}
+
+// sourceError is a request to the source that failed after the backend's
+// own retries: the engine does not retry it again. What it retries are
+// streams cut after they started.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
+// sourceSize is a source file's size, checked before a server-side copy
+// (no byte passes through the mirror to count). A run copying many files
+// (it listed the sink's data_dir rather than asking file by file) takes
+// the sizes from one listing of the source's data_dir: a page per thousand
+// files instead of a request per file.
+func (e *engine) sourceSize(ctx context.Context, name string) (int64, error) {
+	if e.dstData.loaded.Load() && e.src.Properties().CanList && strings.HasPrefix(name, e.settings.DataDir) {
+		files, err := e.srcData.load(ctx, e.src, e.settings.DataDir)
+		if size, ok := files[name]; ok && err == nil {
+			return size, nil
+		}
+		// Not listed (or the listing failed): ask for it alone.
+	}
+	fi, err := e.src.Stat(ctx, name)
+	return fi.Size, err
+}
+
+func sizeRefusal(name string, got, want int64) *refusal {
+	return refuse(ReasonSizeMismatch, "", name, "data file %s has %d bytes upstream, the catalog records %d", name, got, want)
+}
+
+// exactReader passes on exactly want bytes and fails the stream when the
+// source has more or fewer, so that a Put never publishes a file of the
+// wrong size.
+type exactReader struct {
+	r        io.Reader
+	left     int64
+	name     string
+	want     int64
+	mismatch *refusal
+}
+
+func (x *exactReader) Read(p []byte) (int, error) {
+	if x.left <= 0 {
+		var one [1]byte
+		n, err := io.ReadFull(x.r, one[:])
+		if n > 0 {
+			x.mismatch = refuse(ReasonSizeMismatch, "", x.name, "data file %s is larger upstream than the %d bytes the catalog records", x.name, x.want)
+			return 0, x.mismatch
+		}
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
+		}
+		return 0, err
+	}
+	if int64(len(p)) > x.left {
+		p = p[:x.left]
+	}
+	n, err := x.r.Read(p)
+	x.left -= int64(n)
+	if err == io.EOF && x.left > 0 {
+		x.mismatch = sizeRefusal(x.name, x.want-x.left, x.want)
+		return n, x.mismatch
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	return n, err
+}

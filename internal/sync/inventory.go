@@ -1,0 +1,226 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// inventory is what the sink holds, read before anything is written.
+type inventory struct {
+	settings []byte // the sink's fdl.json; nil when it has none
+	refs     repo.Refs
+	refsJSON []byte // nil when absent
+	head     []byte // nil when absent
+}
+
+// takeInventory reads the sink's fdl.json, refs, refs.json and HEAD, and
+// lists versions/ in the sink and (where it lists) in the source.
+func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
+	inv := &inventory{}
+	var err error
+	if inv.settings, err = e.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
+		return nil, err
+	}
+	if inv.settings != nil {
+		if err := e.sameRepository(inv.settings); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.listVersions(ctx); err != nil {
+		return nil, err
+	}
+	if inv.refs, err = e.sinkRefs(ctx); err != nil {
+		return nil, err
+	}
+	if inv.refsJSON, err = e.readOptional(ctx, repo.RefsFile, repo.MaxRefsJSON); err != nil {
+		return nil, err
+	}
+	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// readOptional reads a small file of the sink; nil when it is absent.
+func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]byte, error) {
+	b, err := backend.ReadAll(ctx, e.dst, name, limit)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fatalf("sink %s: %s: %w", e.dst.Location(), name, err)
+	}
+	return b, nil
+}
+
+// hasWork says whether the run would write anything: it errs towards yes,
+// and a write without the lock fails loudly (see guarded) rather than race.
+func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
+	if inv.settings == nil {
+		return true
+	}
+	for name, id := range upstream {
+		if inv.refs[name] != id || !e.published[id] {
+			return true
+		}
+	}
+	for range e.newFilesInCompleteVersions() {
+		return true
+	}
+	// Every upstream ref is as upstream has it: what is left to write is
+	// refs.json and HEAD, if they do not say what the ref files say.
+	if string(inv.refsJSON) != string(repo.RefsJSON(inv.refs)) {
+		return true
+	}
+	return head != "" && inv.refs[head] != "" && string(inv.head) != "ref: "+head+"\n"
+}
+
+// upstreamRefs reads every ref upstream: by listing refs/ where the source
+// can list, else from refs.json. Refs that break the rules are refused and
+// left out; the rest go on.
+func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
+	refs, bad, err := repo.ReadRefs(ctx, e.src)
+	if err != nil {
+		where := repo.RefsDir
+		if !e.src.Properties().CanList {
+			where = repo.RefsFile
+		}
+		e.addRefusal(refuse(ReasonBadRef, "", where, "source %s: %v", e.src.Location(), err))
+		refs = repo.Refs{}
+	}
+	for _, b := range bad {
+		r := refuse(ReasonBadRef, "", b.Ref, "%v", b.Err)
+		r.Ref = b.Ref
+		e.addRefusal(r)
+	}
+
+	head := ""
+	raw, err := backend.ReadAll(ctx, e.src, repo.HeadFile, repo.MaxSmallFile)
+	switch {
+	case err == nil:
+		if head, err = repo.ParseHead(raw); err != nil {
+			r := refuse(ReasonBadRef, "", repo.HeadFile, "%v", err)
+			r.Ref = repo.HeadFile
+			e.addRefusal(r)
+		}
+	case !backend.IsNotExist(err):
+		e.addRefusal(refuse(ReasonBadRef, "", repo.HeadFile, "reading %s: %v", repo.HeadFile, err))
+	}
+	return refs, head
+}
+
+// listVersions takes inventory of versions/ in the sink (which versions are
+// complete, which files they already have) and, where it can list, in the
+// source. Two listings, whatever the number of versions.
+func (e *engine) listVersions(ctx context.Context) error {
+	var err error
+	e.dstVersions, err = versionListing(ctx, e.dst)
+	if err != nil {
+		return fatalf("sink %s: %w", e.dst.Location(), err)
+	}
+	e.published = map[string]bool{}
+	for id, files := range e.dstVersions {
+		if _, ok := files[repo.RecordFile]; ok {
+			e.published[id] = true
+		}
+	}
+	if e.src.Properties().CanList {
+		if e.srcVersions, err = versionListing(ctx, e.src); err != nil {
+			return fatalf("source %s: %w", e.src.Location(), err)
+		}
+	}
+	return nil
+}
+
+func versionListing(ctx context.Context, r backend.Reader) (map[string]map[string]int64, error) {
+	out := map[string]map[string]int64{}
+	err := r.List(ctx, repo.VersionsDir, func(fi backend.FileInfo) error {
+		rest := strings.TrimPrefix(fi.Name, repo.VersionsDir)
+		id, file, ok := strings.Cut(rest, "/")
+		if !ok || repo.CheckVersionID(id) != nil {
+			return nil // not a version directory: someone else's file
+		}
+		if out[id] == nil {
+			out[id] = map[string]int64{}
+		}
+		out[id][file] = fi.Size
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", repo.VersionsDir, err)
+	}
+	return out, nil
+}
+
+// newVersionFile is a file upstream in a version the sink holds complete,
+// missing from the sink's copy of that version.
+type newVersionFile struct {
+	version, file string
+	size          int64
+}
+
+// newFilesInCompleteVersions yields the files that appeared upstream in
+// versions the sink already holds complete (expired.json is added when a
+// version passes its retention period), from the two listings taken. It
+// alone decides it: hasWork (whether to take the lock) and
+// completeVersionDirs (what to write) must never disagree. Nothing where
+// the source cannot list. A version's catalog and signature are never
+// among them: they are written before version.json, never after.
+func (e *engine) newFilesInCompleteVersions() iter.Seq[newVersionFile] {
+	return func(yield func(newVersionFile) bool) {
+		if e.srcVersions == nil {
+			return
+		}
+		for id, have := range e.dstVersions {
+			if _, complete := have[repo.RecordFile]; !complete {
+				continue
+			}
+			for f, size := range e.srcVersions[id] {
+				if _, ok := have[f]; ok || f == repo.SignatureFile || f == repo.CatalogFile {
+					continue
+				}
+				if !yield(newVersionFile{id, f, size}) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// sinkRefs reads the refs the mirror holds now.
+func (e *engine) sinkRefs(ctx context.Context) (repo.Refs, error) {
+	refs, _, err := repo.ReadRefs(ctx, e.dst)
+	if err != nil {
+		return nil, fatalf("sink %s: reading refs: %w", e.dst.Location(), err)
+	}
+	return refs, nil
+}
+
+// lazyListing is one folder of a store, listed the first time a run needs
+// it and then shared by every goroutine that asks.
+type lazyListing struct {
+	once   sync.Once
+	files  map[string]int64 // name → size
+	err    error
+	loaded atomic.Bool // once has run
+}
+
+// load lists dir in r on the first call; every call returns that listing.
+func (l *lazyListing) load(ctx context.Context, r backend.Reader, dir string) (map[string]int64, error) {
+	l.once.Do(func() {
+		l.files = map[string]int64{}
+		l.err = r.List(ctx, dir, func(fi backend.FileInfo) error {
+			l.files[fi.Name] = fi.Size
+			return nil
+		})
+		l.loaded.Store(true)
+	})
+	return l.files, l.err
+}

@@ -1,0 +1,58 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+)
+
+// guarded is the sink of a run that locks lazily: a write before the lock
+// is held is a bug in hasWork, and fails instead of racing another run.
+type guarded struct {
+	backend.Backend
+	e *engine
+}
+
+func (g guarded) check(name string) error {
+	if !g.e.locked.Load() {
+		return fmt.Errorf("internal error: writing %s before holding the mirror's lock", name)
+	}
+	return nil
+}
+
+func (g guarded) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return g.Backend.Put(ctx, name, r, size)
+}
+
+func (g guarded) Create(ctx context.Context, name string, r io.Reader, size int64) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return g.Backend.Create(ctx, name, r, size)
+}
+
+func (g guarded) Remove(ctx context.Context, name string) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return g.Backend.Remove(ctx, name)
+}
+
+func (g guarded) Unwrap() backend.Reader { return g.Backend }
+
+func (g guarded) CanCopyFrom(src backend.Reader) bool {
+	c := backend.CopierOf(g.Backend)
+	return c != nil && c.CanCopyFrom(src)
+}
+
+func (g guarded) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
+	if err := g.check(dstName); err != nil {
+		return false, err
+	}
+	return backend.CopierOf(g.Backend).CopyFrom(ctx, src, srcName, dstName, size)
+}

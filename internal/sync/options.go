@@ -1,0 +1,36 @@
+package sync
+
+import (
+	"context"
+
+	"go.uber.org/zap"
+)
+
+// Options tune one run of the engine.
+type Options struct {
+	// Concurrency is how many files are copied at once (default 8).
+	Concurrency int
+	// DryRun plans and reports, and writes nothing.
+	DryRun bool
+	// Trust checks version signatures; nil checks none. *verify.Policy is
+	// the implementation.
+	Trust Trust
+	// Logger receives structured logs; nil logs nothing.
+	Logger *zap.Logger
+	// Progress, when set, is told of every file copied (for a display).
+	Progress func(files int64, bytes int64)
+	// Lock, when set, takes the mirror's lock; the run calls it only once
+	// it knows it has something to write, and calls unlock at its end.
+	// Losing the lock (lost closed) stops the run at a safe point.
+	Lock func(ctx context.Context) (unlock func(), lost <-chan struct{}, err error)
+}
+
+// Trust judges a version's signature against keys the operator trusts.
+type Trust interface {
+	// CheckVersion returns an error when the version must not be
+	// published; sig is nil when the version carries no signature.
+	CheckVersion(versionID string, record, sig []byte) error
+	// CompareRepoSigners returns a warning when the keys the repository
+	// lists differ from the trusted ones ("" when they agree).
+	CompareRepoSigners(lines []string) string
+}

@@ -1,0 +1,87 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// publishRefs is stage two: each ref whose version is complete in the sink
+// is written (tags only when new), then refs.json, then HEAD.
+func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head string, inv *inventory) error {
+	sinkRefs := inv.refs
+	for _, name := range upstream.Names() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		id := upstream[name]
+		kind, _ := repo.CheckRefName(name)
+		cur, exists := sinkRefs[name]
+		if exists && cur == id {
+			continue
+		}
+		if kind == repo.Tag && exists {
+			r := refuse(ReasonTagMoved, id, name, "tag %s is %s in the mirror and %s upstream; tags never move", name, cur, id)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
+		e.mu.Lock()
+		complete, why := e.published[id], e.refused[id]
+		e.mu.Unlock()
+		if !complete {
+			msg := fmt.Sprintf("ref %s not moved to %s: version not complete", name, id)
+			if why != nil {
+				msg = fmt.Sprintf("ref %s not moved to %s: version refused (%s)", name, id, why.Reason)
+			}
+			r := refuse(ReasonVersion, id, name, "%s", msg)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
+		if err := e.putBytes(ctx, name, repo.RefFileContent(id)); err != nil {
+			r := refuse(ReasonCopy, id, name, "ref %s: %v", name, err)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
+		e.mu.Lock()
+		e.report.RefsMoved = append(e.report.RefsMoved, RefMove{Ref: name, From: cur, To: id})
+		e.mu.Unlock()
+		e.log.Info("ref moved", zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.Bool("dry_run", e.opts.DryRun))
+		sinkRefs[name] = id
+	}
+	for _, name := range sinkRefs.Names() {
+		if _, ok := upstream[name]; !ok {
+			e.log.Info("ref in the mirror is not upstream; kept", zap.String("ref", name))
+		}
+	}
+	for _, name := range upstream.Names() {
+		if sinkRefs[name] != upstream[name] {
+			e.report.Lag++
+		}
+	}
+
+	want := repo.RefsJSON(sinkRefs)
+	if string(inv.refsJSON) != string(want) {
+		if err := e.putBytes(ctx, repo.RefsFile, want); err != nil {
+			e.addRefusal(refuse(ReasonCopy, "", repo.RefsFile, "writing %s: %v", repo.RefsFile, err))
+		}
+	}
+	if head != "" {
+		if _, ok := sinkRefs[head]; !ok {
+			e.log.Warn("HEAD names a ref the mirror does not have yet; HEAD not written", zap.String("head", head))
+			return nil
+		}
+		content := []byte("ref: " + head + "\n")
+		if string(inv.head) != string(content) {
+			if err := e.putBytes(ctx, repo.HeadFile, content); err != nil {
+				e.addRefusal(refuse(ReasonCopy, "", repo.HeadFile, "writing %s: %v", repo.HeadFile, err))
+			}
+		}
+	}
+	return nil
+}

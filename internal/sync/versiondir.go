@@ -1,0 +1,113 @@
+package sync
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// writeVersionFiles copies the version's own directory but for its
+// record and signature: the opaque files, then the catalog from its
+// verified local copy.
+func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[string]int64, cat *catalog.Fetched) error {
+	have := e.dstVersions[id]
+	var opaque []string
+	for f := range files {
+		if f != repo.RecordFile && f != repo.SignatureFile && f != repo.CatalogFile {
+			opaque = append(opaque, f)
+		}
+	}
+	sort.Strings(opaque)
+	var wg sync.WaitGroup
+	errs := make([]error, len(opaque))
+	for i, f := range opaque {
+		name := repo.VersionFile(id, f)
+		if err := backend.CheckName(name); err != nil {
+			return refuse(ReasonBadRef, id, name, "version %s: file name %q is not allowed", id, f)
+		}
+		if size, ok := have[f]; ok {
+			if files[f] >= 0 && size != files[f] {
+				return refuse(ReasonSizeMismatch, id, name, "version %s: %s exists in the sink with %d bytes, upstream has %d; immutable, left alone", id, name, size, files[f])
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.copyFile(ctx, name, files[f])
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return refuse(ReasonCopy, id, repo.VersionFile(id, opaque[i]), "version %s: %s: %v", id, opaque[i], err)
+		}
+	}
+	if size, ok := have[repo.CatalogFile]; ok && size == cat.Size {
+		// Written by an interrupted run from a verified copy.
+	} else if err := e.putLocalFile(ctx, repo.VersionFile(id, repo.CatalogFile), cat.Path, cat.Size); err != nil {
+		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.CatalogFile), "version %s: writing catalog: %v", id, err)
+	}
+	return nil
+}
+
+// publishVersion writes version.json.sig, then version.json: from this
+// moment the version is complete.
+func (e *engine) publishVersion(ctx context.Context, id string, record, sig []byte) error {
+	if sig != nil {
+		if err := e.putBytes(ctx, repo.VersionFile(id, repo.SignatureFile), sig); err != nil {
+			return refuse(ReasonCopy, id, repo.VersionFile(id, repo.SignatureFile), "version %s: %v", id, err)
+		}
+	}
+	if err := e.putBytes(ctx, repo.VersionFile(id, repo.RecordFile), record); err != nil {
+		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
+	}
+	return nil
+}
+
+// completeVersionDirs copies the files that appeared upstream in versions
+// the sink already had (see newFilesInCompleteVersions): it costs no
+// request beyond the copies.
+func (e *engine) completeVersionDirs(ctx context.Context) {
+	for nf := range e.newFilesInCompleteVersions() {
+		name := repo.VersionFile(nf.version, nf.file)
+		if err := e.copyFile(ctx, name, nf.size); err != nil && ctx.Err() == nil {
+			e.addRefusal(refuse(ReasonCopy, nf.version, name, "version %s: new file %s: %v", nf.version, name, err))
+		}
+	}
+}
+
+func (e *engine) putLocalFile(ctx context.Context, name, local string, size int64) error {
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	f, err := os.Open(local)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := e.dst.Put(ctx, name, f, size); err != nil {
+		return err
+	}
+	e.copied(size)
+	return nil
+}
+
+func (e *engine) putBytes(ctx context.Context, name string, b []byte) error {
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	if err := e.dst.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
+		return err
+	}
+	e.copied(int64(len(b)))
+	return nil
+}
