@@ -15,7 +15,8 @@ build:
 	$(GO) build -o $(BIN)/fdl-gen ./cmd/fdl-gen
 
 # The real servers the tests run against (Versity S3 Gateway, fake-gcs-server),
-# built once at pinned versions into .cache/bin.
+# built once at pinned versions into .cache/bin; and Chromium and promtool
+# (Debian packages chromium, prometheus) installed with apt when missing.
 test-servers:
 	sh scripts/install-test-servers
 

@@ -63,6 +63,7 @@ type Daemon struct {
 	opts    Options
 	log     *zap.Logger
 	metrics *Metrics
+	board   *board // what the status page shows
 	ready   atomic.Bool
 
 	// runCtx is the parent of every run; cancelling it is how a stop asks
@@ -102,12 +103,13 @@ func New(opts Options) (*Daemon, error) {
 		opts:    opts,
 		log:     opts.Logger,
 		metrics: NewMetrics(),
+		board:   newBoard(),
 		cfg:     cfg,
 		running: map[string]bool{},
 	}
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
 	for _, m := range cfg.Mirrors {
-		d.metrics.AddMirror(m.Name)
+		d.track(m)
 	}
 	d.metrics.Reloaded(true)
 	return d, nil
@@ -135,6 +137,14 @@ func load(path string, shard config.Shard) (*config.Config, error) {
 	return cfg.InShard(shard), nil
 }
 
+// track makes a configured mirror known to the metrics and the status page.
+func (d *Daemon) track(m config.Mirror) {
+	now := time.Now()
+	d.metrics.AddMirror(m.Name)
+	d.metrics.SchedulePeriod(m.Name, period(m.Schedule, now))
+	d.board.add(m.Name, now)
+}
+
 // Metrics returns the daemon's metrics.
 func (d *Daemon) Metrics() *Metrics { return d.metrics }
 
@@ -145,11 +155,14 @@ func (d *Daemon) Config() *config.Config {
 	return d.cfg
 }
 
-// Handler serves /metrics, /healthz (200 while the process serves) and
-// /readyz (200 once the config is loaded and the mirrors scheduled, 503
-// before and while stopping).
+// Handler serves the status page on / and as JSON on /status.json,
+// /metrics, /healthz (200 while the process serves) and /readyz (200 once
+// the config is loaded and the mirrors scheduled, 503 before and while
+// stopping).
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", d.servePage)
+	mux.HandleFunc("GET /status.json", d.serveStatusJSON)
 	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{
 		Registry:          d.metrics.Registry,
 		EnableOpenMetrics: true,
@@ -180,7 +193,7 @@ func (d *Daemon) Serve(ctx context.Context, reload <-chan struct{}) error {
 			return fmt.Errorf("listen %s: %w", listen, err)
 		}
 		srv = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
-		d.log.Info("serving /metrics, /healthz, /readyz", zap.String("address", ln.Addr().String()))
+		d.log.Info("serving the status page (/, /status.json), /metrics, /healthz, /readyz", zap.String("address", ln.Addr().String()))
 		go func() {
 			defer close(srvDone)
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -282,10 +295,11 @@ func (d *Daemon) Reload() error {
 	for _, m := range old.Mirrors {
 		if _, ok := cfg.Mirror(m.Name); !ok && !d.running[m.Name] {
 			d.metrics.RemoveMirror(m.Name)
+			d.board.remove(m.Name)
 		}
 	}
 	for _, m := range cfg.Mirrors {
-		d.metrics.AddMirror(m.Name)
+		d.track(m)
 	}
 	d.cfg = cfg
 	d.scheduleLocked(cfg)
@@ -302,8 +316,7 @@ func (d *Daemon) scheduleLocked(cfg *config.Config) {
 	}
 	d.gen++
 	gen := d.gen
-	d.sched = cron.New(cron.WithParser(cron.NewParser(
-		cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)))
+	d.sched = cron.New(cron.WithParser(scheduleParser))
 	for _, m := range cfg.Mirrors {
 		name := m.Name
 		if _, err := d.sched.AddFunc(m.Schedule, func() { d.tick(gen, name) }); err != nil {
@@ -347,6 +360,7 @@ func (d *Daemon) tick(gen int, name string) {
 	if _, still := d.cfg.Mirror(name); !still {
 		// Removed by a reload while it ran.
 		d.metrics.RemoveMirror(name)
+		d.board.remove(name)
 	}
 	d.mu.Unlock()
 }
@@ -359,6 +373,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	d.metrics.Running(m.Name, true)
 	defer d.metrics.Running(m.Name, false)
 	start := time.Now()
+	d.board.started(m.Name, start)
 	var rep *fdlsync.Report
 	var err error
 	func() {
@@ -375,6 +390,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
 	d.metrics.Observe(m.Name, end, end.Sub(start), result, rep)
+	d.board.finished(m.Name, start, end, result, rep, err)
 
 	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}
 	if rep != nil {

@@ -39,6 +39,7 @@ type Metrics struct {
 	refsMoved     *prometheus.CounterVec
 	refused       *prometheus.CounterVec
 	lag           *prometheus.GaugeVec
+	period        *prometheus.GaugeVec
 	reloads       *prometheus.CounterVec
 	configSuccess prometheus.Gauge
 	prunes        *prometheus.CounterVec
@@ -100,6 +101,10 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "lag_refs",
 			Help: "Upstream refs the mirror did not match at the end of the last run.",
 		}, mirror),
+		period: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "schedule_period_seconds",
+			Help: "Time between two ticks of the mirror's schedule, for alerts in schedule periods (no clean run for 3 periods).",
+		}, mirror),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "config_loads_total",
 			Help: "Config loads, at start and on SIGHUP, by result: success, failed (a failed reload keeps the old config).",
@@ -119,7 +124,7 @@ func NewMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
-		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.period,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -143,12 +148,17 @@ func (m *Metrics) AddMirror(name string) {
 	m.refsMoved.WithLabelValues(name)
 }
 
+// SchedulePeriod records the time between two ticks of a mirror's schedule.
+func (m *Metrics) SchedulePeriod(name string, p time.Duration) {
+	m.period.WithLabelValues(name).Set(p.Seconds())
+}
+
 // RemoveMirror drops every series of a mirror no longer in the config.
 func (m *Metrics) RemoveMirror(name string) {
 	l := prometheus.Labels{"mirror": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
-		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.prunes, m.pruned,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.period, m.prunes, m.pruned,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -86,6 +86,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		report: &Report{
 			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
 			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{},
+			Refs: []RefStatus{},
 		},
 	}
 	if opts.Lock != nil {

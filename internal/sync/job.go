@@ -136,14 +136,6 @@ func (r readOnly) Remove(ctx context.Context, name string) error {
 	return fmt.Errorf("dry run: refusing to remove %s", name)
 }
 
-// RefStatus compares one ref upstream and in the mirror.
-type RefStatus struct {
-	Ref      string `json:"ref"`
-	Upstream string `json:"upstream"`
-	Mirror   string `json:"mirror"`
-	Behind   bool   `json:"behind"`
-}
-
 // StatusJob reads the refs upstream and in the mirror, copying nothing.
 func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, error) {
 	if log == nil {

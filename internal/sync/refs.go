@@ -60,9 +60,11 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 		}
 	}
 	for _, name := range upstream.Names() {
-		if sinkRefs[name] != upstream[name] {
+		behind := sinkRefs[name] != upstream[name]
+		if behind {
 			e.report.Lag++
 		}
+		e.report.Refs = append(e.report.Refs, RefStatus{Ref: name, Upstream: upstream[name], Mirror: sinkRefs[name], Behind: behind})
 	}
 
 	want := repo.RefsJSON(sinkRefs)

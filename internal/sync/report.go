@@ -37,6 +37,14 @@ type RefMove struct {
 	To   string `json:"to"`
 }
 
+// RefStatus compares one ref upstream and in the mirror.
+type RefStatus struct {
+	Ref      string `json:"ref"`
+	Upstream string `json:"upstream"`
+	Mirror   string `json:"mirror"`
+	Behind   bool   `json:"behind"`
+}
+
 // Report is what a run did.
 type Report struct {
 	Source            string        `json:"source"`
@@ -56,6 +64,9 @@ type Report struct {
 	Planned []string `json:"planned,omitempty"`
 	// Lag counts upstream refs the sink does not match after the run.
 	Lag int `json:"lag"`
+	// Refs compares every upstream ref with the sink after the run; empty
+	// when the run stopped before publishing refs.
+	Refs []RefStatus `json:"refs"`
 }
 
 // OK is true when nothing was refused or failed.

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+)
+
+// hostileRefName is a ref an upstream may list: markup that would run if
+// the page did not escape it.
+const hostileRefName = `refs/heads/<img src=x onerror=alert(document.domain)>`
+
+// chromium finds Debian's Chromium; `make test` installs it where it can.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("Chromium not installed (Debian package chromium; `make test` installs it with apt where it can): the status page is not tested in a browser")
+	return ""
+}
+
+// statusOf reads the daemon's /status.json.
+func statusOf(t *testing.T, addr string) daemon.Status {
+	t.Helper()
+	code, body := httpGet("http://" + addr + "/status.json")
+	var st daemon.Status
+	if code != http.StatusOK {
+		return st
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status.json: %v\n%s", err, body)
+	}
+	return st
+}
+
+// The status page of a real daemon process, read in headless Chromium: a
+// healthy mirror and a failing one whose upstream lists a ref named with
+// markup. The page shows both, the refusal with its reason, and the
+// hostile name as text: no element made of it, no script run.
+func TestStatusPageInABrowser(t *testing.T) {
+	browser := chromium(t)
+	parent := t.TempDir()
+	good := testMirror{"towns", filepath.Join(parent, "up-towns"), filepath.Join(parent, "mirror-towns")}
+	goodRepo := gen(t, good.up, generate.Options{Versions: 3, Tags: true})
+
+	badUp := filepath.Join(parent, "up-rivers")
+	badRepo := gen(t, badUp, generate.Options{Versions: 1, Seed: 5})
+	writeFile(t, filepath.Join(badUp, "refs.json"),
+		`{"refs/heads/main": "`+badRepo.Versions[0]+`", "`+strings.ReplaceAll(hostileRefName, `"`, `\"`)+`": "`+badRepo.Versions[0]+`"}`)
+	web := testserver.HTTP(t, badUp)
+	bad := testMirror{"rivers", web.URL, filepath.Join(parent, "mirror-rivers")}
+
+	addr := freeAddr(t)
+	configPath := filepath.Join(parent, "fdl-mirror.yaml")
+	writeDaemonConfig(t, configPath, addr, good, bad)
+	startDaemon(t, configPath, addr)
+
+	waitUntil(t, "a run of both mirrors in /status.json", 60*time.Second, func() bool {
+		st := statusOf(t, addr)
+		if len(st.Mirrors) != 2 {
+			return false
+		}
+		return st.Mirrors[0].LastSuccess != nil && st.Mirrors[1].LastRun != nil && len(st.Mirrors[1].LastRun.Refused) > 0
+	})
+	st := statusOf(t, addr)
+	if g := st.Mirrors[0]; len(g.Refs) != len(goodRepo.Refs) || g.Behind {
+		t.Errorf("towns: refs %+v, want %d current", g.Refs, len(goodRepo.Refs))
+	}
+
+	ctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.NoSandbox, // the tests may run as root, which Chromium's sandbox refuses
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1100, 900),
+		chromedp.UserDataDir(filepath.Join(parent, "chromium-profile")),
+	)...)
+	defer cancel()
+	ctx, cancel = chromedp.NewContext(ctx)
+	defer cancel()
+	// The first action starts the browser, which lives as long as ctx: the
+	// timeouts go on the actions' contexts.
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	var dialogs atomic.Int32
+	if err := chromedp.Listen(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			dialogs.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelStep()
+	must := func(err error, what string) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("chromium: %s: %v", what, err)
+		}
+	}
+	must(chromedp.Do(step, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible(chromedp.ID("mirror-rivers"))), "loading the page")
+	text, err := chromedp.Run(step, chromedp.Text(chromedp.CSS("body")))
+	must(err, "reading the text")
+	html, err := chromedp.Run(step, chromedp.OuterHTML(chromedp.CSS("html")))
+	must(err, "reading the HTML")
+	refresh, err := chromedp.Run(step, chromedp.AttributeValue(chromedp.CSS(`meta[http-equiv="refresh"]`), "content"))
+	must(err, "reading the refresh")
+	injected, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll("img, script, iframe, object, embed, [onerror]").length`))
+	must(err, "counting injected elements")
+	sections, err := chromedp.Run(step, chromedp.Evaluate[int](`document.querySelectorAll("main > section").length`))
+	must(err, "counting sections")
+	screenshot, err := chromedp.Run(step, chromedp.FullScreenshot(100))
+	must(err, "taking a screenshot")
+	shot := filepath.Join(t.TempDir(), "status-page.png")
+	if err := os.WriteFile(shot, screenshot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%d bytes)", shot, len(screenshot))
+	// FDL_MIRROR_SCREENSHOT=docs/status-page.png keeps a copy for the docs.
+	if keep := os.Getenv("FDL_MIRROR_SCREENSHOT"); keep != "" {
+		if err := os.WriteFile(keep, screenshot, 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	if len(screenshot) < 1000 || string(screenshot[1:4]) != "PNG" {
+		t.Errorf("screenshot is not a PNG image (%d bytes)", len(screenshot))
+	}
+
+	lower := strings.ToLower(text)
+	for _, want := range []string{
+		"towns", "rivers", good.up, "ok", "failing",
+		"refs/tags/", "refused in the last run", "[bad-ref]",
+		strings.ToLower(hostileRefName), // shown as text
+	} {
+		if !strings.Contains(lower, strings.ToLower(want)) {
+			t.Errorf("the page's text lacks %q", want)
+		}
+	}
+	if sections != 2 {
+		t.Errorf("%d mirror sections, want 2", sections)
+	}
+	if injected != 0 || dialogs.Load() != 0 {
+		t.Errorf("the hostile ref name made %d elements and %d dialogs", injected, dialogs.Load())
+	}
+	if refresh.Value != fmt.Sprint(daemon.PageRefreshSeconds) {
+		t.Error("the page does not refresh itself (no meta refresh)")
+	}
+	if t.Failed() {
+		t.Logf("page text:\n%s\nHTML:\n%s", text, html)
+	}
+
+	// Without JavaScript the page reads the same: there is none to need.
+	must(chromedp.Do(step,
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := cdp.Call(ctx, tg, emulation.SetScriptExecutionDisabled, emulation.SetScriptExecutionDisabledParams{Value: true})
+			return err
+		}),
+		chromedp.Navigate("http://"+addr+"/"),
+		chromedp.WaitVisible(chromedp.ID("mirror-rivers")),
+	), "loading the page without JavaScript")
+	noJSText, err := chromedp.Run(step, chromedp.Text(chromedp.CSS("body")))
+	must(err, "reading the text without JavaScript")
+	if !strings.Contains(noJSText, "rivers") || !strings.Contains(noJSText, hostileRefName) {
+		t.Errorf("without JavaScript the page lacks its mirrors:\n%s", noJSText)
+	}
+}

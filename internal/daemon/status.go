@@ -1,0 +1,289 @@
+package daemon
+
+import (
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/robfig/cron/v3"
+)
+
+// A mirror's state on the status page and in /status.json.
+const (
+	StatePending = "pending" // no run has ended since the daemon started or the mirror was added
+	StateRunning = "running" // a run is going
+	StateOK      = "ok"      // the last run ended clean: every upstream ref matched
+	StateBehind  = "behind"  // refs lag upstream without a refusal: another writer held the lock, or the run stopped early
+	StateFailing = "failing" // the last run failed as a whole or refused something
+	StateStale   = "stale"   // no clean run for StalePeriods schedule periods, and no failed one either
+)
+
+// StalePeriods is how many schedule periods without a clean run make a
+// mirror stale; deploy/prometheus/alerts.yaml alerts at the same count.
+const StalePeriods = 3
+
+// scheduleParser reads the `schedule` of a mirror: five cron fields or a
+// descriptor (@hourly, @every 10m), as config.Load accepts them.
+var scheduleParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// Status is what GET /status.json serves and the status page shows.
+type Status struct {
+	Generated time.Time      `json:"generated"`
+	Mirrors   []MirrorStatus `json:"mirrors"`
+}
+
+// MirrorStatus is one mirror as the daemon knows it. Its first fields are
+// those `fdl-mirror status --json` prints, with the same names; the refs are
+// as the last run that went to the end compared them.
+type MirrorStatus struct {
+	Mirror string              `json:"mirror"`
+	Source string              `json:"source"` // credentials removed (see Redact)
+	Sink   string              `json:"sink"`
+	Behind bool                `json:"behind"`
+	Refs   []fdlsync.RefStatus `json:"refs"`
+	Error  string              `json:"error,omitempty"` // the last run's, when it failed
+
+	State    string `json:"state"`
+	Schedule string `json:"schedule"`
+	Lag      int    `json:"lag"`
+	// RunningSince is set while a run is going.
+	RunningSince *time.Time `json:"running_since,omitempty"`
+	LastRun      *RunStatus `json:"last_run,omitempty"`
+	LastSuccess  *time.Time `json:"last_success,omitempty"`
+	// RefsCompared is when the refs were compared (the end of the last run
+	// that went to the end).
+	RefsCompared *time.Time `json:"refs_compared,omitempty"`
+}
+
+// RunStatus is one finished run.
+type RunStatus struct {
+	Started           time.Time         `json:"started"`
+	Ended             time.Time         `json:"ended"`
+	DurationSeconds   float64           `json:"duration_seconds"`
+	Result            string            `json:"result"` // one of the runs_total results
+	FilesCopied       int64             `json:"files_copied"`
+	BytesCopied       int64             `json:"bytes_copied"`
+	VersionsPublished int               `json:"versions_published"`
+	RefsMoved         int               `json:"refs_moved"`
+	Refused           []fdlsync.Refusal `json:"refused"`
+	Error             string            `json:"error,omitempty"`
+}
+
+// mirrorRecord is what the board remembers of one mirror.
+type mirrorRecord struct {
+	added        time.Time
+	runningSince time.Time // zero when no run is going
+	last         *RunStatus
+	decisive     string // result of the last run that was not canceled
+	lastSuccess  time.Time
+	refs         []fdlsync.RefStatus
+	refsCompared time.Time
+}
+
+// board keeps the outcome of every mirror's runs for the status page.
+type board struct {
+	mu      sync.Mutex
+	mirrors map[string]*mirrorRecord
+}
+
+func newBoard() *board { return &board{mirrors: map[string]*mirrorRecord{}} }
+
+func (b *board) record(name string, now time.Time) *mirrorRecord {
+	r, ok := b.mirrors[name]
+	if !ok {
+		r = &mirrorRecord{added: now}
+		b.mirrors[name] = r
+	}
+	return r
+}
+
+// add makes a mirror known from now; a mirror already known keeps its past.
+func (b *board) add(name string, now time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.record(name, now)
+}
+
+// remove forgets a mirror no longer in the config.
+func (b *board) remove(name string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.mirrors, name)
+}
+
+// started marks a run of the mirror as going.
+func (b *board) started(name string, at time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.record(name, at).runningSince = at
+}
+
+// finished records a run's outcome. Messages are redacted here, once, so
+// that no credential that an error quotes is kept.
+func (b *board) finished(name string, start, end time.Time, result string, rep *fdlsync.Report, err error) {
+	run := &RunStatus{Started: start, Ended: end, DurationSeconds: end.Sub(start).Seconds(), Result: result, Refused: []fdlsync.Refusal{}}
+	if err != nil {
+		run.Error = RedactText(err.Error())
+	}
+	if rep != nil {
+		run.FilesCopied, run.BytesCopied = rep.FilesCopied, rep.BytesCopied
+		run.VersionsPublished, run.RefsMoved = len(rep.VersionsPublished), len(rep.RefsMoved)
+		for _, r := range rep.Refused {
+			r.Message = RedactText(r.Message)
+			run.Refused = append(run.Refused, r)
+		}
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r := b.record(name, start)
+	r.runningSince = time.Time{}
+	r.last = run
+	if result != ResultCanceled {
+		r.decisive = result
+	}
+	if result == ResultSuccess {
+		r.lastSuccess = end
+	}
+	// Only a run that went to the end compared every ref.
+	if rep != nil && (result == ResultSuccess || result == ResultRefused) {
+		r.refs = slices.Clone(rep.Refs)
+		r.refsCompared = end
+	}
+}
+
+// snapshot returns the status of the mirrors of cfg, in the config's order.
+func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := Status{Generated: now, Mirrors: []MirrorStatus{}}
+	for _, m := range cfg.Mirrors {
+		r := b.record(m.Name, now)
+		ms := MirrorStatus{
+			Mirror: m.Name, Source: Redact(m.Source), Sink: Redact(m.Sink),
+			Refs: slices.Clone(r.refs), Schedule: m.Schedule,
+		}
+		if ms.Refs == nil {
+			ms.Refs = []fdlsync.RefStatus{}
+		}
+		for _, ref := range ms.Refs {
+			if ref.Behind {
+				ms.Lag++
+			}
+		}
+		ms.Behind = ms.Lag > 0
+		if !r.runningSince.IsZero() {
+			t := r.runningSince
+			ms.RunningSince = &t
+		}
+		if r.last != nil {
+			last := *r.last
+			last.Refused = slices.Clone(last.Refused)
+			ms.LastRun = &last
+			ms.Error = last.Error
+		}
+		if !r.lastSuccess.IsZero() {
+			t := r.lastSuccess
+			ms.LastSuccess = &t
+		}
+		if !r.refsCompared.IsZero() {
+			t := r.refsCompared
+			ms.RefsCompared = &t
+		}
+		ms.State = r.state(m.Schedule, ms.Lag, now)
+		st.Mirrors = append(st.Mirrors, ms)
+	}
+	return st
+}
+
+// state sums a mirror up in one word; see the State constants. A failing
+// mirror stays failing however long it fails (its refusals say why); stale
+// is for a mirror with no clean run and no failure to show for it.
+func (r *mirrorRecord) state(schedule string, lag int, now time.Time) string {
+	if !r.runningSince.IsZero() {
+		return StateRunning
+	}
+	if r.decisive == ResultFailed || r.decisive == ResultRefused {
+		return StateFailing
+	}
+	since := r.lastSuccess
+	if since.IsZero() {
+		since = r.added
+	}
+	if p := period(schedule, now); p > 0 && now.Sub(since) > StalePeriods*p {
+		return StateStale
+	}
+	switch {
+	case r.decisive == "":
+		return StatePending
+	case r.decisive == ResultLocked || lag > 0:
+		// A locked run found work upstream that another writer holds
+		// the sink's lock for: until a run here completes, behind.
+		return StateBehind
+	}
+	return StateOK
+}
+
+// period is the time between two runs of a schedule from now; 0 for one
+// that does not parse (config.Load has rejected those).
+func period(schedule string, now time.Time) time.Duration {
+	s, err := scheduleParser.Parse(schedule)
+	if err != nil {
+		return 0
+	}
+	next := s.Next(now)
+	return s.Next(next).Sub(next)
+}
+
+// safeQueryKeys are the address options shown as they are: they say where
+// the data is, not who may read it. Any other query value is replaced.
+var safeQueryKeys = map[string]bool{"endpoint": true, "region": true, "use_path_style": true, "anonymous": true}
+
+// Redact returns an address fit for a page anyone on the network may read:
+// no user information, and the value of every query parameter other than
+// the address options above replaced by REDACTED (a presigned URL's
+// signature, a token=). A local path is returned as it is.
+func Redact(addr string) string {
+	if !strings.Contains(addr, "://") {
+		return addr
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		scheme, _, _ := strings.Cut(addr, "://")
+		return scheme + "://(address not shown: it does not parse)"
+	}
+	u.User = nil
+	u.Fragment, u.RawFragment = "", ""
+	if u.RawQuery != "" {
+		q := u.Query()
+		for k, vs := range q {
+			for i := range vs {
+				if safeQueryKeys[k] {
+					vs[i] = Redact(vs[i]) // an endpoint could carry user information too
+				} else {
+					vs[i] = "REDACTED"
+				}
+			}
+		}
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// urlInText finds the URLs an error message quotes.
+var urlInText = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
+
+// RedactText redacts every URL in a message (see Redact): an error may quote
+// the address it failed on, user information and query included. The
+// punctuation that ends a sentence or an error's prefix ("GET URL: 403")
+// stays out of the URL.
+func RedactText(s string) string {
+	return urlInText.ReplaceAllStringFunc(s, func(u string) string {
+		trimmed := strings.TrimRight(u, ".,:;)")
+		return Redact(trimmed) + u[len(trimmed):]
+	})
+}
