@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,13 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 		return nil, &ConfigError{err}
 	}
 	defer closeSrc()
+	if scheme, path := source.Scheme(job.Sink); scheme == "file" {
+		// Opening a local sink makes its folder; a prune has nothing to
+		// do with one that is not there, and must not leave it made.
+		if _, err := os.Stat(path); err != nil {
+			return nil, &ConfigError{fmt.Errorf("sink %s: %w", job.Sink, err)}
+		}
+	}
 	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
