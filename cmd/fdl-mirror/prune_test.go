@@ -689,3 +689,25 @@ func TestPruneOfAMissingSinkIsAUsageError(t *testing.T) {
 		t.Errorf("the prune made %v", extra)
 	}
 }
+
+// A version that stays but whose catalog is missing or unreadable in the
+// mirror needs files nobody can name: the prune removes nothing.
+func TestPruneRemovesNothingWhenARemainingCatalogIsUnknown(t *testing.T) {
+	for _, broken := range []string{"missing", "garbage"} {
+		t.Run(broken, func(t *testing.T) {
+			r, up, sink := prunedScenario(t)
+			cat := filepath.Join(sink, "versions", r.chain[1], "ducklake.duckdb")
+			if broken == "missing" {
+				os.Remove(cat)
+			} else {
+				writeFile(t, cat, "not a database")
+			}
+			before := fdltest.States(t, sink)
+			res := run(t, "prune", up, sink)
+			if res.code != 1 || !strings.Contains(res.stdout, r.chain[1]) || !strings.Contains(res.stdout, "nothing removed") {
+				t.Errorf("exit %d, want 1 naming version %s\n%s%s", res.code, r.chain[1], res.stdout, res.stderr)
+			}
+			assertUntouched(t, sink, before, res)
+		})
+	}
+}

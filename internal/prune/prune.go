@@ -287,7 +287,12 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 		if removed[id] || !hasKey(files, repo.RecordFile) {
 			continue
 		}
-		for _, name := range catalogsOf(id, files) {
+		cats := catalogsOf(id, files)
+		if len(cats) == 0 {
+			return nil, fmt.Errorf("sink %s: version %s stays but has no catalog, so the data files it needs are unknown; nothing removed",
+				p.dst.Location(), id)
+		}
+		for _, name := range cats {
 			names, err := readCatalog(ctx, p.dst, name, p.opts.TempDir)
 			if err != nil {
 				// A remaining version whose needs are unknown could lose a
