@@ -184,3 +184,47 @@ func TestStatusPageInABrowser(t *testing.T) {
 		t.Errorf("without JavaScript the page lacks its mirrors:\n%s", noJSText)
 	}
 }
+
+// /status.json holds, per mirror, what `status --json` prints for it: the
+// same keys, and once the mirror is current the same values.
+func TestStatusJSONMatchesTheStatusCommand(t *testing.T) {
+	parent := t.TempDir()
+	m := testMirror{"towns", filepath.Join(parent, "up"), filepath.Join(parent, "mirror")}
+	gen(t, m.up, generate.Options{Versions: 2, Tags: true})
+	addr := freeAddr(t)
+	configPath := filepath.Join(parent, "fdl-mirror.yaml")
+	writeDaemonConfig(t, configPath, addr, m)
+	startDaemon(t, configPath, addr)
+	waitUntil(t, "a clean run in /status.json", 60*time.Second, func() bool {
+		st := statusOf(t, addr)
+		return len(st.Mirrors) == 1 && st.Mirrors[0].LastSuccess != nil
+	})
+	_, page := httpGet("http://" + addr + "/status.json")
+	var fromDaemon struct {
+		Mirrors []map[string]json.RawMessage `json:"mirrors"`
+	}
+	if err := json.Unmarshal([]byte(page), &fromDaemon); err != nil || len(fromDaemon.Mirrors) != 1 {
+		t.Fatalf("/status.json: %v\n%s", err, page)
+	}
+	res := run(t, "status", "--config", configPath, "--json")
+	if res.code != 0 {
+		t.Fatalf("status --json: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	var fromCommand map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(res.stdout), &fromCommand); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, res.stdout)
+	}
+	for key, want := range fromCommand {
+		got, ok := fromDaemon.Mirrors[0][key]
+		if !ok {
+			t.Errorf("/status.json lacks %q, which status --json prints", key)
+			continue
+		}
+		var g, w any
+		json.Unmarshal(got, &g)
+		json.Unmarshal(want, &w)
+		if fmt.Sprint(g) != fmt.Sprint(w) {
+			t.Errorf("%s: /status.json has %s, status --json %s", key, got, want)
+		}
+	}
+}
