@@ -370,11 +370,22 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	}
 	parent := t.TempDir()
 	opts := generate.Options{Versions: 1, FilesPerVersion: 4, RowsPerFile: 10, FastParquet: true, Tags: true}
+	// The generator writes ref files in place; a publisher's readers must
+	// never see a half-written one. So each upstream is published from a
+	// staging repository by fdl-mirror itself: objects first, refs last,
+	// every file renamed into place.
 	ups := []string{filepath.Join(parent, "up-a"), filepath.Join(parent, "up-b")}
-	for i, up := range ups {
+	staging := []string{filepath.Join(parent, "staging-a"), filepath.Join(parent, "staging-b")}
+	publish := func(i int) {
+		if res := run(t, "sync", staging[i], ups[i]); res.code != 0 {
+			t.Fatalf("publishing %s: exit %d\n%s%s", ups[i], res.code, res.stdout, res.stderr)
+		}
+	}
+	for i := range ups {
 		o := opts
 		o.Seed = int64(i)
-		gen(t, up, o)
+		gen(t, staging[i], o)
+		publish(i)
 	}
 	mirrors := []testMirror{
 		{"towns", ups[0], filepath.Join(parent, "mirror-towns")},
@@ -395,10 +406,10 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	began := time.Now()
 	added := 0
 	for time.Since(began) < runFor {
-		up := ups[added%2]
-		if _, err := generate.AddVersion(t.Context(), up, 3, opts); err != nil {
+		if _, err := generate.AddVersion(t.Context(), staging[added%2], 3, opts); err != nil {
 			t.Fatal(err)
 		}
+		publish(added % 2)
 		added++
 		time.Sleep(2 * time.Second)
 		for i, d := range daemons {
@@ -424,6 +435,11 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 			for _, r := range []string{"failed", "refused", "canceled"} {
 				if n := metrics[fmt.Sprintf(`fdl_mirror_runs_total{mirror="%s",result="%s"}`, m.name, r)]; n != 0 {
 					t.Errorf("daemon %d, %s: %v runs %s", i, m.name, n, r)
+					for _, line := range strings.Split(d.stderr.String(), "\n") {
+						if strings.Contains(line, `"result":"`+r+`"`) {
+							t.Log(line)
+						}
+					}
 				}
 			}
 			locked += metrics[fmt.Sprintf(`fdl_mirror_runs_total{mirror="%s",result="locked"}`, m.name)]
