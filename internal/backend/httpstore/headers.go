@@ -107,3 +107,16 @@ func validatorOf(etag, lastModified string) string {
 	}
 	return lastModified
 }
+
+// asciiLower folds A-Z only. Host names are compared with it: Unicode
+// folding (strings.EqualFold, strings.ToLower) maps the Kelvin sign to k
+// and a long s to s, so a host spelt with them would pass for another.
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

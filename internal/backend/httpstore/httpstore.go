@@ -83,7 +83,7 @@ func CheckAllowRedirect(entry string) error {
 
 func parseAllowedHost(entry string) (allowedHost, error) {
 	bad := fmt.Errorf("redirect host %q: not a HOST or HOST:PORT", entry)
-	e := strings.ToLower(strings.TrimSpace(entry))
+	e := asciiLower(strings.TrimSpace(entry))
 	if e == "" || strings.ContainsAny(e, "/?#@ \t") {
 		return allowedHost{}, bad
 	}
@@ -257,7 +257,7 @@ func (s *Store) allowedTarget(u *url.URL) bool {
 	if u.Scheme != "http" && u.Scheme != "https" {
 		return false
 	}
-	host := strings.ToLower(u.Hostname())
+	host := asciiLower(u.Hostname())
 	for _, a := range s.allowed {
 		if a.host == host && (a.port == "" || a.port == port(u)) {
 			return true
@@ -267,8 +267,10 @@ func (s *Store) allowedTarget(u *url.URL) bool {
 }
 
 // sameOrigin compares scheme, host and port, the port defaulting by scheme.
+// Case is folded for ASCII letters only: Unicode folding would take the
+// Kelvin sign for a k and a long s for an s (found by FuzzCheckRedirect).
 func sameOrigin(a, b *url.URL) bool {
-	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
+	return asciiLower(a.Scheme) == asciiLower(b.Scheme) && asciiLower(a.Hostname()) == asciiLower(b.Hostname()) && port(a) == port(b)
 }
 
 func port(u *url.URL) string {
