@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
 )
 
 // parseInterleaved parses flags that may come before, between or after the
@@ -45,3 +48,41 @@ type stringList []string
 
 func (s *stringList) String() string     { return strings.Join(*s, ", ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// catalogLimitFlags are the bounds on reading one upstream catalog, shared
+// by sync and verify; zero keeps each default.
+type catalogLimitFlags struct{ catalog.Limits }
+
+func (c *catalogLimitFlags) register(fs *flag.FlagSet) {
+	fs.Int64Var(&c.MaxFiles, "catalog-max-files", catalog.DefaultMaxFiles, "refuse a catalog listing more data and delete files than this")
+	fs.DurationVar(&c.Timeout, "catalog-timeout", catalog.DefaultTimeout, "refuse a catalog whose reading takes longer than this")
+	fs.Var(sizeFlag{&c.MemoryLimit}, "catalog-memory-limit", "DuckDB's memory limit for reading one catalog (default "+catalog.FormatBytes(catalog.DefaultMemoryLimit)+")")
+	fs.Var(sizeFlag{&c.MaxSize}, "catalog-max-size", "refuse a catalog file larger than this (default "+catalog.FormatBytes(catalog.DefaultMaxSize)+")")
+}
+
+// check refuses limits that would refuse every catalog.
+func (c *catalogLimitFlags) check() error {
+	if c.MaxFiles <= 0 || c.Timeout <= 0 {
+		return fmt.Errorf("--catalog-max-files and --catalog-timeout must be positive")
+	}
+	return nil
+}
+
+// sizeFlag is a byte count given as 4GiB, 128MiB or a number of bytes.
+type sizeFlag struct{ n *int64 }
+
+func (s sizeFlag) String() string {
+	if s.n == nil || *s.n == 0 {
+		return ""
+	}
+	return catalog.FormatBytes(*s.n)
+}
+
+func (s sizeFlag) Set(v string) error {
+	n, err := config.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	*s.n = n
+	return nil
+}

@@ -46,12 +46,18 @@ func cmdSync(args []string) int {
 	trust.register(fs)
 	var shardF shardFlags
 	shardF.register(fs)
+	var limits catalogLimitFlags
+	limits.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
 	}
 	shard, ok := shardArgs(fs, "sync", &shardF, *configPath, *mirror)
 	if !ok {
+		return exitUsage
+	}
+	if err := limits.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
 		return exitUsage
 	}
 	log, err := newLogger(*logLevel, *jsonOut)
@@ -82,6 +88,7 @@ func cmdSync(args []string) int {
 		Source: pos[0], Sink: pos[1], HTTPHeaders: headers,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries,
+		CatalogLimits: limits.Limits,
 	}
 	progress, done := newProgress(!*jsonOut)
 	report, err := fdlsync.RunJob(ctx, job, log, progress)

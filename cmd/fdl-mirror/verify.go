@@ -27,8 +27,14 @@ func cmdVerify(args []string) int {
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) target (repeatable)")
 	var trust trustFlags
 	trust.register(fs)
+	var limits catalogLimitFlags
+	limits.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
+		return exitUsage
+	}
+	if err := limits.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
 		return exitUsage
 	}
 	if len(pos) != 1 {
@@ -63,7 +69,7 @@ func cmdVerify(args []string) int {
 		notes = append(notes, p)
 		notesMu.Unlock()
 	}
-	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency, Deep: *deep, Note: note})
+	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: limits.Limits})
 	if err != nil {
 		log.Error("verify stopped", zap.Error(err))
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)

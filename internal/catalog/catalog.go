@@ -2,20 +2,23 @@
 // and says which data and delete files it needs, where they sit in an FDL
 // repository, and how large they must be.
 //
-// The catalog is opened read-only by DuckDB itself with external access
-// disabled, so a hostile catalog cannot make DuckDB read other files. The
-// tables are queried with plain SQL, column by column where DuckLake
+// A catalog is an upstream's bytes, and DuckDB would run the SQL stored in
+// it: the catalog is attached read-only by a DuckDB locked down first (no
+// extensions, no other file, no configuration change), only base tables
+// are read, and every read is bounded in rows, time and memory (Limits).
+// The tables are queried with plain SQL, column by column where DuckLake
 // versions differ, so DuckLake 0.1 to 1.x catalogs all read.
 package catalog
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
 
-	_ "github.com/duckdb/duckdb-go/v2" // registers the "duckdb" driver
+	"github.com/duckdb/duckdb-go/v2" // also registers the "duckdb" driver
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
@@ -53,52 +56,132 @@ type place struct {
 	parent   int64 // table's schema_id
 }
 
+// tablesRead are the tables this package reads; each must be a base table
+// of the catalog's main schema.
+var tablesRead = []string{"ducklake_metadata", "ducklake_schema", "ducklake_table", "ducklake_data_file", "ducklake_delete_file"}
+
 // Read opens the catalog at file (a local path) read-only and lists every
 // file in ducklake_data_file and ducklake_delete_file, current and
 // historical rows alike: a frozen catalog can time-travel to older
 // snapshots. Rows of ducklake_files_scheduled_for_deletion are not read:
 // those files are on their way out and may already be gone.
-func Read(ctx context.Context, file string) (*Catalog, error) {
-	db, err := sql.Open("duckdb", "")
-	if err != nil {
-		return nil, fmt.Errorf("catalog %s: starting DuckDB: %w", file, err)
+//
+// name is the catalog's name in the repository (versions/<id>/
+// ducklake.duckdb), which errors carry instead of the local path. A
+// catalog that passes one of lim is refused with a *LimitError.
+//
+// The catalog is untrusted SQL: DuckDB is locked down before it opens the
+// file (no extensions, no file but this one, the configuration locked),
+// and only base tables are read, so no view, macro or generated column of
+// the catalog runs.
+func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) {
+	if name == "" {
+		name = file
 	}
-	defer db.Close()
-	db.SetMaxOpenConns(1) // ATTACH and the queries must share one connection
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("catalog %s: starting DuckDB: %w", file, err)
+	lim = lim.WithDefaults()
+	parent := ctx
+	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
+	defer cancel()
+	r := &reader{ctx: ctx, name: name, lim: lim}
+	var c *Catalog
+	err := r.open(file)
+	if err == nil {
+		c, err = r.read()
 	}
-	defer conn.Close()
-	setup := []string{
-		"SET threads=1",
-		"SET memory_limit='128MB'",
-		"SET autoinstall_known_extensions=false",
-		"SET autoload_known_extensions=false",
-		"ATTACH '" + strings.ReplaceAll(file, "'", "''") + "' AS cat (READ_ONLY)",
-		"SET enable_external_access=false",
+	if r.db != nil {
+		r.conn.Close()
+		r.db.Close()
 	}
-	for _, q := range setup {
-		if _, err := conn.ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("catalog %s: not a readable DuckDB database: %w", file, err)
-		}
+	if err == nil {
+		return c, nil
 	}
-	r := &reader{ctx: ctx, conn: conn, file: file}
-	return r.read()
+	switch {
+	case parent.Err() != nil:
+		return nil, parent.Err()
+	case ctx.Err() != nil:
+		return nil, &LimitError{Catalog: name, Key: KeyTimeout, Detail: fmt.Sprintf("reading it took longer than %s", lim.Timeout)}
+	}
+	var de *duckdb.Error
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
+		return nil, &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than DuckDB's memory limit of %s", FormatBytes(lim.MemoryLimit))}
+	}
+	// DuckDB's messages name the file it opened: the local copy, whose
+	// name means nothing to the operator and changes every run.
+	return nil, &renamed{msg: strings.ReplaceAll(err.Error(), file, name), err: err}
 }
+
+// renamed is an error whose message names the catalog as the repository
+// does instead of by its local copy.
+type renamed struct {
+	msg string
+	err error
+}
+
+func (e *renamed) Error() string { return e.msg }
+func (e *renamed) Unwrap() error { return e.err }
 
 type reader struct {
 	ctx  context.Context
+	name string
+	lim  Limits
+	db   *sql.DB
 	conn *sql.Conn
-	file string
 	cols map[string]map[string]bool // table → column names present
 }
 
 func (r *reader) errf(format string, args ...any) error {
-	return fmt.Errorf("catalog %s: "+format, append([]any{r.file}, args...)...)
+	return fmt.Errorf("catalog %s: "+format, append([]any{r.name}, args...)...)
 }
 
+// open starts a private in-memory DuckDB, locks it down, and attaches the
+// catalog. Every setting that keeps the catalog's SQL from reaching
+// anything else is made before ATTACH reads a byte of the file: no
+// extension can load (ATTACH would load one for a SQLite or Postgres
+// file), no file but the catalog (and its WAL name, which DuckDB probes)
+// can be opened, nothing spills to disk, and lock_configuration keeps any
+// statement from undoing it.
+func (r *reader) open(file string) error {
+	db, err := sql.Open("duckdb", "")
+	if err != nil {
+		return r.errf("starting DuckDB: %w", err)
+	}
+	db.SetMaxOpenConns(1) // ATTACH and the queries must share one connection
+	conn, err := db.Conn(r.ctx)
+	if err != nil {
+		db.Close()
+		return r.errf("starting DuckDB: %w", err)
+	}
+	r.db, r.conn = db, conn
+	setup := []string{
+		"SET autoinstall_known_extensions=false",
+		"SET autoload_known_extensions=false",
+		"SET allow_community_extensions=false",
+		"SET allow_unsigned_extensions=false",
+		fmt.Sprintf("SET threads=%d", r.lim.Threads),
+		fmt.Sprintf("SET memory_limit='%dKiB'", max(r.lim.MemoryLimit>>10, 1)),
+		"SET temp_directory=''",
+		"SET allowed_directories=[]",
+		"SET allowed_paths=[" + sqlString(file) + ", " + sqlString(file+".wal") + "]",
+		"SET enable_external_access=false",
+		"SET lock_configuration=true",
+	}
+	for _, q := range setup {
+		if _, err := conn.ExecContext(r.ctx, q); err != nil {
+			return r.errf("locking DuckDB down (%s): %w", q, err)
+		}
+	}
+	if _, err := conn.ExecContext(r.ctx, "ATTACH "+sqlString(file)+" AS cat (TYPE duckdb, READ_ONLY)"); err != nil {
+		return r.errf("not a readable DuckDB database: %w", err)
+	}
+	return nil
+}
+
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
 func (r *reader) read() (*Catalog, error) {
+	if err := r.checkObjects(); err != nil {
+		return nil, err
+	}
 	if err := r.loadColumns(); err != nil {
 		return nil, err
 	}
@@ -106,6 +189,9 @@ func (r *reader) read() (*Catalog, error) {
 		if r.cols[t] == nil {
 			return nil, r.errf("no %s table: not a DuckLake catalog", t)
 		}
+	}
+	if err := r.checkRowCounts(); err != nil {
+		return nil, err
 	}
 	c := &Catalog{}
 	if err := r.metadata(c); err != nil {
@@ -121,6 +207,7 @@ func (r *reader) read() (*Catalog, error) {
 	}
 	res := &resolver{dataPath: c.DataPath, schemas: schemas, tables: tables}
 	seen := map[string]int{}
+	var rowsRead int64
 	for _, kind := range []struct {
 		table  string
 		delete bool
@@ -135,11 +222,22 @@ func (r *reader) read() (*Catalog, error) {
 		if r.cols[kind.table][kind.format] {
 			format = kind.format
 		}
-		rows, err := r.conn.QueryContext(r.ctx, "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes, "+footer+", "+format+" FROM cat."+kind.table)
+		rows, err := r.conn.QueryContext(r.ctx, "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes, "+footer+", "+format+" FROM cat.main."+kind.table)
 		if err != nil {
 			return nil, r.errf("reading %s: %w", kind.table, err)
 		}
 		for rows.Next() {
+			// The counts were checked before; this bounds a table that
+			// grows under us all the same, and notices the deadline in
+			// the Go half of the loop.
+			if rowsRead++; rowsRead > r.lim.MaxFiles {
+				rows.Close()
+				return nil, r.tooManyFiles(rowsRead)
+			}
+			if rowsRead%4096 == 0 && r.ctx.Err() != nil {
+				rows.Close()
+				return nil, r.ctx.Err()
+			}
 			var tableID, begin, size, footerSize sql.NullInt64
 			var p, fileFormat sql.NullString
 			var rel sql.NullBool
@@ -185,24 +283,97 @@ func (r *reader) read() (*Catalog, error) {
 	return c, nil
 }
 
+func (r *reader) tooManyFiles(n int64) error {
+	return &LimitError{Catalog: r.name, Key: KeyMaxFiles,
+		Detail: fmt.Sprintf("ducklake_data_file and ducklake_delete_file hold %d rows, more than the %d files allowed", n, r.lim.MaxFiles)}
+}
+
+// checkObjects refuses a catalog whose ducklake_* names are views or
+// macros: reading a view runs whatever query its author stored (a scan of
+// range(1e15), current_setting() leaking the mirror's settings into a
+// path). The system tables listed here describe the catalog without
+// running any of it.
+func (r *reader) checkObjects() error {
+	const where = "database_name = 'cat' AND lower(%s) LIKE 'ducklake%%'"
+	for _, q := range []struct{ kind, query string }{
+		{"a view", "SELECT schema_name, view_name FROM duckdb_views() WHERE " + fmt.Sprintf(where, "view_name")},
+		{"a macro", "SELECT schema_name, function_name FROM duckdb_functions() WHERE function_type IN ('macro', 'table_macro') AND " + fmt.Sprintf(where, "function_name")},
+	} {
+		var schema, object string
+		err := r.conn.QueryRowContext(r.ctx, q.query+" LIMIT 1").Scan(&schema, &object)
+		if err == nil {
+			return r.errf("%s.%s is %s, not a table: a catalog is read from base tables only, and a view or macro would run the catalog's own SQL", schema, object, q.kind)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return r.errf("listing the catalog's objects: %w", err)
+		}
+	}
+	return nil
+}
+
 // loadColumns learns the columns of the tables this reader queries, which
-// DuckLake versions add to: one planned-but-empty query per table, far
-// cheaper than scanning duckdb_columns() for the whole catalog.
+// DuckLake versions add to, from the catalog's description of itself. A
+// table missing from the main schema is left out (read says which a
+// catalog must have). A column with an expression is refused: DuckLake
+// writes none, and a generated column computes its value (any SQL its
+// author chose) on every read.
 func (r *reader) loadColumns() error {
 	r.cols = map[string]map[string]bool{}
-	for _, t := range []string{"ducklake_metadata", "ducklake_schema", "ducklake_table", "ducklake_data_file", "ducklake_delete_file"} {
-		rows, err := r.conn.QueryContext(r.ctx, "SELECT * FROM cat."+t+" LIMIT 0")
-		if err != nil {
-			continue // absent: read() says which table a catalog must have
+	var list []string
+	for _, t := range tablesRead {
+		list = append(list, sqlString(t))
+	}
+	rows, err := r.conn.QueryContext(r.ctx, "SELECT lower(table_name), lower(column_name), column_default IS NOT NULL FROM duckdb_columns() "+
+		"WHERE database_name = 'cat' AND schema_name = 'main' AND lower(table_name) IN ("+strings.Join(list, ", ")+")")
+	if err != nil {
+		return r.errf("reading the columns of its tables: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var table, col string
+		var expr bool
+		if err := rows.Scan(&table, &col, &expr); err != nil {
+			return r.errf("reading the columns of its tables: %w", err)
 		}
-		names, err := rows.Columns()
-		rows.Close()
-		if err != nil {
-			return r.errf("reading the columns of %s: %w", t, err)
+		if expr {
+			return r.errf("column %s.%s has a default or generated expression; DuckLake catalogs have none, and a generated column runs the catalog's own SQL", table, col)
 		}
-		r.cols[t] = map[string]bool{}
-		for _, c := range names {
-			r.cols[t][c] = true
+		if r.cols[table] == nil {
+			r.cols[table] = map[string]bool{}
+		}
+		r.cols[table][col] = true
+	}
+	if err := rows.Err(); err != nil {
+		return r.errf("reading the columns of its tables: %w", err)
+	}
+	// duckdb_columns() also lists views' columns; checkObjects refused
+	// ducklake_* views already, so these are base tables.
+	return nil
+}
+
+// checkRowCounts refuses a catalog with more rows than the limit before
+// reading any of them; counting a base table's rows reads its metadata,
+// not its rows.
+func (r *reader) checkRowCounts() error {
+	var files int64
+	for _, t := range tablesRead {
+		if r.cols[t] == nil {
+			continue
+		}
+		var n int64
+		if err := r.conn.QueryRowContext(r.ctx, "SELECT count(*) FROM cat.main."+t).Scan(&n); err != nil {
+			return r.errf("counting the rows of %s: %w", t, err)
+		}
+		switch t {
+		case "ducklake_data_file", "ducklake_delete_file":
+			if files += n; files > r.lim.MaxFiles {
+				return r.tooManyFiles(files)
+			}
+		default:
+			if n > r.lim.MaxFiles {
+				return &LimitError{Catalog: r.name, Key: KeyMaxFiles,
+					Detail: fmt.Sprintf("%s holds %d rows, more than the %d allowed", t, n, r.lim.MaxFiles)}
+			}
 		}
 	}
 	return nil
@@ -211,9 +382,9 @@ func (r *reader) loadColumns() error {
 // metadata reads the DuckLake version and the stored data_path, preferring
 // rows without a scope (0.3+ can scope settings to a schema or table).
 func (r *reader) metadata(c *Catalog) error {
-	q := "SELECT key, value, NULL FROM cat.ducklake_metadata"
+	q := "SELECT key, value, NULL FROM cat.main.ducklake_metadata"
 	if r.cols["ducklake_metadata"]["scope"] {
-		q = "SELECT key, value, scope FROM cat.ducklake_metadata"
+		q = "SELECT key, value, scope FROM cat.main.ducklake_metadata"
 	}
 	rows, err := r.conn.QueryContext(r.ctx, q)
 	if err != nil {
@@ -260,7 +431,7 @@ func (r *reader) places(table, idCol, parentCol string) (map[int64][]place, erro
 	if parentCol != "" {
 		parent = parentCol
 	}
-	q := fmt.Sprintf("SELECT %s, path, path_is_relative, begin_snapshot, end_snapshot, %s FROM cat.%s", idCol, parent, table)
+	q := fmt.Sprintf("SELECT %s, path, path_is_relative, begin_snapshot, end_snapshot, %s FROM cat.main.%s", idCol, parent, table)
 	rows, err := r.conn.QueryContext(r.ctx, q)
 	if err != nil {
 		return nil, r.errf("reading %s: %w", table, err)

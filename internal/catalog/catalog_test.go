@@ -49,7 +49,7 @@ func gunzipTo(t *testing.T, src string) string {
 
 func TestReadResolvesSchemaAndTablePathsOfDuckLake03(t *testing.T) {
 	fx := sharedFixtures(t)
-	c, err := Read(context.Background(), gunzipTo(t, filepath.Join(fx, "delete_ignore_extra_columns.db.gz")))
+	c, err := Read(context.Background(), gunzipTo(t, filepath.Join(fx, "delete_ignore_extra_columns.db.gz")), "", Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestReadResolvesSchemaAndTablePathsOfDuckLake03(t *testing.T) {
 func TestReadAcceptsCatalogsWithoutFiles(t *testing.T) {
 	fx := sharedFixtures(t)
 	for _, name := range []string{"v01.db.gz", "v04.db.gz"} {
-		c, err := Read(context.Background(), gunzipTo(t, filepath.Join(fx, name)))
+		c, err := Read(context.Background(), gunzipTo(t, filepath.Join(fx, name)), "", Limits{})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -87,7 +87,7 @@ func TestReadAcceptsCatalogsWithoutFiles(t *testing.T) {
 func TestReadRefusesAFileThatIsNotACatalog(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "ducklake.duckdb")
 	os.WriteFile(p, []byte("not a database"), 0o644)
-	if _, err := Read(context.Background(), p); err == nil {
+	if _, err := Read(context.Background(), p, "", Limits{}); err == nil {
 		t.Fatal("read a non-database as a catalog")
 	}
 }

@@ -24,7 +24,13 @@ type Fetched struct {
 func (f *Fetched) Remove() { os.Remove(f.Path) }
 
 // Fetch copies name from r into a new file in dir (os.TempDir when empty).
-func Fetch(ctx context.Context, r backend.Reader, name, dir string) (*Fetched, error) {
+// A catalog larger than maxSize bytes (DefaultMaxSize when 0 or less) is
+// refused with a *LimitError once that many bytes have come, and the copy
+// removed: an upstream chooses the size, the mirror's disk pays for it.
+func Fetch(ctx context.Context, r backend.Reader, name, dir string, maxSize int64) (*Fetched, error) {
+	if maxSize <= 0 {
+		maxSize = DefaultMaxSize
+	}
 	rc, err := r.Open(ctx, name)
 	if err != nil {
 		return nil, err
@@ -35,9 +41,13 @@ func Fetch(ctx context.Context, r backend.Reader, name, dir string) (*Fetched, e
 		return nil, fmt.Errorf("%s: temporary copy of %s: %w", r.Location(), name, err)
 	}
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), rc)
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(rc, maxSize+1))
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil && n > maxSize {
+		os.Remove(tmp.Name())
+		return nil, &LimitError{Catalog: name, Key: KeyMaxSize, Detail: fmt.Sprintf("larger than the %s a catalog may have", FormatBytes(maxSize))}
 	}
 	if err != nil {
 		os.Remove(tmp.Name())

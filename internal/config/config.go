@@ -73,6 +73,12 @@ type Mirror struct {
 	// BWLimit is the bandwidth limit of a run in bytes per second; 0 is
 	// none.
 	BWLimit int64
+	// Catalog limits (catalog_max_files, catalog_timeout,
+	// catalog_memory_limit, catalog_max_size); 0 means the default.
+	CatalogMaxFiles    int64
+	CatalogTimeout     time.Duration
+	CatalogMemoryLimit int64 // bytes
+	CatalogMaxSize     int64 // bytes
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -347,6 +353,33 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 				}
 				m.BWLimit = n
 			}
+		case "catalog_max_files":
+			m.CatalogMaxFiles = int64(p.integer(v, where+".catalog_max_files"))
+			if m.CatalogMaxFiles <= 0 && p.isInt(v) {
+				p.addf(v.Line, "%s.catalog_max_files: %d: must be at least 1", where, m.CatalogMaxFiles)
+			}
+		case "catalog_timeout":
+			s := p.str(v, where+".catalog_timeout")
+			if s != "" {
+				d, err := time.ParseDuration(s)
+				if err != nil || d <= 0 {
+					p.addf(v.Line, "%s.catalog_timeout: %q is not a positive duration such as 60s or 5m", where, s)
+				}
+				m.CatalogTimeout = d
+			}
+		case "catalog_memory_limit", "catalog_max_size":
+			s := p.str(v, where+"."+key)
+			if s != "" {
+				n, err := ParseSize(s)
+				if err != nil {
+					p.addf(v.Line, "%s.%s: %v", where, key, err)
+				}
+				if key == "catalog_memory_limit" {
+					m.CatalogMemoryLimit = n
+				} else {
+					m.CatalogMaxSize = n
+				}
+			}
 		case "lock_wait":
 			s := p.str(v, where+".lock_wait")
 			if s != "" {
@@ -605,4 +638,23 @@ func kindName(v *yaml.Node) string {
 		return "an alias"
 	}
 	return "something else"
+}
+
+// ParseSize reads a byte count for the limits: a whole number of bytes, or
+// one with a unit (KiB, MiB, GiB, TiB in powers of 1024; KB, MB, GB, TB in
+// powers of 1000), such as 4GiB or "128 MiB".
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := len(t)
+	for i > 0 && (t[i-1] < '0' || t[i-1] > '9') {
+		i--
+	}
+	num, unit := t[:i], strings.TrimSpace(t[i:])
+	mult := map[string]int64{"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40,
+		"KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[unit]
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || mult == 0 || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size such as 4GiB, 128MiB or a number of bytes", s)
+	}
+	return n * mult, nil
 }

@@ -106,6 +106,10 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		PruneMaxDelete:     5000,
 		HTTPAllowRedirects: []string{"cdn.example.org"},
 		BWLimit:            10 << 20,
+		CatalogMaxFiles:    20_000_000,
+		CatalogTimeout:     2 * time.Minute,
+		CatalogMemoryLimit: 256 << 20,
+		CatalogMaxSize:     8 << 30,
 		Line:               towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {
@@ -374,5 +378,34 @@ func TestLoadMissingFileNamesIt(t *testing.T) {
 	_, err := Load(path)
 	if err == nil || !strings.Contains(err.Error(), path) || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("err = %v", err)
+	}
+}
+
+func TestCatalogLimitsAreCheckedOnTheirLine(t *testing.T) {
+	ps := problems(t, `mirrors:
+  - name: a
+    source: /up
+    sink: /down
+    catalog_max_files: 0
+    catalog_timeout: soon
+    catalog_memory_limit: 12 parsecs
+    catalog_max_size: -5
+`, nil)
+	wantProblem(t, ps, 5, "catalog_max_files", "at least 1")
+	wantProblem(t, ps, 6, "catalog_timeout", "soon")
+	wantProblem(t, ps, 7, "catalog_memory_limit", "12 parsecs")
+	wantProblem(t, ps, 8, "catalog_max_size", "-5")
+}
+
+func TestParseSize(t *testing.T) {
+	for in, want := range map[string]int64{"4GiB": 4 << 30, "128 MiB": 128 << 20, "1000": 1000, "2MB": 2e6, "1KiB": 1024} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "0", "-1GiB", "1.5GiB", "4 gigs", "9999999999TiB"} {
+		if n, err := ParseSize(in); err == nil {
+			t.Errorf("ParseSize(%q) = %d, want an error", in, n)
+		}
 	}
 }

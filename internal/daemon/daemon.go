@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -469,6 +470,10 @@ func Job(m config.Mirror) fdlsync.Job {
 		LockWait:           m.LockWait,
 		LockTTL:            m.LockTTL,
 		Retries:            m.Retries,
+		CatalogLimits: catalog.Limits{
+			MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
+			MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
+		},
 	}
 }
 

@@ -118,12 +118,12 @@ func listData(ctx context.Context, dst backend.Reader, dataDir string) ([]string
 // readCatalog returns the paths, below data_dir, of every data and delete
 // file a catalog in the mirror names.
 func readCatalog(ctx context.Context, r backend.Reader, name, tmpDir string) ([]string, error) {
-	fetched, err := catalog.Fetch(ctx, r, name, tmpDir)
+	fetched, err := catalog.Fetch(ctx, r, name, tmpDir, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer fetched.Remove()
-	cat, err := catalog.Read(ctx, fetched.Path)
+	cat, err := catalog.Read(ctx, fetched.Path, name, catalog.Limits{})
 	if err != nil {
 		return nil, err
 	}

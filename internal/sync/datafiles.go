@@ -48,11 +48,20 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 		return 0, ctx.Err()
 	}
 	catalogName := repo.VersionFile(id, repo.CatalogFile)
-	fetched, err := catalog.Fetch(ctx, e.src, catalogName, "") // in os.TempDir()
+	lim := e.opts.CatalogLimits.WithDefaults()
+	if size, ok := files[repo.CatalogFile]; ok && size > lim.MaxSize {
+		<-e.catalogSlots
+		return 0, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
+			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
+	}
+	fetched, err := catalog.Fetch(ctx, e.src, catalogName, "", lim.MaxSize) // in os.TempDir()
 	if err != nil {
 		<-e.catalogSlots
 		if backend.IsNotExist(err) {
 			return 0, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
+		}
+		if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
+			return 0, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
 		}
 		return 0, err
 	}
@@ -62,13 +71,20 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 		return 0, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
 			id, catalogName, fetched.SHA256, rec.SHA256)
 	}
-	cat, err := catalog.Read(ctx, fetched.Path)
+	cat, err := catalog.Read(ctx, fetched.Path, catalogName, lim)
 	<-e.catalogSlots
 	e.mu.Lock()
 	e.report.CatalogsRead++
 	e.mu.Unlock()
 	if err != nil {
-		return 0, refuse(ReasonCatalog, id, catalogName, "version %s: %v", id, err)
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		reason := ReasonCatalog
+		if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
+			reason = ReasonLimit
+		}
+		return 0, refuse(reason, id, catalogName, "version %s: %v", id, err)
 	}
 
 	if err := e.mirrorDataFiles(ctx, id, cat, e.knownFromParents(ctx, parents)); err != nil {
@@ -156,12 +172,13 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 }
 
 func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catalog, error) {
-	fetched, err := catalog.Fetch(ctx, e.dst, repo.VersionFile(id, repo.CatalogFile), "")
+	name := repo.VersionFile(id, repo.CatalogFile)
+	fetched, err := catalog.Fetch(ctx, e.dst, name, "", e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return nil, err
 	}
 	defer fetched.Remove()
-	return catalog.Read(ctx, fetched.Path)
+	return catalog.Read(ctx, fetched.Path, name, e.opts.CatalogLimits)
 }
 
 // mirrorDataFiles makes sure the sink has every file the catalog needs,

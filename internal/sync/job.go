@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
@@ -30,6 +31,7 @@ type Job struct {
 	LockWait           time.Duration // how long to wait for another run's lock
 	LockTTL            time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
 	Retries            int           // retries of one request; 0 = each backend's default
+	CatalogLimits      catalog.Limits
 }
 
 // ConfigError is a problem with the job itself (an address, a trust file):
@@ -98,7 +100,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 	}
 	defer closeDst()
 
-	opts := Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress}
+	opts := Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits}
 	if job.DryRun {
 		return Run(ctx, src, readOnly{dst}, opts)
 	}

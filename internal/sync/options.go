@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 )
 
 // Options tune one run of the engine.
@@ -23,6 +25,10 @@ type Options struct {
 	// it knows it has something to write, and calls unlock at its end.
 	// Losing the lock (lost closed) stops the run at a safe point.
 	Lock func(ctx context.Context) (unlock func(), lost <-chan struct{}, err error)
+	// CatalogLimits bound each upstream catalog's download and read (zero
+	// fields: the defaults); a catalog past one is a refusal of its
+	// version, and the run goes on.
+	CatalogLimits catalog.Limits
 }
 
 // Trust judges a version's signature against keys the operator trusts.

@@ -19,6 +19,7 @@ const (
 	ReasonSignature    = "signature"       // signature missing, bad or untrusted
 	ReasonVersion      = "version-refused" // ref not moved: its version was refused
 	ReasonCopy         = "copy-failed"     // an I/O error that retries did not cure
+	ReasonLimit        = "limit-exceeded"  // a catalog past one of the catalog limits
 )
 
 // Refusal is one thing the run would not do, and why.

@@ -35,6 +35,8 @@ type CheckOptions struct {
 	// Deep reads each data file's head and tail too (see deepCheck): a
 	// file of the right size with damaged bytes at its ends is found.
 	Deep bool
+	// CatalogLimits bound each catalog read (zero fields: the defaults).
+	CatalogLimits catalog.Limits
 }
 
 // CheckRepository checks a repository or mirror without trusting it, the
@@ -206,7 +208,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		}
 	}
 	catalogName := repo.VersionFile(id, repo.CatalogFile)
-	fetched, err := catalog.Fetch(ctx, c.r, catalogName, "")
+	fetched, err := catalog.Fetch(ctx, c.r, catalogName, "", c.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		bad(catalogName, "%v", err)
 		return rec.Parents
@@ -216,7 +218,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		bad(catalogName, "catalog sha256 mismatch: %s has %s, version.json records %s", catalogName, fetched.SHA256, rec.SHA256)
 		return rec.Parents
 	}
-	cat, err := catalog.Read(ctx, fetched.Path)
+	cat, err := catalog.Read(ctx, fetched.Path, catalogName, c.opts.CatalogLimits)
 	if err != nil {
 		bad(catalogName, "%v", err)
 		return rec.Parents

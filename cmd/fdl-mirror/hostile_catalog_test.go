@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+)
+
+// measuredSync runs sync --json and returns its report, its wall-clock
+// time and its peak resident memory.
+func measuredSync(t *testing.T, args ...string) (fdlsync.Report, time.Duration, int64) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"sync", "--json"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start)
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		t.Fatal(err)
+	}
+	var rep fdlsync.Report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("no report: %v\nstdout: %s\nstderr: %s", err, out.String(), errb.String())
+	}
+	rss := cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
+	return rep, took, rss
+}
+
+// A catalog an upstream made hostile is refused quickly and in little
+// memory, and the other refs of the same run are still mirrored.
+func TestSyncRefusesAHostileCatalogAndMirrorsTheOtherRefs(t *testing.T) {
+	bigRows, maxFiles := "300000", "100000"
+	if os.Getenv("FDL_BIG_CATALOG") != "" {
+		// The figures of issue 9: 30 million rows against the default
+		// limit of 10 million (slow to generate, so not by default).
+		bigRows, maxFiles = "30000000", "0"
+	}
+	for _, tc := range []struct {
+		name, reason, want string
+		stmts              []string
+	}{
+		{"a view over range(1e15)", fdlsync.ReasonCatalog, "main.ducklake_data_file is a view", []string{
+			"DROP TABLE ducklake_data_file",
+			"CREATE VIEW ducklake_data_file AS SELECT i AS data_file_id, 1::BIGINT AS table_id, 1::BIGINT AS begin_snapshot, NULL::BIGINT AS end_snapshot, " +
+				"'f' || i || '.parquet' AS path, true AS path_is_relative, 10::BIGINT AS file_size_bytes FROM range(1e15::BIGINT) t(i)",
+		}},
+		{"a view over 30 million rows", fdlsync.ReasonCatalog, "main.ducklake_data_file is a view", []string{
+			"DROP TABLE ducklake_data_file",
+			"CREATE VIEW ducklake_data_file AS SELECT i AS data_file_id, 1::BIGINT AS table_id, 1::BIGINT AS begin_snapshot, NULL::BIGINT AS end_snapshot, " +
+				"'f' || i || '.parquet' AS path, true AS path_is_relative, 10::BIGINT AS file_size_bytes FROM range(30000000) t(i)",
+		}},
+		{"a table of " + bigRows + " files", fdlsync.ReasonLimit, "catalog_max_files", []string{
+			"INSERT INTO ducklake_data_file (data_file_id, table_id, begin_snapshot, path, path_is_relative, file_size_bytes) " +
+				"SELECT 1000 + i, 1, 1, 'extra-' || i || '.parquet', true, 10 FROM range(" + bigRows + ") t(i)",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent, up, sink := layout(t)
+			repo := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, FastParquet: true})
+			good, evil := repo.Versions[0], repo.Versions[1]
+			writeFile(t, filepath.Join(up, "refs", "heads", "good"), good+"\n")
+			rewriteCatalog(t, up, evil, strings.Join(tc.stmts, "; "))
+
+			args := []string{up, sink}
+			if tc.reason == fdlsync.ReasonLimit && maxFiles != "0" {
+				args = append(args, "--catalog-max-files", maxFiles)
+			}
+			rep, took, rss := measuredSync(t, args...)
+			t.Logf("fdl-mirror sync %s: %s, peak RSS %d MiB", strings.Join(args, " "), took.Round(time.Millisecond), rss>>20)
+
+			catalogName := "versions/" + evil + "/ducklake.duckdb"
+			var found bool
+			for _, r := range rep.Refused {
+				if r.Version == evil && r.Reason == tc.reason && strings.Contains(r.Message, catalogName) && strings.Contains(r.Message, tc.want) {
+					found = true
+				}
+				if strings.Contains(r.Message, os.TempDir()) || strings.Contains(r.Message, "catalog-") {
+					t.Errorf("a refusal names the temporary copy: %s", r.Message)
+				}
+			}
+			if !found {
+				t.Errorf("no %s refusal of %s saying %q: %+v", tc.reason, catalogName, tc.want, rep.Refused)
+			}
+			assertNotPublished(t, sink, evil)
+			if readRef(t, sink, "refs/heads/main") != "" {
+				t.Error("main was published to the hostile version")
+			}
+			if got := readRef(t, sink, "refs/heads/good"); got != good {
+				t.Errorf("the other ref of the run was not mirrored: refs/heads/good is %q, want %s", got, good)
+			}
+			if took > 30*time.Second {
+				t.Errorf("refusing took %s", took)
+			}
+			if rss > 300<<20 {
+				t.Errorf("peak RSS %d MiB, over 300 MiB", rss>>20)
+			}
+			if extra := fdltest.Outside(t, parent, "upstream", "mirror"); len(extra) > 0 {
+				t.Errorf("written outside the mirror: %v", extra)
+			}
+		})
+	}
+}

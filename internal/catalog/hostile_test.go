@@ -1,0 +1,216 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+)
+
+// generatedCatalog generates a one-version repository and returns its
+// catalog after running stmts on it, as a hostile publisher would.
+func generatedCatalog(t *testing.T, stmts ...string) string {
+	t.Helper()
+	dir := t.TempDir()
+	r, err := generate.Generate(context.Background(), dir, generate.Options{Versions: 1, FilesPerVersion: 2, FastParquet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, "versions", r.Versions[0], "ducklake.duckdb")
+	db, err := sql.Open("duckdb", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := db.Exec("CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+const catalogName = "versions/019a0000-0000-7000-8000-000000000000/ducklake.duckdb"
+
+// readHostile reads a hostile catalog and checks the refusal names the
+// catalog as the repository does, never its local copy.
+func readHostile(t *testing.T, p string, lim Limits, want ...string) error {
+	t.Helper()
+	start := time.Now()
+	_, err := Read(context.Background(), p, catalogName, lim)
+	took := time.Since(start)
+	if err == nil {
+		t.Fatal("a hostile catalog was read")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, catalogName) || strings.Contains(msg, p) {
+		t.Errorf("the refusal must name %s and not the local copy %s: %v", catalogName, p, err)
+	}
+	for _, w := range want {
+		if !strings.Contains(msg, w) {
+			t.Errorf("the refusal does not say %q: %v", w, err)
+		}
+	}
+	if took > 10*time.Second {
+		t.Errorf("refusing took %s", took)
+	}
+	return err
+}
+
+// dataFileView is a ducklake_data_file of the right shape that runs the
+// given FROM clause.
+func dataFileView(from, path string) []string {
+	return []string{
+		"DROP TABLE ducklake_data_file",
+		"CREATE VIEW ducklake_data_file AS SELECT i AS data_file_id, 1::BIGINT AS table_id, 1::BIGINT AS begin_snapshot, NULL::BIGINT AS end_snapshot, " +
+			path + " AS path, true AS path_is_relative, 10::BIGINT AS file_size_bytes FROM " + from,
+	}
+}
+
+func TestReadRefusesViewsAndMacrosNamingThem(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stmts  []string
+		object string
+	}{
+		{"a view over range(1e15)", dataFileView("range(1e15::BIGINT) t(i)", "'f' || i || '.parquet'"), "main.ducklake_data_file is a view"},
+		{"a view leaking the mirror's settings", dataFileView("range(1) t(i)", "current_setting('memory_limit')"), "main.ducklake_data_file is a view"},
+		{"a view in place of ducklake_metadata", []string{
+			"DROP TABLE ducklake_metadata",
+			"CREATE VIEW ducklake_metadata AS SELECT 'data_path' AS key, current_setting('threads')::VARCHAR AS value, NULL AS scope",
+		}, "main.ducklake_metadata is a view"},
+		{"a table macro named ducklake_", []string{"CREATE MACRO ducklake_files() AS TABLE SELECT * FROM range(1e15::BIGINT)"}, "main.ducklake_files is a macro"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			readHostile(t, generatedCatalog(t, tc.stmts...), Limits{}, tc.object, "not a table")
+		})
+	}
+}
+
+func TestReadRefusesAGeneratedColumn(t *testing.T) {
+	p := generatedCatalog(t,
+		"DROP TABLE ducklake_data_file",
+		"CREATE TABLE ducklake_data_file (data_file_id BIGINT, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, path_is_relative BOOLEAN, file_size_bytes BIGINT, path VARCHAR AS (current_setting('memory_limit')))",
+		"INSERT INTO ducklake_data_file VALUES (1, 1, 1, NULL, true, 10)",
+	)
+	readHostile(t, p, Limits{}, "ducklake_data_file.path", "generated")
+}
+
+func TestReadRefusesMoreFilesThanTheLimitBeforeReadingThem(t *testing.T) {
+	p := generatedCatalog(t,
+		"INSERT INTO ducklake_data_file (data_file_id, table_id, begin_snapshot, path, path_is_relative, file_size_bytes) "+
+			"SELECT 1000 + i, 1, 1, 'extra-' || i || '.parquet', true, 10 FROM range(5000) t(i)")
+	err := readHostile(t, p, Limits{MaxFiles: 1000}, "5002 rows", "1000 files", KeyMaxFiles)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Key != KeyMaxFiles {
+		t.Errorf("not a LimitError on %s: %#v", KeyMaxFiles, err)
+	}
+	// The same catalog within the limit reads.
+	c, err := Read(context.Background(), p, catalogName, Limits{MaxFiles: 5002})
+	if err != nil || len(c.Files) != 5002 {
+		t.Fatalf("within the limit: %v", err)
+	}
+}
+
+func TestReadInterruptsACatalogReadPastItsTimeout(t *testing.T) {
+	p := generatedCatalog(t,
+		"INSERT INTO ducklake_data_file (data_file_id, table_id, begin_snapshot, path, path_is_relative, file_size_bytes) "+
+			"SELECT 1000 + i, 1, 1, 'extra-' || i || '.parquet', true, 10 FROM range(300000) t(i)")
+	// Reading 300,000 rows takes far more than 20 ms even on a fast
+	// machine; the read must stop at the limit, not at its end.
+	const limit = 20 * time.Millisecond
+	start := time.Now()
+	err := readHostile(t, p, Limits{Timeout: limit}, "longer than 20ms", KeyTimeout)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("a read with a %s limit took %s: not interrupted", limit, took)
+	}
+	var le *LimitError
+	if !errors.As(err, &le) || le.Key != KeyTimeout {
+		t.Errorf("not a LimitError on %s: %#v", KeyTimeout, err)
+	}
+}
+
+func TestReadRefusesACatalogPastTheMemoryLimit(t *testing.T) {
+	p := generatedCatalog(t,
+		"UPDATE ducklake_data_file SET path = repeat('x', 24 << 20) WHERE data_file_id = (SELECT min(data_file_id) FROM ducklake_data_file)")
+	err := readHostile(t, p, Limits{MemoryLimit: 8 << 20}, "memory limit of 8 MiB", KeyMemoryLimit)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Key != KeyMemoryLimit {
+		t.Errorf("not a LimitError on %s: %#v", KeyMemoryLimit, err)
+	}
+}
+
+// emptySQLiteDatabase is the one page sqlite3 writes for a new database:
+// enough for DuckDB to detect the format (and, unlocked, to go looking
+// for its sqlite extension).
+func emptySQLiteDatabase() []byte {
+	b := make([]byte, 4096)
+	copy(b, "SQLite format 3\x00")
+	binary.BigEndian.PutUint16(b[16:], 4096) // page size
+	b[18], b[19] = 1, 1                      // file format versions
+	b[21], b[22], b[23] = 64, 32, 32         // payload fractions
+	binary.BigEndian.PutUint32(b[24:], 1)    // change counter
+	binary.BigEndian.PutUint32(b[28:], 1)    // pages
+	binary.BigEndian.PutUint32(b[44:], 4)    // schema format
+	binary.BigEndian.PutUint32(b[56:], 1)    // UTF-8
+	binary.BigEndian.PutUint32(b[92:], 1)    // version-valid-for
+	binary.BigEndian.PutUint32(b[96:], 3045000)
+	b[100] = 0x0d                             // leaf table b-tree page
+	binary.BigEndian.PutUint16(b[105:], 4096) // cell content start
+	return b
+}
+
+func TestReadRefusesASQLiteFileWithoutLookingForAnExtension(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	p := filepath.Join(t.TempDir(), "ducklake.duckdb")
+	if err := os.WriteFile(p, emptySQLiteDatabase(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := readHostile(t, p, Limits{}, "not a readable DuckDB database")
+	if strings.Contains(strings.ToLower(err.Error()), "extension") || strings.Contains(strings.ToLower(err.Error()), "sqlite_scanner") {
+		t.Errorf("DuckDB went for an extension: %v", err)
+	}
+	if entries, _ := os.ReadDir(home); len(entries) != 0 {
+		t.Errorf("DuckDB wrote into $HOME: %v", entries)
+	}
+}
+
+func TestFetchRefusesACatalogLargerThanTheLimitAndRemovesItsCopy(t *testing.T) {
+	src := t.TempDir()
+	name := "versions/019a0000-0000-7000-8000-000000000000/ducklake.duckdb"
+	os.MkdirAll(filepath.Join(src, filepath.Dir(name)), 0o755)
+	if err := os.WriteFile(filepath.Join(src, name), make([]byte, 3<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	store, err := local.Open(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	tmp := t.TempDir()
+	_, err = Fetch(context.Background(), store, name, tmp, 1<<20)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Key != KeyMaxSize || !strings.Contains(err.Error(), "1 MiB") || !strings.Contains(err.Error(), name) {
+		t.Fatalf("a 3 MiB catalog against a 1 MiB limit: %v", err)
+	}
+	if entries, _ := os.ReadDir(tmp); len(entries) != 0 {
+		t.Errorf("the refused copy was left: %v", entries)
+	}
+	f, err := Fetch(context.Background(), store, name, tmp, 3<<20)
+	if err != nil || f.Size != 3<<20 {
+		t.Fatalf("a catalog of exactly the limit: %v", err)
+	}
+	f.Remove()
+}
