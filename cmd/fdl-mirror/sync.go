@@ -14,6 +14,8 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -42,6 +44,9 @@ func cmdSync(args []string) int {
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
+	var allowRedirects stringList
+	fs.Var(&allowRedirects, "http-allow-redirect", "`HOST` or HOST:PORT an HTTP(S) source may redirect to besides its own origin (repeatable; never https to http)")
+	bwlimit := fs.String("bwlimit", "", "bandwidth limit of the run in bytes per second, shared by all transfers (e.g. 10M; K, M, G are powers of 1024; server-side copies are not limited)")
 	var trust trustFlags
 	trust.register(fs)
 	var shardF shardFlags
@@ -74,6 +79,10 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --config takes no SOURCE or SINK")
 			return exitUsage
 		}
+		if len(allowRedirects) > 0 || *bwlimit != "" {
+			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects and bwlimit in the config")
+			return exitUsage
+		}
 		return syncFromConfig(ctx, *configPath, *mirror, shard, *jsonOut, log)
 	}
 	if len(pos) != 2 {
@@ -84,8 +93,19 @@ func cmdSync(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror sync: --concurrency must be at least 1")
 		return exitUsage
 	}
+	rate, err := limiter.ParseRate(*bwlimit)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync: --bwlimit:", err)
+		return exitUsage
+	}
+	for _, h := range allowRedirects {
+		if err := httpstore.CheckAllowRedirect(h); err != nil {
+			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --http-allow-redirect:", err)
+			return exitUsage
+		}
+	}
 	job := fdlsync.Job{
-		Source: pos[0], Sink: pos[1], HTTPHeaders: headers,
+		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries,
 		CatalogLimits: limits.Limits,

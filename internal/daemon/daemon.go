@@ -474,6 +474,8 @@ func Job(m config.Mirror) fdlsync.Job {
 			MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
 			MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
 		},
+		HTTPAllowRedirects: m.HTTPAllowRedirects,
+		BWLimit:            m.BWLimit,
 	}
 }
 

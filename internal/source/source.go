@@ -22,6 +22,9 @@ import (
 type Options struct {
 	// HTTPHeaders are sent with every HTTP(S) request ("Name: value").
 	HTTPHeaders []string
+	// HTTPAllowRedirects are the hosts an HTTP(S) source may redirect to
+	// besides its own origin (httpstore.Options.AllowRedirects).
+	HTTPAllowRedirects []string
 	// Retries bounds the retries of one request after its first try, on
 	// 5xx, 429, resets and timeouts; 0 keeps each backend's default.
 	Retries int
@@ -54,7 +57,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 			}
 			return nil, nil, fmt.Errorf("source: invalid %s:// address: %w", scheme, err)
 		}
-		st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, Logger: opts.Logger, RetryMax: opts.Retries})
+		st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, AllowRedirects: opts.HTTPAllowRedirects, Logger: opts.Logger, RetryMax: opts.Retries})
 		if err != nil {
 			return nil, nil, err
 		}

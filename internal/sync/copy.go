@@ -5,12 +5,24 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"os"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+)
+
+// CopyAttempts bounds the tries of one file's copy, and CopyRetryWait
+// times the try's number is the wait before the next. This is the third
+// retry layer (see package backend): what failed after the store's own
+// retries and resumptions, and is not backend.IsPermanent, such as a write
+// to the mirror that its client gave up on.
+const (
+	CopyAttempts  = 3
+	CopyRetryWait = 200 * time.Millisecond
 )
 
 // copyFile streams one immutable file from source to sink (or copies it
@@ -29,21 +41,19 @@ func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 		return nil
 	}
 	var err error
-	for attempt := 1; attempt <= 3; attempt++ {
+	for attempt := 1; attempt <= CopyAttempts; attempt++ {
 		var n int64
 		n, err = e.copyOnce(ctx, name, size)
 		if err == nil {
 			e.copied(n)
 			return nil
 		}
-		var r *refusal
-		var se *sourceError
-		if errors.As(err, &r) || errors.As(err, &se) || backend.IsNotExist(err) || ctx.Err() != nil || errors.Is(err, backend.ErrInvalidName) {
+		if backend.IsPermanent(err) || ctx.Err() != nil || attempt == CopyAttempts {
 			return err
 		}
 		e.log.Warn("copy failed; retrying", zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
 		select {
-		case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
+		case <-time.After(time.Duration(attempt) * CopyRetryWait):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -89,6 +99,12 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 			}
 			size = fi.Size
 		}
+		if size < 0 {
+			// The source cannot say the size before the bytes (HTTP
+			// without Content-Length), and a store's Put needs it: the
+			// file goes through a local copy, as catalogs do.
+			return e.copyUnsized(ctx, name)
+		}
 		body = &exactReader{r: rc, left: size, name: name, want: size}
 	}
 	if err := e.dst.Put(ctx, name, body, size); err != nil {
@@ -104,13 +120,33 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 	return size, nil
 }
 
+// copyUnsized copies a file whose size the source does not say through a
+// local temporary copy, under the catalog download's limits.
+func (e *engine) copyUnsized(ctx context.Context, name string) (int64, error) {
+	fetched, err := catalog.Fetch(ctx, e.src, name, "") // in os.TempDir()
+	if err != nil {
+		return 0, &sourceError{err}
+	}
+	defer fetched.Remove()
+	f, err := os.Open(fetched.Path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if err := e.dst.Put(ctx, name, f, fetched.Size); err != nil {
+		return 0, err
+	}
+	return fetched.Size, nil
+}
+
 // sourceError is a request to the source that failed after the backend's
 // own retries: the engine does not retry it again. What it retries are
 // streams cut after they started.
 type sourceError struct{ err error }
 
-func (e *sourceError) Error() string { return e.err.Error() }
-func (e *sourceError) Unwrap() error { return e.err }
+func (e *sourceError) Error() string   { return e.err.Error() }
+func (e *sourceError) Unwrap() error   { return e.err }
+func (e *sourceError) Permanent() bool { return true }
 
 // sourceSize is a source file's size, checked before a server-side copy
 // (no byte passes through the mirror to count). A run copying many files

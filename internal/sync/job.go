@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
@@ -32,6 +33,12 @@ type Job struct {
 	LockTTL            time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
 	Retries            int           // retries of one request; 0 = each backend's default
 	CatalogLimits      catalog.Limits
+	HTTPAllowRedirects []string // hosts an HTTP(S) source may redirect to besides its origin
+	BWLimit            int64    // bytes per second for the whole run; 0 = no limit
+}
+
+func (j Job) sourceOptions(log *zap.Logger) source.Options {
+	return source.Options{HTTPHeaders: j.HTTPHeaders, HTTPAllowRedirects: j.HTTPAllowRedirects, Retries: j.Retries, Logger: log}
 }
 
 // ConfigError is a problem with the job itself (an address, a trust file):
@@ -89,11 +96,16 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 	if err != nil {
 		return nil, err
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Retries: job.Retries, Logger: log})
+	src, closeSrc, err := source.Open(ctx, job.Source, job.sourceOptions(log))
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
 	defer closeSrc()
+	if job.BWLimit > 0 {
+		// Every byte the run writes is read from the source first: one
+		// limit there counts each byte of every transfer once.
+		src = limiter.New(job.BWLimit).Wrap(src)
+	}
 	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
@@ -143,7 +155,7 @@ func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, erro
 	if log == nil {
 		log = zap.NewNop()
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Retries: job.Retries, Logger: log})
+	src, closeSrc, err := source.Open(ctx, job.Source, job.sourceOptions(log))
 	if err != nil {
 		return nil, &ConfigError{err}
 	}

@@ -114,6 +114,10 @@ type refusal struct{ Refusal }
 
 func (r *refusal) Error() string { return r.Message }
 
+// Permanent: a refusal is a verdict on the upstream's bytes, which a
+// retry would only read again (backend.IsPermanent).
+func (r *refusal) Permanent() bool { return true }
+
 func refuse(reason, version, file string, format string, args ...any) *refusal {
 	return &refusal{Refusal{Version: version, File: file, Reason: reason, Message: fmt.Sprintf(format, args...)}}
 }
