@@ -409,7 +409,8 @@ func TestJobCarriesEveryMirrorSetting(t *testing.T) {
 	m := config.Mirror{
 		Name: "towns", Source: "/u", Sink: "/d", Schedule: "@hourly",
 		TrustedSigners: "/k", RequireSignatures: true, SignatureNamespace: "ns",
-		Concurrency: 3, HTTPHeaders: []string{"A: b"}, LockWait: time.Second, Retries: 2, Line: 4,
+		Concurrency: 3, HTTPHeaders: []string{"A: b"}, LockWait: time.Second, LockTTL: time.Minute, Retries: 2, Line: 4,
+		HTTPAllowRedirects: []string{"cdn.example.org"}, BWLimit: 1 << 20,
 	}
 	job := Job(m)
 	v := reflect.ValueOf(job)
