@@ -482,13 +482,14 @@ func Job(m config.Mirror) fdlsync.Job {
 // PruneJob turns a configured mirror into a prune's job.
 func PruneJob(m config.Mirror) prune.Job {
 	return prune.Job{
-		Name:        m.Name,
-		Source:      m.Source,
-		Sink:        m.Sink,
-		HTTPHeaders: m.HTTPHeaders,
-		MaxDelete:   m.PruneMaxDelete,
-		LockWait:    m.LockWait,
-		LockTTL:     m.LockTTL,
-		Retries:     m.Retries,
+		Name:               m.Name,
+		Source:             m.Source,
+		Sink:               m.Sink,
+		HTTPHeaders:        m.HTTPHeaders,
+		HTTPAllowRedirects: m.HTTPAllowRedirects,
+		MaxDelete:          m.PruneMaxDelete,
+		LockWait:           m.LockWait,
+		LockTTL:            m.LockTTL,
+		Retries:            m.Retries,
 	}
 }

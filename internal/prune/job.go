@@ -20,11 +20,14 @@ type Job struct {
 	Name         string // for logs; "" for a plain CLI prune
 	Source, Sink string // addresses
 	HTTPHeaders  []string
-	DryRun       bool
-	MaxDelete    int           // 0 = DefaultMaxDelete
-	LockWait     time.Duration // how long to wait for another run's lock
-	LockTTL      time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
-	Retries      int           // retries of one request; 0 = each backend's default
+	// HTTPAllowRedirects are hosts an HTTP(S) source may redirect to
+	// besides its origin, as for a sync.
+	HTTPAllowRedirects []string
+	DryRun             bool
+	MaxDelete          int           // 0 = DefaultMaxDelete
+	LockWait           time.Duration // how long to wait for another run's lock
+	LockTTL            time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
+	Retries            int           // retries of one request; 0 = each backend's default
 	// Selected says which refs may be removed; nil selects all (see Options).
 	Selected func(ref string) bool
 }
@@ -47,7 +50,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 	if job.Name != "" {
 		log = log.With(zap.String("mirror", job.Name))
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, Retries: job.Retries, Logger: log})
+	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, HTTPAllowRedirects: job.HTTPAllowRedirects, Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
