@@ -12,12 +12,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"gopkg.in/yaml.v3"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 )
 
 var units = []string{"fdl-mirror.service", "fdl-mirror-sync.service", "fdl-mirror-sync.timer"}
@@ -420,34 +423,52 @@ func TestKubernetesShardedCronJob(t *testing.T) {
 	if !ok {
 		t.Fatalf("no CronJob/fdl-mirror-sharded; objects: %v", keys(objs))
 	}
-	if p := get(t, cj, "spec", "concurrencyPolicy"); p != "Forbid" {
-		t.Errorf("concurrencyPolicy = %v", p)
+	// The Job's fields, from the strict decoding into Kubernetes' types.
+	data, err := os.ReadFile("kubernetes/cronjob-sharded.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	job := get(t, cj, "spec", "jobTemplate", "spec")
-	if m := get(t, job, "completionMode"); m != "Indexed" {
-		t.Errorf("completionMode = %v, want Indexed (pods get JOB_COMPLETION_INDEX)", m)
+	typed, err := decodeK8s("kubernetes/cronjob-sharded.yaml", data)
+	if err != nil {
+		t.Fatal(err)
 	}
-	completions, parallelism := get(t, job, "completions"), get(t, job, "parallelism")
-	n, ok := completions.(int)
-	if !ok || n < 2 || parallelism != completions {
-		t.Fatalf("completions %v, parallelism %v: want the same number of shards, at least 2", completions, parallelism)
+	var cronJob *batchv1.CronJob
+	for _, o := range typed {
+		if c, ok := o.Obj.(*batchv1.CronJob); ok && o.Name == "fdl-mirror-sharded" {
+			cronJob = c
+		}
 	}
+	if cronJob == nil {
+		t.Fatalf("no CronJob/fdl-mirror-sharded among %v", typed)
+	}
+	if cronJob.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
+		t.Errorf("concurrencyPolicy = %q", cronJob.Spec.ConcurrencyPolicy)
+	}
+	js := cronJob.Spec.JobTemplate.Spec
+	if js.CompletionMode == nil || *js.CompletionMode != batchv1.IndexedCompletion {
+		t.Errorf("completionMode = %v, want Indexed (pods get JOB_COMPLETION_INDEX)", js.CompletionMode)
+	}
+	if js.Completions == nil || js.Parallelism == nil || *js.Completions < 2 || *js.Parallelism != *js.Completions {
+		t.Fatalf("completions %s, parallelism %s: want the same number of shards, at least 2", int32Str(js.Completions), int32Str(js.Parallelism))
+	}
+	n := int(*js.Completions)
 	// A failing shard must not stop the others (backoffLimit would end
 	// the whole Job at the first failed pod).
-	if get(t, job, "backoffLimitPerIndex") != 0 || get(t, job, "backoffLimit") != nil {
-		t.Errorf("backoffLimitPerIndex %v, backoffLimit %v: want 0 and unset", get(t, job, "backoffLimitPerIndex"), get(t, job, "backoffLimit"))
+	if js.BackoffLimitPerIndex == nil || *js.BackoffLimitPerIndex != 0 || js.BackoffLimit != nil {
+		t.Errorf("backoffLimitPerIndex %s, backoffLimit %s: want 0 and unset", int32Str(js.BackoffLimitPerIndex), int32Str(js.BackoffLimit))
 	}
-	pod := get(t, job, "template", "spec").(map[string]any)
-	if pod["restartPolicy"] != "Never" {
-		t.Errorf("restartPolicy %v: backoffLimitPerIndex needs Never", pod["restartPolicy"])
+	if js.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("restartPolicy %q: backoffLimitPerIndex needs Never", js.Template.Spec.RestartPolicy)
 	}
-	args := fmt.Sprint(get(t, pod, "containers", 0, "args"))
-	if !strings.HasPrefix(args, "[sync --config ") || !strings.Contains(args, " --shards "+strconv.Itoa(n)+" ") && !strings.HasSuffix(args, " --shards "+strconv.Itoa(n)+"]") {
-		t.Errorf("args %s: want sync --config FILE --shards %d", args, n)
+	args := js.Template.Spec.Containers[0].Args
+	i := slices.Index(args, "--shards")
+	if len(args) < 3 || args[0] != "sync" || args[1] != "--config" || i < 0 || i+1 >= len(args) || args[i+1] != strconv.Itoa(n) {
+		t.Errorf("args %q: want sync --config FILE --shards %d", args, n)
 	}
-	if strings.Contains(args, "--shard ") {
-		t.Errorf("args %s: --shard I/N would give every pod the same shard", args)
+	if slices.Contains(args, "--shard") {
+		t.Errorf("args %q: --shard I/N would give every pod the same shard", args)
 	}
+	pod := get(t, cj, "spec", "jobTemplate", "spec", "template", "spec").(map[string]any)
 	cfg := checkPodConfig(t, objs, pod, "fdl-mirror-sharded-config")
 	seen := map[string]int{}
 	for i := 0; i < n; i++ {
@@ -465,6 +486,14 @@ func TestKubernetesShardedCronJob(t *testing.T) {
 			t.Errorf("mirror %s is in %d shards", name, seen[name])
 		}
 	}
+}
+
+// int32Str prints an optional field of a Kubernetes type.
+func int32Str(p *int32) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.Itoa(int(*p))
 }
 
 func itoa(v any) string {
