@@ -111,3 +111,36 @@ func TestSyncRefusesAHostileCatalogAndMirrorsTheOtherRefs(t *testing.T) {
 		})
 	}
 }
+
+// A version.json larger than a record needs is refused, not held in
+// memory, and the other refs of the run are still mirrored.
+func TestSyncRefusesARecordLargerThan1MiB(t *testing.T) {
+	_, up, sink := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 1, FastParquet: true})
+	good, evil := repo.Versions[0], repo.Versions[1]
+	writeFile(t, filepath.Join(up, "refs", "heads", "good"), good+"\n")
+	recPath := filepath.Join(up, "versions", evil, "version.json")
+	var rec map[string]any
+	raw, _ := os.ReadFile(recPath)
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec["message"] = strings.Repeat("x", 3<<19) // 1.5 MiB
+	raw, _ = json.Marshal(rec)
+	writeFile(t, recPath, string(raw))
+
+	rep, _ := syncJSON(t, up, sink)
+	var found bool
+	for _, r := range rep.Refused {
+		if r.Version == evil && r.Reason == fdlsync.ReasonRecord && strings.Contains(r.Message, "versions/"+evil+"/version.json is larger than the 1048576 bytes") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no refusal of the 1.5 MiB record: %+v", rep.Refused)
+	}
+	assertNotPublished(t, sink, evil)
+	if got := readRef(t, sink, "refs/heads/good"); got != good {
+		t.Errorf("refs/heads/good is %q, want %s", got, good)
+	}
+}

@@ -43,6 +43,8 @@ var (
 	ErrNotExist = errors.New("object does not exist")
 	// ErrExist is returned by Create when the object is already there.
 	ErrExist = errors.New("object already exists")
+	// ErrTooLarge is an object ReadAll refused for passing its limit.
+	ErrTooLarge = errors.New("object too large")
 	// ErrNotSupported is returned by List on a store that cannot list
 	// (HTTP), and by the write methods of a read-only store.
 	ErrNotSupported = errors.New("operation not supported by this store")
@@ -241,7 +243,7 @@ func ReadAll(ctx context.Context, r Reader, name string, limit int64) ([]byte, e
 		return nil, fmt.Errorf("%s: reading %s: %w", r.Location(), name, err)
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: %s is larger than %d bytes", r.Location(), name, limit)
+		return nil, fmt.Errorf("%s: %s is larger than %d bytes: %w", r.Location(), name, limit, ErrTooLarge)
 	}
 	return b, nil
 }

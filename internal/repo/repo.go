@@ -42,9 +42,14 @@ var KnownVersionFiles = []string{RecordFile, SignatureFile, CatalogFile, "datase
 
 // Limits for objects that are read whole into memory.
 const (
-	MaxSmallFile  = 1 << 20  // fdl.json, refs, HEAD, version.json(.sig)
-	MaxRefsJSON   = 16 << 20 // refs.json
-	MaxRecordFile = 16 << 20
+	MaxSmallFile = 1 << 20  // fdl.json, refs, HEAD, version.json(.sig)
+	MaxRefsJSON  = 16 << 20 // refs.json
+	// MaxRecordFile bounds a version.json. A record holds parents, a
+	// sha256, a time and a message: 1 MiB is thousands of parents. Every
+	// record the walk finds is held until its version is settled, so the
+	// bound is what keeps a hostile upstream (60 records of 15 MB reached
+	// 1 GB at 16 MiB) from growing the mirror's memory.
+	MaxRecordFile = 1 << 20
 
 	// MaxCatalogFormats bounds the catalog_formats entries read; the rest
 	// are ignored.

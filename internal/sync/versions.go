@@ -133,6 +133,8 @@ func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
 		e.log.Info("ancestor version absent upstream; skipped", zap.String("version", n.id))
 	case backend.IsNotExist(err):
 		n.err = refuse(ReasonMissingFile, n.id, name, "version %s: %s is missing upstream", n.id, name)
+	case errors.Is(err, backend.ErrTooLarge):
+		n.err = refuse(ReasonRecord, n.id, name, "version %s: %s is larger than the %d bytes a record may have", n.id, name, repo.MaxRecordFile)
 	case err != nil:
 		n.err = err
 	default:
