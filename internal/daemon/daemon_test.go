@@ -411,6 +411,7 @@ func TestJobCarriesEveryMirrorSetting(t *testing.T) {
 		TrustedSigners: "/k", RequireSignatures: true, SignatureNamespace: "ns",
 		Concurrency: 3, HTTPHeaders: []string{"A: b"}, LockWait: time.Second, LockTTL: time.Minute, Retries: 2, Line: 4,
 		HTTPAllowRedirects: []string{"cdn.example.org"}, BWLimit: 1 << 20,
+		CatalogMaxFiles: 10, CatalogTimeout: time.Second, CatalogMemoryLimit: 1 << 30, CatalogMaxSize: 1 << 30,
 	}
 	job := Job(m)
 	v := reflect.ValueOf(job)
