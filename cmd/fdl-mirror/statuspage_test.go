@@ -118,9 +118,19 @@ func TestStatusPageInABrowser(t *testing.T) {
 			t.Fatalf("chromium: %s: %v", what, err)
 		}
 	}
-	must(chromedp.Do(step, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible(chromedp.ID("mirror-rivers"))), "loading the page")
-	text, err := chromedp.Run(step, chromedp.Text(chromedp.CSS("body")))
-	must(err, "reading the text")
+	// The mirrors run every second: a load may catch one mid-run (its
+	// state "running"). Load again until it shows both between runs.
+	var text string
+	for attempt := 0; ; attempt++ {
+		must(chromedp.Do(step, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible(chromedp.ID("mirror-rivers"))), "loading the page")
+		var err error
+		text, err = chromedp.Run(step, chromedp.Text(chromedp.CSS("body")))
+		must(err, "reading the text")
+		if !strings.Contains(strings.ToLower(text), "running") || attempt == 20 {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	html, err := chromedp.Run(step, chromedp.OuterHTML(chromedp.CSS("html")))
 	must(err, "reading the HTML")
 	refresh, err := chromedp.Run(step, chromedp.AttributeValue(chromedp.CSS(`meta[http-equiv="refresh"]`), "content"))

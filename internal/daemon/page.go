@@ -103,7 +103,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 <dt>Schedule</dt><dd><code>{{.Schedule}}</code></dd>
 {{- with .LastRun}}
 <dt>Last run</dt><dd>{{when .Ended}} ({{ago .Ended}}): {{.Result}}, took {{seconds .DurationSeconds}}</dd>
-<dt>Copied</dt><dd>{{.FilesCopied}} files, {{bytes .BytesCopied}}; {{.VersionsPublished}} versions published, {{.RefsMoved}} refs moved</dd>
+<dt>Last run copied</dt><dd>{{.FilesCopied}} files, {{bytes .BytesCopied}}; {{.VersionsPublished}} versions published, {{.RefsMoved}} refs moved</dd>
 {{- else}}
 <dt>Last run</dt><dd>none yet</dd>
 {{- end}}
