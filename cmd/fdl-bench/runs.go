@@ -14,8 +14,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
-	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -176,12 +175,12 @@ func (b *bench) runRclone(ctx context.Context, env []string, src, dst string, ex
 // call counted, and every object a listing returned. The sink's lock
 // (taken by the CLI, not the engine) is not part of it.
 func countedRun(ctx context.Context, srcAddr, dstAddr string, concurrency int) (src, dst counting.Counts, seen int64, rep *fdlsync.Report, err error) {
-	s, closeSrc, err := source.Open(ctx, srcAddr, source.Options{})
+	s, closeSrc, err := location.Open(ctx, srcAddr, location.Options{})
 	if err != nil {
 		return src, dst, 0, nil, err
 	}
 	defer closeSrc()
-	d, closeDst, err := sink.Open(ctx, dstAddr, sink.Options{})
+	d, closeDst, err := location.OpenWritable(ctx, dstAddr, location.Options{})
 	if err != nil {
 		return src, dst, 0, nil, err
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
-	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 )
 
 func cmdDaemon(args []string) int {
@@ -119,7 +119,7 @@ func selectMirrors(w io.Writer, cmd string, cfg *config.Config, name string) ([]
 // named) once, one after the other, for CI and CronJobs. A mirror's failure
 // does not stop the next; the exit code is the worst of theirs, as for a
 // plain sync.
-func syncFromConfig(ctx context.Context, configPath, mirror string, shard config.Shard, jsonOut bool, log *zap.Logger) int {
+func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard config.Shard, jsonOut bool, log *zap.Logger) int {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		printConfigError(os.Stderr, "sync", configPath, err)
@@ -129,7 +129,7 @@ func syncFromConfig(ctx context.Context, configPath, mirror string, shard config
 	if !shard.Whole() {
 		log.Info("running one shard of the config", zap.String("shard", shard.String()), zap.Strings("mirrors", cfg.Names()))
 	}
-	mirrors, ok := selectMirrors(os.Stderr, "sync", cfg, mirror)
+	mirrors, ok := selectMirrors(os.Stderr, "sync", cfg, onlyMirror)
 	if !ok {
 		return exitUsage
 	}
@@ -142,7 +142,7 @@ func syncFromConfig(ctx context.Context, configPath, mirror string, shard config
 		}
 		job := daemon.Job(m)
 		progress, done := newProgress(!jsonOut)
-		report, err := fdlsync.RunJob(ctx, job, log, progress)
+		report, err := mirror.Run(ctx, job, log, progress)
 		done()
 		code = max(code, finishSync(os.Stdout, job, report, err, jsonOut, log))
 	}

@@ -19,9 +19,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 )
 
 // The daemon as operators run it: the built binary, a config file, signals,
@@ -520,12 +521,12 @@ func TestDaemonWaitsForAMirrorLockedByAnotherRun(t *testing.T) {
 	m := testMirror{"held", filepath.Join(parent, "upstream"), filepath.Join(parent, "mirror")}
 	repo := gen(t, m.up, generate.Options{Versions: 1})
 	ctx := context.Background()
-	dst, closeDst, err := sink.Open(ctx, m.sink, sink.Options{})
+	dst, closeDst, err := location.OpenWritable(ctx, m.sink, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeDst()
-	held, err := sink.Lock(ctx, dst, sink.LockOptions{Owner: "the test"})
+	held, err := lock.Lock(ctx, dst, lock.Options{Owner: "the test"})
 	if err != nil {
 		t.Fatal(err)
 	}

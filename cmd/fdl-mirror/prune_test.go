@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
-	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
@@ -75,7 +75,7 @@ func dataFiles(t *testing.T, dir string) map[string]bool {
 // writeRefsJSON rewrites refs.json from the ref files, as a publisher does.
 func (r *branchedRepo) writeRefsJSON(t *testing.T) {
 	t.Helper()
-	rd, closeRd, err := source.Open(context.Background(), r.dir, source.Options{})
+	rd, closeRd, err := location.Open(context.Background(), r.dir, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func pruneJSON(t *testing.T, args ...string) (prune.Report, result) {
 // listStore lists every object of a store at addr, outside .fdl-mirror/.
 func listStore(t *testing.T, addr string) map[string]int64 {
 	t.Helper()
-	r, closeR, err := source.Open(context.Background(), addr, source.Options{})
+	r, closeR, err := location.Open(context.Background(), addr, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func listStore(t *testing.T, addr string) map[string]int64 {
 // putObject writes one object into the store at addr.
 func putObject(t *testing.T, addr, name, content string) {
 	t.Helper()
-	b, closeB, err := sink.Open(context.Background(), addr, sink.Options{})
+	b, closeB, err := location.OpenWritable(context.Background(), addr, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,12 +512,12 @@ func TestPruneRemovesHEADOnlyWithItsRef(t *testing.T) {
 // A prune waits for, or gives up on, a sink another run holds, as a sync does.
 func TestPruneHoldsTheSinksLock(t *testing.T) {
 	_, up, sinkDir := prunedScenario(t)
-	b, closeB, err := sink.Open(context.Background(), sinkDir, sink.Options{})
+	b, closeB, err := location.OpenWritable(context.Background(), sinkDir, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeB()
-	held, err := sink.Lock(context.Background(), b, sink.LockOptions{})
+	held, err := lock.Lock(context.Background(), b, lock.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	fdlsink "github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
@@ -238,12 +239,12 @@ func TestTwoConcurrentSyncsIntoOneS3Sink(t *testing.T) {
 	// While another holder has the lock, a sync that will not wait gives
 	// up cleanly, naming the lock, and writes nothing.
 	ctx := context.Background()
-	store, closeStore, err := fdlsink.Open(ctx, sink, fdlsink.Options{})
+	store, closeStore, err := location.OpenWritable(ctx, sink, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeStore()
-	held, err := fdlsink.Lock(ctx, store, fdlsink.LockOptions{Owner: "test-holder"})
+	held, err := lock.Lock(ctx, store, lock.Options{Owner: "test-holder"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,13 +15,14 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
 func cmdStatus(args []string) int {
 	fs := newFlagSet("status", "status [flags] SOURCE SINK | status --config FILE [--mirror NAME | --shard I/N | --shards N]")
 	configPath := fs.String("config", "", "compare the mirrors of this config `file`")
-	mirror := fs.String("mirror", "", "with --config: only this mirror")
+	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	jsonOut := fs.Bool("json", false, "print one JSON object per mirror on stdout")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	var headers stringList
@@ -32,7 +33,7 @@ func cmdStatus(args []string) int {
 	if err != nil {
 		return exitUsage
 	}
-	shard, ok := shardArgs(fs, "status", &shardF, *configPath, *mirror)
+	shard, ok := shardArgs(fs, "status", &shardF, *configPath, *onlyMirror)
 	if !ok {
 		return exitUsage
 	}
@@ -45,7 +46,7 @@ func cmdStatus(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var jobs []fdlsync.Job
+	var jobs []mirror.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
 		if len(headers) > 0 {
@@ -58,15 +59,15 @@ func cmdStatus(args []string) int {
 			return exitUsage
 		}
 		cfg = selectShard(os.Stderr, "status", cfg, shard)
-		mirrors, ok := selectMirrors(os.Stderr, "status", cfg, *mirror)
+		mirrors, ok := selectMirrors(os.Stderr, "status", cfg, *onlyMirror)
 		if !ok {
 			return exitUsage
 		}
 		for _, m := range mirrors {
 			jobs = append(jobs, daemon.Job(m))
 		}
-	case *configPath == "" && *mirror == "" && len(pos) == 2:
-		jobs = []fdlsync.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers}}
+	case *configPath == "" && *onlyMirror == "" && len(pos) == 2:
+		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers}}
 	default:
 		fs.Usage()
 		return exitUsage
@@ -74,7 +75,7 @@ func cmdStatus(args []string) int {
 
 	code := exitOK
 	for _, job := range jobs {
-		refs, err := fdlsync.StatusJob(ctx, job, log)
+		refs, err := mirror.Status(ctx, job, log)
 		code = max(code, printStatus(os.Stdout, job, refs, err, *jsonOut, log))
 	}
 	return code
@@ -82,7 +83,7 @@ func cmdStatus(args []string) int {
 
 // printStatus prints one mirror's refs and returns its exit code: 0 current,
 // 1 behind or unreadable, 2 for a job that cannot work (bad address).
-func printStatus(w io.Writer, job fdlsync.Job, refs []fdlsync.RefStatus, err error, jsonOut bool, log *zap.Logger) int {
+func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err error, jsonOut bool, log *zap.Logger) int {
 	code := exitOK
 	behind := 0
 	for _, r := range refs {
@@ -90,7 +91,7 @@ func printStatus(w io.Writer, job fdlsync.Job, refs []fdlsync.RefStatus, err err
 			behind++
 		}
 	}
-	var cfgErr *fdlsync.ConfigError
+	var cfgErr *mirror.ConfigError
 	switch {
 	case errors.As(err, &cfgErr):
 		code = exitUsage

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -38,7 +39,7 @@ func cmdSync(args []string) int {
 	dryRun := fs.Bool("dry-run", false, "print the plan; write nothing")
 	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
 	configPath := fs.String("config", "", "run the mirrors of this config `file` once")
-	mirror := fs.String("mirror", "", "with --config: only this mirror")
+	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
@@ -57,7 +58,7 @@ func cmdSync(args []string) int {
 	if err != nil {
 		return exitUsage
 	}
-	shard, ok := shardArgs(fs, "sync", &shardF, *configPath, *mirror)
+	shard, ok := shardArgs(fs, "sync", &shardF, *configPath, *onlyMirror)
 	if !ok {
 		return exitUsage
 	}
@@ -83,7 +84,7 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects and bwlimit in the config")
 			return exitUsage
 		}
-		return syncFromConfig(ctx, *configPath, *mirror, shard, *jsonOut, log)
+		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *jsonOut, log)
 	}
 	if len(pos) != 2 {
 		fs.Usage()
@@ -104,23 +105,23 @@ func cmdSync(args []string) int {
 			return exitUsage
 		}
 	}
-	job := fdlsync.Job{
+	job := mirror.Job{
 		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries,
 		CatalogLimits: limits.Limits,
 	}
 	progress, done := newProgress(!*jsonOut)
-	report, err := fdlsync.RunJob(ctx, job, log, progress)
+	report, err := mirror.Run(ctx, job, log, progress)
 	done()
 	return finishSync(os.Stdout, job, report, err, *jsonOut, log)
 }
 
 // finishSync prints a run's summary and returns its exit code; shared by
 // plain sync and sync --config.
-func finishSync(w io.Writer, job fdlsync.Job, report *fdlsync.Report, err error, jsonOut bool, log *zap.Logger) int {
+func finishSync(w io.Writer, job mirror.Job, report *fdlsync.Report, err error, jsonOut bool, log *zap.Logger) int {
 	code := exitOK
-	var cfg *fdlsync.ConfigError
+	var cfg *mirror.ConfigError
 	switch {
 	case errors.As(err, &cfg):
 		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
@@ -153,7 +154,7 @@ func finishSync(w io.Writer, job fdlsync.Job, report *fdlsync.Report, err error,
 	return code
 }
 
-func printSummary(w io.Writer, job fdlsync.Job, r *fdlsync.Report, err error) {
+func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 	name := ""
 	if job.Name != "" {
 		name = job.Name + ": "

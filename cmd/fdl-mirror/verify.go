@@ -12,8 +12,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/source"
-	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
 
@@ -50,13 +50,13 @@ func cmdVerify(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	job := fdlsync.Job{TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace}
+	job := mirror.Job{TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace}
 	policy, err := job.Policy()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
 		return exitUsage
 	}
-	target, closeTarget, err := source.Open(ctx, pos[0], source.Options{HTTPHeaders: headers, Logger: log})
+	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
 		return exitUsage

@@ -21,7 +21,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
-	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/robfig/cron/v3"
 	"gopkg.in/yaml.v3"
 )
@@ -448,7 +448,7 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 // checkAddress refuses schemes no backend handles, and HTTP as a sink, here
 // rather than at the first tick hours later.
 func (p *parser) checkAddress(v *yaml.Node, where, addr string, sink bool) {
-	scheme, _ := source.Scheme(addr)
+	scheme, _ := location.Scheme(addr)
 	switch scheme {
 	case "file", "s3", "gs":
 	case "http", "https":

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -30,8 +31,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// RunFunc runs one mirror once; fdlsync.RunJob in production.
-type RunFunc func(ctx context.Context, job fdlsync.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
+// RunFunc runs one mirror once; mirror.Run in production.
+type RunFunc func(ctx context.Context, job mirror.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
 
 // PruneFunc prunes one mirror once; prune.RunJob in production.
 type PruneFunc func(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error)
@@ -49,7 +50,7 @@ type Options struct {
 	// at start and at every reload; the zero Shard runs them all.
 	Shard  config.Shard
 	Logger *zap.Logger
-	// Run runs one mirror; nil means fdlsync.RunJob.
+	// Run runs one mirror; nil means mirror.Run.
 	Run RunFunc
 	// Prune prunes a mirror configured with prune: true after each
 	// successful run; nil means prune.RunJob.
@@ -88,7 +89,7 @@ func New(opts Options) (*Daemon, error) {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.Run == nil {
-		opts.Run = fdlsync.RunJob
+		opts.Run = mirror.Run
 	}
 	if opts.Prune == nil {
 		opts.Prune = prune.RunJob
@@ -405,7 +406,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	case result == ResultLocked:
 		// Daemon replicas meet here at every tick with something new: the
 		// one that got the lock runs the mirror. Nothing is wrong, so info;
-		// a lock held past its expiry is taken over in sink.Lock instead.
+		// a lock held past its expiry is taken over in lock.Lock instead.
 		log.Info("another run holds the sink's lock (another replica, a manual sync); skipped until the next tick", append(fields, zap.Error(err))...)
 	case err != nil:
 		log.Error("run failed", append(fields, zap.Error(err))...)
@@ -457,8 +458,8 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 }
 
 // Job turns a configured mirror into the engine's job.
-func Job(m config.Mirror) fdlsync.Job {
-	return fdlsync.Job{
+func Job(m config.Mirror) mirror.Job {
+	return mirror.Job{
 		Name:               m.Name,
 		Source:             m.Source,
 		Sink:               m.Sink,

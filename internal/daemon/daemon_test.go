@@ -17,7 +17,8 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
@@ -109,7 +110,7 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool)
 	}
 }
 
-func okReport(job fdlsync.Job) *fdlsync.Report {
+func okReport(job mirror.Job) *fdlsync.Report {
 	return &fdlsync.Report{Source: job.Source, Sink: job.Sink, FilesCopied: 3, BytesCopied: 300,
 		VersionsPublished: []string{"v1"}, RefsMoved: []fdlsync.RefMove{{Ref: "refs/heads/main", To: "v1"}}}
 }
@@ -117,7 +118,7 @@ func okReport(job fdlsync.Job) *fdlsync.Report {
 func TestATickDuringARunIsSkipped(t *testing.T) {
 	var active, maxActive, calls atomic.Int32
 	release := make(chan struct{})
-	h := start(t, mirrorsConfig("", "slow"), func(ctx context.Context, job fdlsync.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+	h := start(t, mirrorsConfig("", "slow"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 		calls.Add(1)
 		n := active.Add(1)
 		defer active.Add(-1)
@@ -150,7 +151,7 @@ func TestATickDuringARunIsSkipped(t *testing.T) {
 
 func TestOneMirrorsFailureDoesNotStopTheOthers(t *testing.T) {
 	var good atomic.Int32
-	h := start(t, mirrorsConfig("", "broken", "panics", "good"), func(ctx context.Context, job fdlsync.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+	h := start(t, mirrorsConfig("", "broken", "panics", "good"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 		switch job.Name {
 		case "broken":
 			return nil, errors.New("sink /down/broken: lock held by another run")
@@ -183,7 +184,7 @@ func TestOneMirrorsFailureDoesNotStopTheOthers(t *testing.T) {
 func TestStopCancelsRunningSyncsAndWaitsForThem(t *testing.T) {
 	started := make(chan struct{}, 1)
 	var finished atomic.Bool
-	h := start(t, mirrorsConfig("", "long"), func(ctx context.Context, job fdlsync.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+	h := start(t, mirrorsConfig("", "long"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 		started <- struct{}{}
 		<-ctx.Done()
 		time.Sleep(200 * time.Millisecond) // reaching a safe point takes a moment
@@ -211,7 +212,7 @@ func TestStopGivesUpOnASyncThatDoesNotStop(t *testing.T) {
 	started := make(chan struct{}, 1)
 	release := make(chan struct{})
 	defer close(release)
-	h := start(t, mirrorsConfig("", "stuck"), func(ctx context.Context, job fdlsync.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+	h := start(t, mirrorsConfig("", "stuck"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 		started <- struct{}{}
 		<-release
 		return nil, nil
@@ -229,7 +230,7 @@ func TestStopGivesUpOnASyncThatDoesNotStop(t *testing.T) {
 func TestReloadAppliesAGoodConfigAndKeepsTheOldOnABadOne(t *testing.T) {
 	var mu sync.Mutex
 	seen := map[string]string{}
-	h := start(t, mirrorsConfig("", "a", "b"), func(ctx context.Context, job fdlsync.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+	h := start(t, mirrorsConfig("", "a", "b"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 		mu.Lock()
 		seen[job.Name] = job.Source
 		mu.Unlock()
@@ -315,7 +316,7 @@ func get(t *testing.T, url string) (int, string) {
 
 func TestHTTPEndpointsAndMetricValues(t *testing.T) {
 	addr := freePort(t)
-	h := start(t, mirrorsConfig(addr, "towns", "idle"), func(ctx context.Context, job fdlsync.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+	h := start(t, mirrorsConfig(addr, "towns", "idle"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 		if job.Name == "idle" {
 			<-ctx.Done()
 			return nil, ctx.Err()
@@ -393,7 +394,7 @@ func TestResult(t *testing.T) {
 		{&fdlsync.Report{}, nil, true, ResultSuccess}, // finished before the stop reached it
 		{refused, nil, false, ResultRefused},
 		{nil, errors.New("permission denied"), false, ResultFailed},
-		{nil, fmt.Errorf("sink /m: %w", sink.ErrLocked), false, ResultLocked},
+		{nil, fmt.Errorf("sink /m: %w", lock.ErrLocked), false, ResultLocked},
 		{refused, context.Canceled, true, ResultCanceled},
 		{nil, context.Canceled, true, ResultCanceled},
 	} {

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -188,14 +188,14 @@ func (m *Metrics) ObservePrune(name string, rep *prune.Report, err error) {
 	}
 }
 
-// Result classifies what RunJob returned.
+// Result classifies what a run (mirror.Run) returned.
 func Result(rep *fdlsync.Report, err error, canceled bool) string {
 	switch {
 	case err == nil && rep != nil && rep.OK():
 		return ResultSuccess
 	case canceled:
 		return ResultCanceled
-	case errors.Is(err, sink.ErrLocked):
+	case errors.Is(err, lock.ErrLocked):
 		return ResultLocked
 	case err != nil:
 		return ResultFailed

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"go.uber.org/zap"
 )
@@ -35,7 +36,7 @@ const pageConfig = `mirrors:
     schedule: "@every 1s"
 `
 
-func pageRun(ctx context.Context, job fdlsync.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+func pageRun(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 	if job.Name == "good" {
 		return &fdlsync.Report{FilesCopied: 12, BytesCopied: 3 << 20, VersionsPublished: []string{"v2"},
 			RefsMoved: []fdlsync.RefMove{{Ref: "refs/heads/main", From: "v1", To: "v2"}},

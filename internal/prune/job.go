@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
-	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 )
 
 // Job is one prune as the command line or the config gives it.
@@ -26,7 +26,7 @@ type Job struct {
 	DryRun             bool
 	MaxDelete          int           // 0 = DefaultMaxDelete
 	LockWait           time.Duration // how long to wait for another run's lock
-	LockTTL            time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
+	LockTTL            time.Duration // an object-store lock's lifetime; 0 = lock.DefaultTTL
 	Retries            int           // retries of one request; 0 = each backend's default
 	// Selected says which refs may be removed; nil selects all (see Options).
 	Selected func(ref string) bool
@@ -50,19 +50,19 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 	if job.Name != "" {
 		log = log.With(zap.String("mirror", job.Name))
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, source.Options{HTTPHeaders: job.HTTPHeaders, HTTPAllowRedirects: job.HTTPAllowRedirects, Retries: job.Retries, Logger: log})
+	src, closeSrc, err := location.Open(ctx, job.Source, location.Options{HTTPHeaders: job.HTTPHeaders, HTTPAllowRedirects: job.HTTPAllowRedirects, Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
 	defer closeSrc()
-	if scheme, path := source.Scheme(job.Sink); scheme == "file" {
+	if scheme, path := location.Scheme(job.Sink); scheme == "file" {
 		// Opening a local sink makes its folder; a prune has nothing to
 		// do with one that is not there, and must not leave it made.
 		if _, err := os.Stat(path); err != nil {
 			return nil, &ConfigError{fmt.Errorf("sink %s: %w", job.Sink, err)}
 		}
 	}
-	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Retries: job.Retries, Logger: log})
+	dst, closeDst, err := location.OpenWritable(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
@@ -72,7 +72,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 	if job.DryRun {
 		return Run(ctx, src, readOnly{dst}, opts)
 	}
-	held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
+	held, err := lock.Lock(ctx, dst, lock.Options{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 	}

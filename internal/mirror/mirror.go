@@ -1,4 +1,9 @@
-package sync
+// Package mirror is one mirror job as the command line or the config file
+// gives it (addresses, trust, lock wait): it opens the stores by their
+// addresses, loads the trust policy, takes the mirror's lock when the
+// engine asks for it, and runs the engine (internal/sync), which itself
+// knows only the store interface.
+package mirror
 
 import (
 	"context"
@@ -12,10 +17,11 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
-	"github.com/fdl-mirror/fdl-mirror/internal/source"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
 
@@ -30,15 +36,15 @@ type Job struct {
 	Concurrency        int
 	DryRun             bool
 	LockWait           time.Duration // how long to wait for another run's lock
-	LockTTL            time.Duration // an object-store lock's lifetime; 0 = sink.DefaultLockTTL
+	LockTTL            time.Duration // an object-store lock's lifetime; 0 = lock.DefaultTTL
 	Retries            int           // retries of one request; 0 = each backend's default
 	CatalogLimits      catalog.Limits
 	HTTPAllowRedirects []string // hosts an HTTP(S) source may redirect to besides its origin
 	BWLimit            int64    // bytes per second for the whole run; 0 = no limit
 }
 
-func (j Job) sourceOptions(log *zap.Logger) source.Options {
-	return source.Options{HTTPHeaders: j.HTTPHeaders, HTTPAllowRedirects: j.HTTPAllowRedirects, Retries: j.Retries, Logger: log}
+func (j Job) sourceOptions(log *zap.Logger) location.Options {
+	return location.Options{HTTPHeaders: j.HTTPHeaders, HTTPAllowRedirects: j.HTTPAllowRedirects, Retries: j.Retries, Logger: log}
 }
 
 // ConfigError is a problem with the job itself (an address, a trust file):
@@ -73,19 +79,19 @@ func (t policyTrust) CheckVersion(id string, record, sig []byte) error {
 func (t policyTrust) CompareRepoSigners(lines []string) string { return t.p.CompareRepoSigners(lines) }
 
 // TrustOf returns the engine's Trust for a policy (nil for none).
-func TrustOf(p *verify.Policy) Trust {
+func TrustOf(p *verify.Policy) fdlsync.Trust {
 	if p == nil {
 		return nil
 	}
 	return policyTrust{p}
 }
 
-// RunJob opens the source and the sink and runs the engine, which takes
+// Run opens the source and the sink and runs the engine, which takes
 // the sink's lock once it knows it has something to write (a run with
 // nothing new never waits for the lock) and releases it at the end.
 // Cancelling ctx stops the run at a safe point: never a ref to an
 // incomplete version.
-func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) (*Report, error) {
+func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -96,9 +102,9 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 	if err != nil {
 		return nil, err
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, job.sourceOptions(log))
+	src, closeSrc, err := location.Open(ctx, job.Source, job.sourceOptions(log))
 	if err != nil {
-		return nil, &ConfigError{err}
+		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}
 	defer closeSrc()
 	if job.BWLimit > 0 {
@@ -106,25 +112,25 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 		// limit there counts each byte of every transfer once.
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
-	dst, closeDst, err := sink.Open(ctx, job.Sink, sink.Options{Retries: job.Retries, Logger: log})
+	dst, closeDst, err := location.OpenWritable(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	if err != nil {
-		return nil, &ConfigError{err}
+		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
 	defer closeDst()
 
-	opts := Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits}
+	opts := fdlsync.Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits}
 	if job.DryRun {
-		return Run(ctx, src, readOnly{dst}, opts)
+		return fdlsync.Run(ctx, src, readOnly{dst}, opts)
 	}
 	opts.Lock = func(ctx context.Context) (func(), <-chan struct{}, error) {
-		held, err := sink.Lock(ctx, dst, sink.LockOptions{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
+		held, err := lock.Lock(ctx, dst, lock.Options{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 		}
 		// Uploads older than the lock's lifetime were started by runs
 		// that no longer hold it (killed mid-upload): nothing else
 		// removes them.
-		sink.AbortStaleUploads(ctx, dst, job.LockTTL, log)
+		lock.AbortStaleUploads(ctx, dst, job.LockTTL, log)
 		unlock := func() {
 			if err := held.Release(context.WithoutCancel(ctx)); err != nil {
 				log.Warn("releasing the sink's lock", zap.Error(err))
@@ -132,7 +138,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, 
 		}
 		return unlock, held.Lost(), nil
 	}
-	return Run(ctx, src, dst, opts)
+	return fdlsync.Run(ctx, src, dst, opts)
 }
 
 // readOnly lets a dry run read the sink while making sure it writes nothing.
@@ -150,18 +156,18 @@ func (r readOnly) Remove(ctx context.Context, name string) error {
 	return fmt.Errorf("dry run: refusing to remove %s", name)
 }
 
-// StatusJob reads the refs upstream and in the mirror, copying nothing.
-func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, error) {
+// Status reads the refs upstream and in the mirror, copying nothing.
+func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	src, closeSrc, err := source.Open(ctx, job.Source, job.sourceOptions(log))
+	src, closeSrc, err := location.Open(ctx, job.Source, job.sourceOptions(log))
 	if err != nil {
-		return nil, &ConfigError{err}
+		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}
 	defer closeSrc()
 	mine := repo.Refs{}
-	dst, closeDst, err := source.Open(ctx, job.Sink, source.Options{Retries: job.Retries, Logger: log})
+	dst, closeDst, err := location.Open(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// A mirror not made yet is behind on every ref.
@@ -177,9 +183,9 @@ func StatusJob(ctx context.Context, job Job, log *zap.Logger) ([]RefStatus, erro
 	if upErr != nil {
 		return nil, fmt.Errorf("source %s: %w", src.Location(), upErr)
 	}
-	var out []RefStatus
+	var out []fdlsync.RefStatus
 	for _, name := range up.Names() {
-		out = append(out, RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], Behind: up[name] != mine[name]})
+		out = append(out, fdlsync.RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], Behind: up[name] != mine[name]})
 	}
 	return out, nil
 }

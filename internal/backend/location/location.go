@@ -1,7 +1,8 @@
-// Package source opens an upstream repository by its address, read-only.
-// The protocols are the backends in internal/backend/...; this package only
-// turns an address into the right one.
-package source
+// Package location turns an address (a local path, file://, s3://, gs://,
+// http:// or https://) into the store that serves it, as restic's
+// location does: the one place that knows every protocol, so that the
+// engine depends on the store interface only.
+package location
 
 import (
 	"context"
@@ -10,12 +11,13 @@ import (
 	"net/url"
 	"strings"
 
+	"go.uber.org/zap"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
-	"go.uber.org/zap"
 )
 
 // Options carry what some protocols need besides the address.
@@ -31,8 +33,9 @@ type Options struct {
 	Logger  *zap.Logger
 }
 
-// Open returns a reader for the repository at addr: a local path, file://,
-// s3://, gs://, http:// or https://. The returned close function releases it.
+// Open returns a store to read the repository at addr: a local folder
+// that exists, file://, s3://, gs://, http:// or https://. The returned
+// close function releases it.
 func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func() error, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -46,7 +49,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 		}
 		return l, l.Close, nil
 	case "s3", "gs":
-		return OpenObjectStore(ctx, addr, opts.Retries, opts.Logger)
+		return openObjectStore(ctx, addr, opts)
 	case "http", "https":
 		u, err := url.Parse(addr)
 		if err != nil {
@@ -55,7 +58,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 			if errors.As(err, &uerr) {
 				err = uerr.Err
 			}
-			return nil, nil, fmt.Errorf("source: invalid %s:// address: %w", scheme, err)
+			return nil, nil, fmt.Errorf("invalid %s:// address: %w", scheme, err)
 		}
 		st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, AllowRedirects: opts.HTTPAllowRedirects, Logger: opts.Logger, RetryMax: opts.Retries})
 		if err != nil {
@@ -63,25 +66,47 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 		}
 		return st, st.Close, nil
 	}
-	return nil, nil, fmt.Errorf("source %s: unsupported address scheme %q", addr, scheme)
+	return nil, nil, fmt.Errorf("%s: unsupported address scheme %q", addr, scheme)
 }
 
-// OpenObjectStore opens an s3:// or gs:// address, a backend that both
-// roles share: the sink package opens its mirrors with it too.
-func OpenObjectStore(ctx context.Context, addr string, retries int, log *zap.Logger) (backend.Backend, func() error, error) {
+// OpenWritable returns a store to write a mirror at addr: a local folder
+// (made if absent), file://, s3:// or gs://. HTTP(S) is read-only and
+// refused.
+func OpenWritable(ctx context.Context, addr string, opts Options) (backend.Backend, func() error, error) {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	scheme, rest := Scheme(addr)
+	switch scheme {
+	case "file":
+		l, err := local.Create(rest)
+		if err != nil {
+			return nil, nil, err
+		}
+		return l, l.Close, nil
+	case "s3", "gs":
+		return openObjectStore(ctx, addr, opts)
+	case "http", "https":
+		return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", addr)
+	}
+	return nil, nil, fmt.Errorf("%s: unsupported address scheme %q", addr, scheme)
+}
+
+// openObjectStore opens an s3:// or gs:// address, for reading or writing.
+func openObjectStore(ctx context.Context, addr string, opts Options) (backend.Backend, func() error, error) {
 	u, err := url.Parse(addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", addr, err)
 	}
 	switch u.Scheme {
 	case "s3":
-		st, err := s3.Open(ctx, u, s3.Options{Logger: log, MaxAttempts: attempts(retries)})
+		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
 		if err != nil {
 			return nil, nil, err
 		}
 		return st, func() error { return nil }, nil
 	case "gs":
-		st, err := gcs.Open(ctx, u, gcs.Options{Logger: log, MaxAttempts: attempts(retries)})
+		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,4 +1,4 @@
-package sink_test
+package lock_test
 
 import (
 	"bufio"
@@ -22,7 +22,8 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
@@ -54,7 +55,7 @@ func eachObjectStore(t *testing.T, test func(t *testing.T, st objectStore)) {
 
 func openObjectStore(t *testing.T, addr string, server *testserver.Process) objectStore {
 	t.Helper()
-	b, closeSink, err := sink.Open(context.Background(), addr, sink.Options{})
+	b, closeSink, err := location.OpenWritable(context.Background(), addr, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func openObjectStore(t *testing.T, addr string, server *testserver.Process) obje
 
 func readRecord(t *testing.T, b backend.Reader) record {
 	t.Helper()
-	data, err := backend.ReadAll(context.Background(), b, sink.LockName, 1<<20)
+	data, err := backend.ReadAll(context.Background(), b, lock.Name, 1<<20)
 	if err != nil {
 		t.Fatalf("reading the lock: %v", err)
 	}
@@ -78,14 +79,14 @@ func readRecord(t *testing.T, b backend.Reader) record {
 func writeRecord(t *testing.T, b backend.Backend, r record) {
 	t.Helper()
 	data, _ := json.Marshal(r)
-	if err := b.Put(context.Background(), sink.LockName, bytes.NewReader(data), int64(len(data))); err != nil {
+	if err := b.Put(context.Background(), lock.Name, bytes.NewReader(data), int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func mustLock(t *testing.T, b backend.Backend, opts sink.LockOptions) *sink.Held {
+func mustLock(t *testing.T, b backend.Backend, opts lock.Options) *lock.Held {
 	t.Helper()
-	h, err := sink.Lock(context.Background(), b, opts)
+	h, err := lock.Lock(context.Background(), b, opts)
 	if err != nil {
 		t.Fatalf("Lock as %q: %v", opts.Owner, err)
 	}
@@ -95,13 +96,13 @@ func mustLock(t *testing.T, b backend.Backend, opts sink.LockOptions) *sink.Held
 func TestObjectLockOneOfTwoConcurrentLockersWins(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		var wg sync.WaitGroup
-		held := make([]*sink.Held, 2)
+		held := make([]*lock.Held, 2)
 		errs := make([]error, 2)
 		for i := range 2 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				held[i], errs[i] = sink.Lock(context.Background(), st, sink.LockOptions{Owner: "run-" + strconv.Itoa(i)})
+				held[i], errs[i] = lock.Lock(context.Background(), st, lock.Options{Owner: "run-" + strconv.Itoa(i)})
 			}()
 		}
 		wg.Wait()
@@ -117,7 +118,7 @@ func TestObjectLockOneOfTwoConcurrentLockersWins(t *testing.T) {
 			t.Fatalf("lock object names %q, want run-%d", rec.Owner, winner)
 		}
 		err := errs[loser]
-		if !errors.Is(err, sink.ErrLocked) {
+		if !errors.Is(err, lock.ErrLocked) {
 			t.Fatalf("loser's error = %v, want ErrLocked", err)
 		}
 		if want := rec.Expires.Format(time.RFC3339); !strings.Contains(err.Error(), rec.Owner) || !strings.Contains(err.Error(), want) {
@@ -126,23 +127,23 @@ func TestObjectLockOneOfTwoConcurrentLockersWins(t *testing.T) {
 		if err := held[winner].Release(context.Background()); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-		if _, err := st.Stat(context.Background(), sink.LockName); !backend.IsNotExist(err) {
+		if _, err := st.Stat(context.Background(), lock.Name); !backend.IsNotExist(err) {
 			t.Fatalf("lock object still there after Release: %v", err)
 		}
-		mustLock(t, st, sink.LockOptions{Owner: "next"}).Release(context.Background())
+		mustLock(t, st, lock.Options{Owner: "next"}).Release(context.Background())
 	})
 }
 
 func TestObjectLockWaiterGetsItWhenReleased(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
-		first := mustLock(t, st, sink.LockOptions{Owner: "first"})
+		first := mustLock(t, st, lock.Options{Owner: "first"})
 		released := make(chan time.Time, 1)
 		go func() {
 			time.Sleep(500 * time.Millisecond)
 			released <- time.Now()
 			first.Release(context.Background())
 		}()
-		second := mustLock(t, st, sink.LockOptions{Owner: "second", Wait: 10 * time.Second})
+		second := mustLock(t, st, lock.Options{Owner: "second", Wait: 10 * time.Second})
 		defer second.Release(context.Background())
 		if got := time.Now(); got.Before(<-released) {
 			t.Fatal("second locker got the lock before the first released it")
@@ -157,7 +158,7 @@ func TestObjectLockExpiredIsTakenOver(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		// What a killed run leaves: a lock nobody renews.
 		writeRecord(t, st, record{Owner: "killed", Expires: time.Now().Add(-time.Second), Token: "dead"})
-		h := mustLock(t, st, sink.LockOptions{Owner: "new"})
+		h := mustLock(t, st, lock.Options{Owner: "new"})
 		defer h.Release(context.Background())
 		if rec := readRecord(t, st); rec.Owner != "new" || rec.Token == "dead" {
 			t.Fatalf("lock after takeover = %+v", rec)
@@ -172,13 +173,13 @@ func TestObjectLockExpiredRaceHasOneWinner(t *testing.T) {
 		writeRecord(t, st, record{Owner: "killed", Expires: time.Now().Add(-time.Second), Token: "dead"})
 		const n = 4
 		var wg sync.WaitGroup
-		held := make([]*sink.Held, n)
+		held := make([]*lock.Held, n)
 		errs := make([]error, n)
 		for i := range n {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				held[i], errs[i] = sink.Lock(context.Background(), st, sink.LockOptions{Owner: "run-" + strconv.Itoa(i)})
+				held[i], errs[i] = lock.Lock(context.Background(), st, lock.Options{Owner: "run-" + strconv.Itoa(i)})
 			}()
 		}
 		wg.Wait()
@@ -191,7 +192,7 @@ func TestObjectLockExpiredRaceHasOneWinner(t *testing.T) {
 					t.Errorf("run-%d holds the lock but it names %q", i, rec.Owner)
 				}
 				defer held[i].Release(context.Background())
-			case !errors.Is(err, sink.ErrLocked):
+			case !errors.Is(err, lock.ErrLocked):
 				t.Errorf("run-%d: err = %v, want nil or ErrLocked", i, err)
 			}
 		}
@@ -210,7 +211,7 @@ func TestObjectLockCreateWithLostAnswerIsTaken(t *testing.T) {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	var lost atomic.Int32
 	rp.ModifyResponse = func(resp *http.Response) error {
-		if resp.Request.Method == http.MethodPut && strings.HasSuffix(resp.Request.URL.Path, "/"+sink.LockName) &&
+		if resp.Request.Method == http.MethodPut && strings.HasSuffix(resp.Request.URL.Path, "/"+lock.Name) &&
 			resp.StatusCode == http.StatusOK && lost.Add(1) == 1 {
 			return errors.New("answer lost on purpose") // the client gets a 502
 		}
@@ -220,7 +221,7 @@ func TestObjectLockCreateWithLostAnswerIsTaken(t *testing.T) {
 	t.Cleanup(proxy.Close)
 	addr := strings.Replace(srv.URL(srv.Bucket(t), "mirror"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
 	st := openObjectStore(t, addr, srv.Process)
-	h := mustLock(t, st, sink.LockOptions{Owner: "me"})
+	h := mustLock(t, st, lock.Options{Owner: "me"})
 	defer h.Release(context.Background())
 	if lost.Load() == 0 {
 		t.Fatal("no answer was lost; the test tested nothing")
@@ -234,14 +235,14 @@ func TestObjectLockLiveIsNotTakenOverBeforeExpiry(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		expires := time.Now().Add(1500 * time.Millisecond)
 		writeRecord(t, st, record{Owner: "slow", Expires: expires, Token: "live"})
-		_, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "impatient"})
-		if !errors.Is(err, sink.ErrLocked) {
+		_, err := lock.Lock(context.Background(), st, lock.Options{Owner: "impatient"})
+		if !errors.Is(err, lock.ErrLocked) {
 			t.Fatalf("Lock with Wait 0 on a live lock: err = %v, want ErrLocked", err)
 		}
 		if rec := readRecord(t, st); rec.Token != "live" {
 			t.Fatalf("a refused Lock changed the lock: %+v", rec)
 		}
-		h := mustLock(t, st, sink.LockOptions{Owner: "patient", Wait: 10 * time.Second})
+		h := mustLock(t, st, lock.Options{Owner: "patient", Wait: 10 * time.Second})
 		defer h.Release(context.Background())
 		if time.Now().Before(expires) {
 			t.Fatal("took the lock over before it expired")
@@ -252,7 +253,7 @@ func TestObjectLockLiveIsNotTakenOverBeforeExpiry(t *testing.T) {
 func TestObjectLockIsRenewedWhileHeld(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		ttl := 900 * time.Millisecond
-		h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+		h := mustLock(t, st, lock.Options{Owner: "holder", TTL: ttl})
 		first := readRecord(t, st)
 		time.Sleep(2 * ttl) // the lock would have expired twice without renewal
 		select {
@@ -264,7 +265,7 @@ func TestObjectLockIsRenewedWhileHeld(t *testing.T) {
 		if rec.Token != first.Token || !rec.Expires.After(first.Expires.Add(ttl)) {
 			t.Fatalf("lock not renewed: first %+v, now %+v", first, rec)
 		}
-		if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "other", TTL: ttl}); !errors.Is(err, sink.ErrLocked) {
+		if _, err := lock.Lock(context.Background(), st, lock.Options{Owner: "other", TTL: ttl}); !errors.Is(err, lock.ErrLocked) {
 			t.Fatalf("another Lock on a renewed lock: err = %v, want ErrLocked", err)
 		}
 		if err := h.Release(context.Background()); err != nil {
@@ -276,7 +277,7 @@ func TestObjectLockIsRenewedWhileHeld(t *testing.T) {
 func TestObjectLockLostWhenTakenOver(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		ttl := 600 * time.Millisecond
-		h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+		h := mustLock(t, st, lock.Options{Owner: "holder", TTL: ttl})
 		thief := record{Owner: "thief", Expires: time.Now().Add(time.Hour), Token: "stolen"}
 		writeRecord(t, st, thief)
 		select {
@@ -296,7 +297,7 @@ func TestObjectLockLostWhenTakenOver(t *testing.T) {
 func TestObjectLockLostWhenRenewalKeepsFailing(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		ttl := 900 * time.Millisecond
-		h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: ttl})
+		h := mustLock(t, st, lock.Options{Owner: "holder", TTL: ttl})
 		st.server.Stop()
 		// Every renewal the store accepted ended before this, so the lock
 		// expires by stopped+ttl at the latest; Lost must come before.
@@ -338,13 +339,13 @@ func TestLockHelperProcess(t *testing.T) {
 	if addr == "" {
 		t.Skip("helper process for the killed-holder tests")
 	}
-	b, closeSink, err := sink.Open(context.Background(), addr, sink.Options{})
+	b, closeSink, err := location.OpenWritable(context.Background(), addr, location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeSink()
-	opts := sink.LockOptions{Owner: "helper pid " + strconv.Itoa(os.Getpid()), TTL: helperTTL}
-	if _, err := sink.Lock(context.Background(), b, opts); err != nil {
+	opts := lock.Options{Owner: "helper pid " + strconv.Itoa(os.Getpid()), TTL: helperTTL}
+	if _, err := lock.Lock(context.Background(), b, opts); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("locked\n")
@@ -377,13 +378,13 @@ func TestObjectLockOfKilledRunTakenOverAfterExpiry(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		cmd := startHolder(t, st.addr)
 		holder := "helper pid " + strconv.Itoa(cmd.Process.Pid)
-		if _, err := sink.Lock(context.Background(), st, sink.LockOptions{Owner: "me"}); !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), holder) {
+		if _, err := lock.Lock(context.Background(), st, lock.Options{Owner: "me"}); !errors.Is(err, lock.ErrLocked) || !strings.Contains(err.Error(), holder) {
 			t.Fatalf("Lock while the helper holds it: err = %v, want ErrLocked naming %q", err, holder)
 		}
 		cmd.Process.Kill() // SIGKILL: its lock object stays, unrenewed
 		cmd.Wait()
 		expires := readRecord(t, st).Expires
-		h := mustLock(t, st, sink.LockOptions{Owner: "me", Wait: 10 * helperTTL})
+		h := mustLock(t, st, lock.Options{Owner: "me", Wait: 10 * helperTTL})
 		defer h.Release(context.Background())
 		if time.Now().Before(expires) {
 			t.Fatalf("took over a lock expiring at %v before it expired", expires)
@@ -398,26 +399,26 @@ func TestLocalLockFreedWhenHolderIsKilled(t *testing.T) {
 	dir := t.TempDir()
 	cmd := startHolder(t, dir)
 	l := localStore(t, dir)
-	_, err := sink.Lock(context.Background(), l, sink.LockOptions{Owner: "me"})
-	if !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), "helper pid "+strconv.Itoa(cmd.Process.Pid)) {
+	_, err := lock.Lock(context.Background(), l, lock.Options{Owner: "me"})
+	if !errors.Is(err, lock.ErrLocked) || !strings.Contains(err.Error(), "helper pid "+strconv.Itoa(cmd.Process.Pid)) {
 		t.Fatalf("Lock while the helper holds it: err = %v, want ErrLocked naming the helper", err)
 	}
 	cmd.Process.Kill() // SIGKILL: no chance to release anything
 	cmd.Wait()
-	h := mustLock(t, l, sink.LockOptions{Owner: "me"})
+	h := mustLock(t, l, lock.Options{Owner: "me"})
 	h.Release(context.Background())
 }
 
 func TestLocalLockWaitsAndClearsTemp(t *testing.T) {
 	dir := t.TempDir()
 	l := localStore(t, dir)
-	first := mustLock(t, l, sink.LockOptions{Owner: "first"})
+	first := mustLock(t, l, lock.Options{Owner: "first"})
 	// A temporary file a killed writer left behind.
 	leftover := filepath.Join(dir, filepath.FromSlash(local.TempDir), "half-written")
 	if err := os.WriteFile(leftover, []byte("partial"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sink.Lock(context.Background(), l, sink.LockOptions{Owner: "second"}); !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), "first") {
+	if _, err := lock.Lock(context.Background(), l, lock.Options{Owner: "second"}); !errors.Is(err, lock.ErrLocked) || !strings.Contains(err.Error(), "first") {
 		t.Fatalf("Lock with Wait 0 while held: err = %v, want ErrLocked naming first", err)
 	}
 	if _, err := os.Stat(leftover); err != nil {
@@ -427,7 +428,7 @@ func TestLocalLockWaitsAndClearsTemp(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		first.Release(context.Background())
 	}()
-	second := mustLock(t, l, sink.LockOptions{Owner: "second", Wait: 10 * time.Second})
+	second := mustLock(t, l, lock.Options{Owner: "second", Wait: 10 * time.Second})
 	defer second.Release(context.Background())
 	if _, err := os.Stat(leftover); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("temporary file survived taking the lock: %v", err)

@@ -1,4 +1,4 @@
-package sink_test
+package lock_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 )
 
 // Check reads the lock back at once, without waiting for the next
@@ -16,14 +16,14 @@ import (
 func TestObjectLockCheckSeesATakeoverAtOnce(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
 		ctx := context.Background()
-		h := mustLock(t, st, sink.LockOptions{Owner: "holder", TTL: time.Hour}) // no renewal during the test
+		h := mustLock(t, st, lock.Options{Owner: "holder", TTL: time.Hour}) // no renewal during the test
 		defer h.Release(ctx)
 		if err := h.Check(ctx); err != nil {
 			t.Fatalf("Check of a lock we hold: %v", err)
 		}
 		writeRecord(t, st, record{Owner: "thief", Expires: time.Now().Add(time.Hour), Token: "stolen"})
 		err := h.Check(ctx)
-		if !errors.Is(err, sink.ErrLocked) || !strings.Contains(err.Error(), "thief") {
+		if !errors.Is(err, lock.ErrLocked) || !strings.Contains(err.Error(), "thief") {
 			t.Fatalf("Check after a takeover: %v, want ErrLocked naming the thief", err)
 		}
 		select {

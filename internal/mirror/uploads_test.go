@@ -1,4 +1,4 @@
-package sync_test
+package mirror_test
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
@@ -37,8 +37,8 @@ func TestRunAbortsIncompleteUploadsOfEarlierRuns(t *testing.T) {
 	}
 	time.Sleep(2100 * time.Millisecond) // older than the lock's lifetime below; S3 keeps seconds
 
-	job := fdlsync.Job{Source: up, Sink: srv.URL(bucket, "mirror"), LockTTL: 2 * time.Second}
-	rep, err := fdlsync.RunJob(ctx, job, nil, nil)
+	job := mirror.Job{Source: up, Sink: srv.URL(bucket, "mirror"), LockTTL: 2 * time.Second}
+	rep, err := mirror.Run(ctx, job, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("sync: %v %+v", err, rep)
 	}

@@ -1,4 +1,4 @@
-package sink
+package lock
 
 import (
 	"bytes"
@@ -22,19 +22,19 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 )
 
-// LockName is the lock's object in an object-store mirror, and its file in
+// Name is the lock's object in an object-store mirror, and its file in
 // a local one. Readers ignore it: it sits under backend.ReservedPrefix.
-const LockName = backend.ReservedPrefix + "lock"
+const Name = backend.ReservedPrefix + "lock"
 
 // ErrLocked is wrapped by Lock's error when another run holds the lock
-// and did not let go within LockOptions.Wait.
+// and did not let go within Options.Wait.
 var ErrLocked = errors.New("mirror is locked by another run")
 
-// DefaultLockTTL is how long an object-store lock lives without renewal.
-const DefaultLockTTL = 2 * time.Minute
+// DefaultTTL is how long an object-store lock lives without renewal.
+const DefaultTTL = 2 * time.Minute
 
-// LockOptions say who locks and how patiently.
-type LockOptions struct {
+// Options say who locks and how patiently.
+type Options struct {
 	// Owner names this run in the lock, for the message another run
 	// shows (default "hostname pid N").
 	Owner string
@@ -75,7 +75,7 @@ type Held struct {
 // drops it when the process dies, so a killed run never blocks the next.
 // Temporary files a killed run left are then cleared.
 //
-// An object store gets a lock object, LockName, holding owner, expiry and
+// An object store gets a lock object, Name, holding owner, expiry and
 // a random token. It is made with Create (If-None-Match: * on S3, a
 // does-not-exist precondition on GCS), so of two runs starting together
 // exactly one gets it. The holder renews it every TTL/3, after checking
@@ -95,12 +95,12 @@ type Held struct {
 // closes Lost, and both runs wrote for that long. Expiry is judged by the
 // taker's clock against the holder's, so clocks must agree to well within
 // TTL.
-func Lock(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, error) {
+func Lock(ctx context.Context, b backend.Backend, opts Options) (*Held, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	if opts.TTL <= 0 {
-		opts.TTL = DefaultLockTTL
+		opts.TTL = DefaultTTL
 	}
 	if opts.Owner == "" {
 		host, _ := os.Hostname()
@@ -138,11 +138,11 @@ func (h *Held) Check(ctx context.Context) error {
 	cur, err := readLock(ctx, h.b)
 	switch {
 	case backend.IsNotExist(err):
-		err = fmt.Errorf("%w: %s: lock %s was removed by someone else", ErrLocked, h.b.Location(), LockName)
+		err = fmt.Errorf("%w: %s: lock %s was removed by someone else", ErrLocked, h.b.Location(), Name)
 	case err != nil:
-		return fmt.Errorf("%s: reading back lock %s: %w", h.b.Location(), LockName, err)
+		return fmt.Errorf("%s: reading back lock %s: %w", h.b.Location(), Name, err)
 	case cur.Token != h.rec.Token:
-		err = fmt.Errorf("%w: %s: lock %s was taken over by %s", ErrLocked, h.b.Location(), LockName, cur.Owner)
+		err = fmt.Errorf("%w: %s: lock %s was taken over by %s", ErrLocked, h.b.Location(), Name, cur.Owner)
 	default:
 		return nil
 	}
@@ -172,16 +172,16 @@ func (h *Held) removeIfOurs(ctx context.Context) error {
 	cur, err := readLock(ctx, h.b)
 	switch {
 	case backend.IsNotExist(err):
-		return fmt.Errorf("%s: lock %s was already gone at release", h.b.Location(), LockName)
+		return fmt.Errorf("%s: lock %s was already gone at release", h.b.Location(), Name)
 	case err != nil:
 		return err
 	case cur.Token != h.rec.Token:
-		return fmt.Errorf("%s: lock %s now belongs to %s; left in place", h.b.Location(), LockName, cur.Owner)
+		return fmt.Errorf("%s: lock %s now belongs to %s; left in place", h.b.Location(), Name, cur.Owner)
 	}
-	return h.b.Remove(ctx, LockName)
+	return h.b.Remove(ctx, Name)
 }
 
-func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held, error) {
+func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, error) {
 	log := opts.Logger.With(zap.String("sink", b.Location()))
 	if !b.Properties().AtomicCreate {
 		log.Warn("this store cannot create objects atomically; two runs starting at once may both take the lock")
@@ -203,7 +203,7 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 	settle := min(max(opts.TTL/20, 100*time.Millisecond), time.Second)
 	for {
 		h.rec.Expires = time.Now().Add(opts.TTL).UTC()
-		err := b.Create(ctx, LockName, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
+		err := b.Create(ctx, Name, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
 		if errors.Is(err, backend.ErrExist) {
 			cur, rerr := readLock(ctx, b)
 			switch {
@@ -218,12 +218,12 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 				err = nil
 			case time.Now().After(cur.Expires):
 				log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
-				if err := b.Remove(ctx, LockName); err != nil {
-					return nil, fmt.Errorf("removing expired lock %s: %w", LockName, err)
+				if err := b.Remove(ctx, Name); err != nil {
+					return nil, fmt.Errorf("removing expired lock %s: %w", Name, err)
 				}
 				continue
 			case !time.Now().Before(deadline):
-				return nil, fmt.Errorf("%w: %s holds %s until %s", ErrLocked, cur.Owner, LockName, cur.Expires.Format(time.RFC3339))
+				return nil, fmt.Errorf("%w: %s holds %s until %s", ErrLocked, cur.Owner, Name, cur.Expires.Format(time.RFC3339))
 			default:
 				log.Info("waiting for the lock", zap.String("owner", cur.Owner), zap.Time("expires", cur.Expires))
 				if err := sleep(ctx, min(poll, time.Until(deadline))); err != nil {
@@ -233,7 +233,7 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("taking lock %s: %w", LockName, err)
+			return nil, fmt.Errorf("taking lock %s: %w", Name, err)
 		}
 		// Ours is there: read it back after a pause (see Lock).
 		if err := sleep(ctx, settle); err != nil {
@@ -246,7 +246,7 @@ func lockObject(ctx context.Context, b backend.Backend, opts LockOptions) (*Held
 		}
 		if err != nil && !backend.IsNotExist(err) {
 			h.removeIfOurs(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("reading back lock %s: %w", LockName, err)
+			return nil, fmt.Errorf("reading back lock %s: %w", Name, err)
 		}
 		log.Warn("another run taking an expired lock over removed ours; trying again")
 	}
@@ -292,17 +292,17 @@ func (h *Held) renew(ctx context.Context, ttl time.Duration) {
 func (h *Held) renewOnce(ctx context.Context, ttl time.Duration) error {
 	cur, err := readLock(ctx, h.b)
 	if backend.IsNotExist(err) {
-		return fmt.Errorf("%w: lock %s was removed by someone else", ErrLocked, LockName)
+		return fmt.Errorf("%w: lock %s was removed by someone else", ErrLocked, Name)
 	}
 	if err != nil {
 		return err
 	}
 	if cur.Token != h.rec.Token {
-		return fmt.Errorf("%w: lock %s was taken over by %s", ErrLocked, LockName, cur.Owner)
+		return fmt.Errorf("%w: lock %s was taken over by %s", ErrLocked, Name, cur.Owner)
 	}
 	rec := h.rec
 	rec.Expires = time.Now().Add(ttl).UTC()
-	if err := h.b.Put(ctx, LockName, bytes.NewReader(rec.encode()), int64(len(rec.encode()))); err != nil {
+	if err := h.b.Put(ctx, Name, bytes.NewReader(rec.encode()), int64(len(rec.encode()))); err != nil {
 		return err
 	}
 	h.rec.Expires = rec.Expires
@@ -315,14 +315,14 @@ func (r lockRecord) encode() []byte {
 }
 
 func readLock(ctx context.Context, b backend.Reader) (lockRecord, error) {
-	data, err := backend.ReadAll(ctx, b, LockName, 64<<10)
+	data, err := backend.ReadAll(ctx, b, Name, 64<<10)
 	if err != nil {
 		return lockRecord{}, err
 	}
 	var rec lockRecord
 	if err := json.Unmarshal(data, &rec); err != nil || rec.Token == "" {
 		// Not ours to judge: a human should look before it is removed.
-		return lockRecord{}, fmt.Errorf("%s: lock %s is not a lock record (%.100q); remove it by hand if no run holds it", b.Location(), LockName, data)
+		return lockRecord{}, fmt.Errorf("%s: lock %s is not a lock record (%.100q); remove it by hand if no run holds it", b.Location(), Name, data)
 	}
 	return rec, nil
 }
@@ -340,8 +340,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // lockLocal flocks <dir>/.fdl-mirror/lock and writes the owner into it,
 // for the message a waiting run shows.
-func lockLocal(ctx context.Context, l *local.Local, opts LockOptions) (*Held, error) {
-	p := filepath.Join(l.Dir(), filepath.FromSlash(LockName))
+func lockLocal(ctx context.Context, l *local.Local, opts Options) (*Held, error) {
+	p := filepath.Join(l.Dir(), filepath.FromSlash(Name))
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}

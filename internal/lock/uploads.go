@@ -1,4 +1,4 @@
-package sink
+package lock
 
 import (
 	"context"
@@ -23,7 +23,7 @@ type staleUploadAborter interface {
 // AbortIncompleteMultipartUpload lifecycle rule is the backstop.
 func AbortStaleUploads(ctx context.Context, b backend.Backend, ttl time.Duration, log *zap.Logger) int {
 	if ttl <= 0 {
-		ttl = DefaultLockTTL
+		ttl = DefaultTTL
 	}
 	for r := backend.Reader(b); ; {
 		if a, ok := r.(staleUploadAborter); ok {
