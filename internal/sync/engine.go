@@ -49,12 +49,15 @@ type engine struct {
 	dstData     lazyListing // the sink's data_dir, listed only when a version needs it
 	srcData     lazyListing // the source's data_dir, listed for many server-side copies
 
-	mu           sync.Mutex
-	report       *Report
-	published    map[string]bool          // versions complete in the sink, before or now
-	publishedNow map[string]bool          // versions this run published
-	refused      map[string]*refusal      // versions refused in this run
-	dataCalls    map[string]*dataFileCall // one copy per data file across versions
+	mu             sync.Mutex
+	report         *Report
+	published      map[string]bool          // versions complete in the sink, before or now
+	publishedNow   map[string]bool          // versions this run published
+	refused        map[string]*refusal      // versions refused in this run
+	dataCalls      map[string]*dataFileCall // one copy per data file across versions
+	parents        map[string][]string      // version → parents, as read in this run (see ancestry.go)
+	upstreamState  *upstreamState           // when upstream refs last changed (see upstreamstate.go)
+	upstreamUnread bool                     // upstream's refs could not be read
 
 	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
 	lockLost atomic.Bool
@@ -83,6 +86,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		publishedNow: map[string]bool{},
 		refused:      map[string]*refusal{},
 		dataCalls:    map[string]*dataFileCall{},
+		parents:      map[string][]string{},
 		report: &Report{
 			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
 			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{},
@@ -152,5 +156,9 @@ func (e *engine) run(ctx context.Context) error {
 	}
 
 	// Stage two: refs, refs.json, HEAD.
-	return e.publishRefs(ctx, upstream, head, inv)
+	if err := e.publishRefs(ctx, upstream, head, inv); err != nil {
+		return err
+	}
+	e.saveUpstreamState(ctx, upstream, !e.upstreamUnread)
+	return nil
 }

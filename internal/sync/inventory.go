@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.uber.org/zap"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
@@ -45,6 +47,7 @@ func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
 	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
 		return nil, err
 	}
+	e.loadUpstreamState(ctx)
 	return inv, nil
 }
 
@@ -74,6 +77,9 @@ func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
 	for range e.newFilesInCompleteVersions() {
 		return true
 	}
+	if !e.upstreamUnread && e.upstreamStateStale(upstream) {
+		return true // when upstream refs changed is to be recorded
+	}
 	// Every upstream ref is as upstream has it: what is left to write is
 	// refs.json and HEAD, if they do not say what the ref files say.
 	if string(inv.refsJSON) != string(repo.RefsJSON(inv.refs)) {
@@ -94,6 +100,7 @@ func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
 		}
 		e.addRefusal(refuse(ReasonBadRef, "", where, "source %s: %v", e.src.Location(), err))
 		refs = repo.Refs{}
+		e.upstreamUnread = true
 	}
 	for _, b := range bad {
 		r := refuse(ReasonBadRef, "", b.Ref, "%v", b.Err)
@@ -113,7 +120,27 @@ func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
 	case !backend.IsNotExist(err):
 		e.addRefusal(refuse(ReasonBadRef, "", repo.HeadFile, "reading %s: %v", repo.HeadFile, err))
 	}
-	return refs, head
+	return e.selectRefs(refs, head)
+}
+
+// selectRefs keeps the refs the operator chose (Options.Refs); the others,
+// and the versions only they reach, are not mirrored. HEAD is kept only
+// when its ref is selected.
+func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
+	selected := repo.Refs{}
+	for _, name := range refs.Names() {
+		if e.opts.Refs.Selects(name) {
+			selected[name] = refs[name]
+			continue
+		}
+		e.report.Excluded = append(e.report.Excluded, name)
+		e.log.Debug("ref not selected; not mirrored", zap.String("ref", name))
+	}
+	if head != "" && !e.opts.Refs.Selects(head) {
+		e.log.Info("HEAD names a ref that is not selected; HEAD not mirrored", zap.String("head", head))
+		head = ""
+	}
+	return selected, head
 }
 
 // listVersions takes inventory of versions/ in the sink (which versions are

@@ -6,6 +6,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
 // Options tune one run of the engine.
@@ -29,6 +30,13 @@ type Options struct {
 	// fields: the defaults); a catalog past one is a refusal of its
 	// version, and the run goes on.
 	CatalogLimits catalog.Limits
+	// Refs chooses the upstream refs to mirror; the zero value follows
+	// branches and tags (repo.DefaultRefPatterns).
+	Refs repo.RefSelection
+	// AllowRewind lists ref patterns whose branches may move to a version
+	// that does not descend from their value in the mirror (rewound or
+	// diverged upstream); the report still says so. Empty: never.
+	AllowRewind []string
 }
 
 // Trust judges a version's signature against keys the operator trusts.

@@ -42,6 +42,25 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 			e.addRefusal(r)
 			continue
 		}
+		rewound := ""
+		if kind == repo.Branch && exists {
+			if rel := e.relation(ctx, cur, id); rel != relForward {
+				if !e.rewindAllowed(name) {
+					reason, what := ReasonRewound, "an ancestor of"
+					if rel == relDiverged {
+						reason, what = ReasonDiverged, "unrelated to"
+					}
+					r := refuse(reason, id, name, "ref %s not moved from %s to %s: %s upstream (%s is %s %s); branches move forward only, --allow-rewind follows",
+						name, cur, id, rel, id, what, cur)
+					r.Ref = name
+					e.addRefusal(r)
+					continue
+				}
+				rewound = rel
+				e.log.Warn("ref moved to a version that does not descend from its value (allowed)",
+					zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.String("relation", rel))
+			}
+		}
 		if err := e.putBytes(ctx, name, repo.RefFileContent(id)); err != nil {
 			r := refuse(ReasonCopy, id, name, "ref %s: %v", name, err)
 			r.Ref = name
@@ -49,7 +68,7 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 			continue
 		}
 		e.mu.Lock()
-		e.report.RefsMoved = append(e.report.RefsMoved, RefMove{Ref: name, From: cur, To: id})
+		e.report.RefsMoved = append(e.report.RefsMoved, RefMove{Ref: name, From: cur, To: id, Rewound: rewound})
 		e.mu.Unlock()
 		e.log.Info("ref moved", zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.Bool("dry_run", e.opts.DryRun))
 		sinkRefs[name] = id
@@ -86,4 +105,15 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 		}
 	}
 	return nil
+}
+
+// rewindAllowed says whether the operator lets branch name follow a move
+// that is not forward (Options.AllowRewind).
+func (e *engine) rewindAllowed(name string) bool {
+	for _, p := range e.opts.AllowRewind {
+		if repo.MatchRef(p, name) {
+			return true
+		}
+	}
+	return false
 }

@@ -20,6 +20,8 @@ const (
 	ReasonVersion      = "version-refused" // ref not moved: its version was refused
 	ReasonCopy         = "copy-failed"     // an I/O error that retries did not cure
 	ReasonLimit        = "limit-exceeded"  // a catalog past one of the catalog limits
+	ReasonRewound      = "rewound"         // a branch moved back to an ancestor upstream
+	ReasonDiverged     = "diverged"        // a branch moved to an unrelated history upstream
 )
 
 // Refusal is one thing the run would not do, and why.
@@ -36,6 +38,9 @@ type RefMove struct {
 	Ref  string `json:"ref"`
 	From string `json:"from,omitempty"` // empty: the ref is new
 	To   string `json:"to"`
+	// Rewound is "rewound" or "diverged" for a branch that moved to a
+	// version not descending from its value (followed by AllowRewind).
+	Rewound string `json:"rewound,omitempty"`
 }
 
 // RefStatus compares one ref upstream and in the mirror.
@@ -68,6 +73,11 @@ type Report struct {
 	// Refs compares every upstream ref with the sink after the run; empty
 	// when the run stopped before publishing refs.
 	Refs []RefStatus `json:"refs"`
+	// Excluded lists the upstream refs the selection leaves out.
+	Excluded []string `json:"excluded,omitempty"`
+	// UpstreamLastChange is when the mirror last saw a selected upstream
+	// ref change (zero when unknown: a dry run of a mirror never run).
+	UpstreamLastChange time.Time `json:"upstream_last_change,omitzero"`
 }
 
 // OK is true when nothing was refused or failed.

@@ -141,6 +141,8 @@ func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
 		n.raw = raw
 		if n.rec, err = repo.ParseRecord(n.id, raw); err != nil {
 			n.err = refuse(ReasonRecord, n.id, name, "%v", err)
+		} else {
+			e.noteParents(n.id, n.rec.Parents)
 		}
 	}
 }
