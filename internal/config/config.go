@@ -19,11 +19,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/robfig/cron/v3"
+	"gopkg.in/yaml.v3"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
-	"github.com/robfig/cron/v3"
-	"gopkg.in/yaml.v3"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
 // Config is a whole config file.
@@ -79,6 +81,17 @@ type Mirror struct {
 	CatalogTimeout     time.Duration
 	CatalogMemoryLimit int64 // bytes
 	CatalogMaxSize     int64 // bytes
+	// Refs and ExcludeRefs choose the upstream refs mirrored (patterns:
+	// * within a segment, ** across); none means branches and tags.
+	Refs        []string
+	ExcludeRefs []string
+	// AllowRewind lists ref patterns whose branches may follow a move
+	// upstream to a version that does not descend from the mirror's
+	// (allow_rewind: true means every branch).
+	AllowRewind []string
+	// MaxUpstreamAge: when no selected upstream ref changed for longer,
+	// status says the upstream is stale (a freeze); 0 never does.
+	MaxUpstreamAge time.Duration
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -379,6 +392,25 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 				} else {
 					m.CatalogMaxSize = n
 				}
+			}
+		case "refs":
+			m.Refs = p.strings(v, where+".refs", repo.CheckRefPattern)
+		case "exclude_refs":
+			m.ExcludeRefs = p.strings(v, where+".exclude_refs", repo.CheckRefPattern)
+		case "allow_rewind":
+			if v.Kind == yaml.SequenceNode {
+				m.AllowRewind = p.strings(v, where+".allow_rewind", repo.CheckRefPattern)
+			} else if p.boolean(v, where+".allow_rewind") {
+				m.AllowRewind = []string{"**"}
+			}
+		case "max_upstream_age":
+			s := p.str(v, where+".max_upstream_age")
+			if s != "" {
+				d, err := time.ParseDuration(s)
+				if err != nil || d <= 0 {
+					p.addf(v.Line, "%s.max_upstream_age: %q is not a duration such as 36h", where, s)
+				}
+				m.MaxUpstreamAge = d
 			}
 		case "lock_wait":
 			s := p.str(v, where+".lock_wait")

@@ -21,14 +21,16 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/robfig/cron/v3"
+	"go.uber.org/zap"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/robfig/cron/v3"
-	"go.uber.org/zap"
 )
 
 // RunFunc runs one mirror once; mirror.Run in production.
@@ -477,6 +479,9 @@ func Job(m config.Mirror) mirror.Job {
 		},
 		HTTPAllowRedirects: m.HTTPAllowRedirects,
 		BWLimit:            m.BWLimit,
+		Refs:               repo.RefSelection{Include: m.Refs, Exclude: m.ExcludeRefs},
+		AllowRewind:        m.AllowRewind,
+		MaxUpstreamAge:     m.MaxUpstreamAge,
 	}
 }
 

@@ -38,6 +38,9 @@ type Job struct {
 	LockWait           time.Duration // how long to wait for another run's lock
 	LockTTL            time.Duration // an object-store lock's lifetime; 0 = lock.DefaultTTL
 	Retries            int           // retries of one request; 0 = each backend's default
+	Refs               repo.RefSelection
+	AllowRewind        []string      // ref patterns whose branches may rewind (Options.AllowRewind)
+	MaxUpstreamAge     time.Duration // status: upstream stale when no ref changed for longer; 0 = never
 	CatalogLimits      catalog.Limits
 	HTTPAllowRedirects []string // hosts an HTTP(S) source may redirect to besides its origin
 	BWLimit            int64    // bytes per second for the whole run; 0 = no limit
@@ -118,7 +121,8 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	}
 	defer closeDst()
 
-	opts := fdlsync.Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits}
+	opts := fdlsync.Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
+		Refs: job.Refs, AllowRewind: job.AllowRewind}
 	if job.DryRun {
 		return fdlsync.Run(ctx, src, readOnly{dst}, opts)
 	}
@@ -166,7 +170,7 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}
 	defer closeSrc()
-	mine := repo.Refs{}
+	var mine backend.Reader
 	dst, closeDst, err := location.Open(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -175,17 +179,7 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 		return nil, &ConfigError{err}
 	default:
 		defer closeDst()
-		if mine, _, err = repo.ReadRefs(ctx, dst); err != nil {
-			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
-		}
+		mine = dst
 	}
-	up, _, upErr := repo.ReadRefs(ctx, src)
-	if upErr != nil {
-		return nil, fmt.Errorf("source %s: %w", src.Location(), upErr)
-	}
-	var out []fdlsync.RefStatus
-	for _, name := range up.Names() {
-		out = append(out, fdlsync.RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], Behind: up[name] != mine[name]})
-	}
-	return out, nil
+	return fdlsync.Compare(ctx, src, mine, job.Refs)
 }

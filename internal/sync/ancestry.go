@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -17,27 +18,42 @@ const (
 	relDiverged = "diverged" // neither: an unrelated history
 )
 
+// ancestry answers questions about the version graph, reading each
+// version's parents once: from the records this run read, else from the
+// mirror's record (a complete version's, checked when it was published),
+// else from upstream's. A version neither side has has no parents known:
+// ancestry through it cannot be shown, and a move to it is refused.
+type ancestry struct {
+	stores  []backend.Reader // where records are read, in order
+	mu      sync.Mutex
+	parents map[string][]string
+}
+
+func newAncestry(stores ...backend.Reader) *ancestry {
+	return &ancestry{stores: stores, parents: map[string][]string{}}
+}
+
 // relation says how version to relates to version from through parents.
-func (e *engine) relation(ctx context.Context, from, to string) string {
+func (a *ancestry) relation(ctx context.Context, from, to string) string {
 	switch {
 	case from == to:
 		return relForward
-	case e.descends(ctx, to, from):
+	case a.descends(ctx, to, from):
 		return relForward
-	case e.descends(ctx, from, to):
+	case a.descends(ctx, from, to):
 		return relRewound
 	}
 	return relDiverged
 }
 
 // descends says whether ancestor is reachable from id through parents.
-func (e *engine) descends(ctx context.Context, id, ancestor string) bool {
+func (a *ancestry) descends(ctx context.Context, id, ancestor string) bool {
 	seen := map[string]bool{id: true}
 	queue := []string{id}
 	for len(queue) > 0 && ctx.Err() == nil {
 		v := queue[0]
 		queue = queue[1:]
-		for _, p := range e.parentsOf(ctx, v) {
+		for _, p := range a.parentsOf(ctx, v) {
 			if p == ancestor {
 				return true
 			}
@@ -50,19 +66,15 @@ func (e *engine) descends(ctx context.Context, id, ancestor string) bool {
 	return false
 }
 
-// parentsOf returns a version's parents: from the records this run read,
-// else from the mirror's record (a complete version's, checked when it was
-// published), else from upstream's. A version neither side has has none
-// known: ancestry through it cannot be shown, and the move is refused.
-func (e *engine) parentsOf(ctx context.Context, id string) []string {
-	e.mu.Lock()
-	ps, ok := e.parents[id]
-	e.mu.Unlock()
+func (a *ancestry) parentsOf(ctx context.Context, id string) []string {
+	a.mu.Lock()
+	ps, ok := a.parents[id]
+	a.mu.Unlock()
 	if ok {
 		return ps
 	}
 	name := repo.VersionFile(id, repo.RecordFile)
-	for _, store := range []backend.Reader{e.dst, e.src} {
+	for _, store := range a.stores {
 		raw, err := backend.ReadAll(ctx, store, name, repo.MaxRecordFile)
 		if err != nil {
 			continue
@@ -72,13 +84,13 @@ func (e *engine) parentsOf(ctx context.Context, id string) []string {
 			break
 		}
 	}
-	e.noteParents(id, ps)
+	a.note(id, ps)
 	return ps
 }
 
-// noteParents remembers a version's parents for this run.
-func (e *engine) noteParents(id string, parents []string) {
-	e.mu.Lock()
-	e.parents[id] = parents
-	e.mu.Unlock()
+// note remembers a version's parents, as read from its record.
+func (a *ancestry) note(id string, parents []string) {
+	a.mu.Lock()
+	a.parents[id] = parents
+	a.mu.Unlock()
 }

@@ -55,8 +55,9 @@ type engine struct {
 	publishedNow   map[string]bool          // versions this run published
 	refused        map[string]*refusal      // versions refused in this run
 	dataCalls      map[string]*dataFileCall // one copy per data file across versions
-	parents        map[string][]string      // version → parents, as read in this run (see ancestry.go)
+	ancestry       *ancestry                // parents of versions, read once (see ancestry.go)
 	upstreamState  *upstreamState           // when upstream refs last changed (see upstreamstate.go)
+	excluded       repo.Refs                // upstream refs not selected
 	upstreamUnread bool                     // upstream's refs could not be read
 
 	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
@@ -86,7 +87,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		publishedNow: map[string]bool{},
 		refused:      map[string]*refusal{},
 		dataCalls:    map[string]*dataFileCall{},
-		parents:      map[string][]string{},
+		excluded:     repo.Refs{},
 		report: &Report{
 			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
 			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{},
@@ -96,6 +97,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if opts.Lock != nil {
 		e.dst = guarded{dst, e}
 	}
+	e.ancestry = newAncestry(dst, src)
 	err := e.run(ctx)
 	if e.lockLost.Load() && ctx.Err() == nil {
 		err = fatalf("sink %s: lost the mirror's lock; stopped at a safe point", dst.Location())

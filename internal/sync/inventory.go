@@ -134,6 +134,7 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 			continue
 		}
 		e.report.Excluded = append(e.report.Excluded, name)
+		e.excluded[name] = refs[name]
 		e.log.Debug("ref not selected; not mirrored", zap.String("ref", name))
 	}
 	if head != "" && !e.opts.Refs.Selects(head) {

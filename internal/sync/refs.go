@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -44,7 +45,7 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 		}
 		rewound := ""
 		if kind == repo.Branch && exists {
-			if rel := e.relation(ctx, cur, id); rel != relForward {
+			if rel := e.ancestry.relation(ctx, cur, id); rel != relForward {
 				if !e.rewindAllowed(name) {
 					reason, what := ReasonRewound, "an ancestor of"
 					if rel == relDiverged {
@@ -78,12 +79,35 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 			e.log.Info("ref in the mirror is not upstream; kept", zap.String("ref", name))
 		}
 	}
+	refusedRefs := map[string]string{}
+	e.mu.Lock()
+	for _, r := range e.report.Refused {
+		if r.Ref != "" {
+			refusedRefs[r.Ref] = r.Reason
+		}
+	}
+	e.mu.Unlock()
+	seen := e.nextUpstreamState(upstream, time.Now().UTC())
 	for _, name := range upstream.Names() {
 		behind := sinkRefs[name] != upstream[name]
+		st := RefStatus{Ref: name, Upstream: upstream[name], Mirror: sinkRefs[name], Behind: behind,
+			State: RefCurrent, LastChange: seen.Refs[name].Changed}
 		if behind {
 			e.report.Lag++
+			st.State = RefBehind
+			switch reason, refused := refusedRefs[name]; {
+			case reason == ReasonRewound:
+				st.State = RefRewound
+			case reason == ReasonDiverged:
+				st.State = RefDiverged
+			case refused:
+				st.State = RefRefused
+			}
 		}
-		e.report.Refs = append(e.report.Refs, RefStatus{Ref: name, Upstream: upstream[name], Mirror: sinkRefs[name], Behind: behind})
+		e.report.Refs = append(e.report.Refs, st)
+	}
+	for _, name := range e.report.Excluded {
+		e.report.Refs = append(e.report.Refs, RefStatus{Ref: name, Upstream: e.excluded[name], Mirror: sinkRefs[name], State: RefExcluded})
 	}
 
 	want := repo.RefsJSON(sinkRefs)

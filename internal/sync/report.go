@@ -49,7 +49,22 @@ type RefStatus struct {
 	Upstream string `json:"upstream"`
 	Mirror   string `json:"mirror"`
 	Behind   bool   `json:"behind"`
+	// State is current, behind, rewound, diverged, refused or excluded.
+	State string `json:"state"`
+	// LastChange is when the mirror first saw the upstream value (zero
+	// when it has not recorded it).
+	LastChange time.Time `json:"last_change,omitzero"`
 }
+
+// Ref states (RefStatus.State).
+const (
+	RefCurrent  = "current"  // the mirror has upstream's value
+	RefBehind   = "behind"   // not yet: the next run moves it
+	RefRewound  = "rewound"  // upstream moved the branch back; the mirror keeps its value
+	RefDiverged = "diverged" // upstream moved the branch to an unrelated history
+	RefRefused  = "refused"  // the version upstream names was refused
+	RefExcluded = "excluded" // not selected for this mirror
+)
 
 // Report is what a run did.
 type Report struct {

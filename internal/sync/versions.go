@@ -142,7 +142,7 @@ func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
 		if n.rec, err = repo.ParseRecord(n.id, raw); err != nil {
 			n.err = refuse(ReasonRecord, n.id, name, "%v", err)
 		} else {
-			e.noteParents(n.id, n.rec.Parents)
+			e.ancestry.note(n.id, n.rec.Parents)
 		}
 	}
 }

@@ -1,0 +1,66 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// Compare reads the refs upstream and in the mirror (dst nil: a mirror not
+// made yet) and says how each stands, copying nothing: current, behind,
+// rewound or diverged upstream (a branch the next run will refuse to
+// move), or excluded by sel. LastChange comes from the mirror's record of
+// when it saw each upstream value.
+func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection) ([]RefStatus, error) {
+	mine := repo.Refs{}
+	var seen UpstreamState
+	if dst != nil {
+		var err error
+		if mine, _, err = repo.ReadRefs(ctx, dst); err != nil {
+			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
+		}
+		if seen, _, err = ReadUpstreamState(ctx, dst); err != nil {
+			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
+		}
+	}
+	up, _, err := repo.ReadRefs(ctx, src)
+	if err != nil {
+		return nil, fmt.Errorf("source %s: %w", src.Location(), err)
+	}
+	anc := newAncestry(src)
+	if dst != nil {
+		anc = newAncestry(dst, src)
+	}
+	out := []RefStatus{}
+	for _, name := range up.Names() {
+		st := RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], State: RefCurrent}
+		if r, ok := seen.Refs[name]; ok && r.Version == up[name] {
+			st.LastChange = r.Changed
+		}
+		kind, _ := repo.CheckRefName(name)
+		switch {
+		case !sel.Selects(name):
+			st.State = RefExcluded
+		case st.Mirror == st.Upstream:
+		case kind == repo.Branch && st.Mirror != "":
+			st.Behind = true
+			st.State = RefBehind
+			switch anc.relation(ctx, st.Mirror, st.Upstream) {
+			case relRewound:
+				st.State = RefRewound
+			case relDiverged:
+				st.State = RefDiverged
+			}
+		case kind == repo.Tag && st.Mirror != "":
+			st.Behind = true
+			st.State = RefRefused // tags never move
+		default:
+			st.Behind = true
+			st.State = RefBehind
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
