@@ -110,6 +110,10 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		CatalogTimeout:     2 * time.Minute,
 		CatalogMemoryLimit: 256 << 20,
 		CatalogMaxSize:     8 << 30,
+		Refs:               []string{"refs/heads/**", "refs/tags/**"},
+		ExcludeRefs:        []string{"refs/heads/wip/**"},
+		AllowRewind:        []string{"refs/heads/scratch"},
+		MaxUpstreamAge:     72 * time.Hour,
 		Line:               towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {

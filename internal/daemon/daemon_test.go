@@ -413,6 +413,7 @@ func TestJobCarriesEveryMirrorSetting(t *testing.T) {
 		Concurrency: 3, HTTPHeaders: []string{"A: b"}, LockWait: time.Second, LockTTL: time.Minute, Retries: 2, Line: 4,
 		HTTPAllowRedirects: []string{"cdn.example.org"}, BWLimit: 1 << 20,
 		CatalogMaxFiles: 10, CatalogTimeout: time.Second, CatalogMemoryLimit: 1 << 30, CatalogMaxSize: 1 << 30,
+		Refs: []string{"refs/tags/*"}, ExcludeRefs: []string{"refs/tags/old"}, AllowRewind: []string{"**"}, MaxUpstreamAge: time.Hour,
 	}
 	job := Job(m)
 	v := reflect.ValueOf(job)
