@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -91,11 +92,12 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err erro
 			behind++
 		}
 	}
+	lastChange, stale := upstreamStale(job, refs, time.Now())
 	var cfgErr *mirror.ConfigError
 	switch {
 	case errors.As(err, &cfgErr):
 		code = exitUsage
-	case err != nil || behind > 0:
+	case err != nil || behind > 0 || stale:
 		code = exitRefused
 	}
 	if jsonOut {
@@ -106,7 +108,12 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err erro
 			Behind bool                `json:"behind"`
 			Refs   []fdlsync.RefStatus `json:"refs"`
 			Error  string              `json:"error,omitempty"`
-		}{Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0, Refs: refs}
+			// UpstreamStale: no selected ref changed upstream for longer
+			// than max_upstream_age (a frozen upstream).
+			UpstreamStale      bool      `json:"upstream_stale"`
+			UpstreamLastChange time.Time `json:"upstream_last_change,omitzero"`
+		}{Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0, Refs: refs,
+			UpstreamStale: stale, UpstreamLastChange: lastChange}
 		if out.Refs == nil {
 			out.Refs = []fdlsync.RefStatus{}
 		}
@@ -132,6 +139,13 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err erro
 		state = fmt.Sprintf("behind on %d of %d refs", behind, len(refs))
 	}
 	fmt.Fprintf(w, "%s%s -> %s: %s\n", name, job.Source, job.Sink, state)
+	if stale {
+		since := "never recorded"
+		if !lastChange.IsZero() {
+			since = "last change " + lastChange.Format(time.RFC3339)
+		}
+		fmt.Fprintf(w, "  upstream stale: no selected ref changed for longer than %s (%s)\n", job.MaxUpstreamAge, since)
+	}
 	if len(refs) == 0 {
 		fmt.Fprintln(w, "  (no refs upstream)")
 		return code
@@ -143,11 +157,26 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err erro
 		if mirror == "" {
 			mirror = "-"
 		}
-		if r.Behind {
+		if r.State != "" {
+			st = r.State
+		} else if r.Behind {
 			st = "behind"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Ref, r.Upstream, mirror, st)
 	}
 	tw.Flush()
 	return code
+}
+
+// upstreamStale says whether no selected upstream ref changed for longer
+// than the job's MaxUpstreamAge (a frozen upstream), and when the last
+// change the mirror recorded was.
+func upstreamStale(job mirror.Job, refs []fdlsync.RefStatus, now time.Time) (time.Time, bool) {
+	var last time.Time
+	for _, r := range refs {
+		if r.State != fdlsync.RefExcluded && r.LastChange.After(last) {
+			last = r.LastChange
+		}
+	}
+	return last, job.MaxUpstreamAge > 0 && len(refs) > 0 && now.Sub(last) > job.MaxUpstreamAge
 }

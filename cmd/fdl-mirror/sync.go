@@ -17,6 +17,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -48,6 +49,10 @@ func cmdSync(args []string) int {
 	var allowRedirects stringList
 	fs.Var(&allowRedirects, "http-allow-redirect", "`HOST` or HOST:PORT an HTTP(S) source may redirect to besides its own origin (repeatable; never https to http)")
 	bwlimit := fs.String("bwlimit", "", "bandwidth limit of the run in bytes per second, shared by all transfers (e.g. 10M; K, M, G are powers of 1024; server-side copies are not limited)")
+	var refPatterns, excludeRefs stringList
+	fs.Var(&refPatterns, "refs", "mirror the refs matching `PATTERN` (repeatable; * within a segment, ** across; default refs/heads/** and refs/tags/**)")
+	fs.Var(&excludeRefs, "exclude-refs", "do not mirror the refs matching `PATTERN` (repeatable)")
+	allowRewind := fs.Bool("allow-rewind", false, "let branches follow upstream to a version that does not descend from the mirror's (rewound or diverged); the report still says so")
 	var trust trustFlags
 	trust.register(fs)
 	var shardF shardFlags
@@ -80,8 +85,8 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --config takes no SOURCE or SINK")
 			return exitUsage
 		}
-		if len(allowRedirects) > 0 || *bwlimit != "" {
-			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects and bwlimit in the config")
+		if len(allowRedirects) > 0 || *bwlimit != "" || len(refPatterns) > 0 || len(excludeRefs) > 0 || *allowRewind {
+			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, bwlimit, refs, exclude_refs and allow_rewind in the config")
 			return exitUsage
 		}
 		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *jsonOut, log)
@@ -105,7 +110,18 @@ func cmdSync(args []string) int {
 			return exitUsage
 		}
 	}
+	for _, p := range append(append([]string{}, refPatterns...), excludeRefs...) {
+		if err := repo.CheckRefPattern(p); err != nil {
+			fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
+			return exitUsage
+		}
+	}
+	var rewind []string
+	if *allowRewind {
+		rewind = []string{"**"}
+	}
 	job := mirror.Job{
+		Refs: repo.RefSelection{Include: refPatterns, Exclude: excludeRefs}, AllowRewind: rewind,
 		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries,

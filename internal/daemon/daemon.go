@@ -394,6 +394,9 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
 	d.metrics.Observe(m.Name, end, end.Sub(start), result, rep)
+	if rep != nil {
+		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
+	}
 	d.board.finished(m.Name, start, end, result, rep, err)
 
 	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}

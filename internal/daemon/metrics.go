@@ -39,6 +39,8 @@ type Metrics struct {
 	refsMoved     *prometheus.CounterVec
 	refused       *prometheus.CounterVec
 	lag           *prometheus.GaugeVec
+	upChange      *prometheus.GaugeVec
+	upStale       *prometheus.GaugeVec
 	period        *prometheus.GaugeVec
 	reloads       *prometheus.CounterVec
 	configSuccess prometheus.Gauge
@@ -101,6 +103,14 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "lag_refs",
 			Help: "Upstream refs the mirror did not match at the end of the last run.",
 		}, mirror),
+		upChange: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "upstream_last_change_timestamp_seconds",
+			Help: "When the mirror last saw a selected upstream ref change (its record in .fdl-mirror/upstream.json).",
+		}, mirror),
+		upStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "upstream_stale",
+			Help: "1 when no selected upstream ref changed for longer than the mirror's max_upstream_age (a frozen upstream), else 0.",
+		}, mirror),
 		period: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: ns, Name: "schedule_period_seconds",
 			Help: "Time between two ticks of the mirror's schedule, for alerts in schedule periods (no clean run for 3 periods).",
@@ -124,7 +134,7 @@ func NewMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
-		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.period,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -158,7 +168,7 @@ func (m *Metrics) RemoveMirror(name string) {
 	l := prometheus.Labels{"mirror": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
-		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.period, m.prunes, m.pruned,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.prunes, m.pruned,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -212,6 +222,20 @@ func RefusalKind(r fdlsync.Refusal) string {
 }
 
 // Observe records one finished run.
+// ObserveUpstream records when upstream last changed and whether that is
+// longer ago than maxAge (0: never stale).
+func (m *Metrics) ObserveUpstream(name string, lastChange time.Time, maxAge time.Duration, now time.Time) {
+	if lastChange.IsZero() {
+		return
+	}
+	m.upChange.WithLabelValues(name).Set(float64(lastChange.UnixNano()) / 1e9)
+	stale := 0.0
+	if maxAge > 0 && now.Sub(lastChange) > maxAge {
+		stale = 1
+	}
+	m.upStale.WithLabelValues(name).Set(stale)
+}
+
 func (m *Metrics) Observe(name string, end time.Time, took time.Duration, result string, rep *fdlsync.Report) {
 	m.runs.WithLabelValues(name, result).Inc()
 	m.lastRun.WithLabelValues(name).Set(float64(end.UnixNano()) / 1e9)
