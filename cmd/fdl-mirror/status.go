@@ -77,14 +77,19 @@ func cmdStatus(args []string) int {
 	code := exitOK
 	for _, job := range jobs {
 		refs, err := mirror.Status(ctx, job, log)
-		code = max(code, printStatus(os.Stdout, job, refs, err, *jsonOut, log))
+		var pending []fdlsync.PendingVersion
+		if err == nil {
+			pending, err = mirror.Pending(ctx, job, log)
+		}
+		code = max(code, printStatus(os.Stdout, job, refs, pending, err, *jsonOut, log))
 	}
 	return code
 }
 
 // printStatus prints one mirror's refs and returns its exit code: 0 current,
 // 1 behind or unreadable, 2 for a job that cannot work (bad address).
-func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err error, jsonOut bool, log *zap.Logger) int {
+// Ancestors the mirror keeps to retry (pending) make it behind too.
+func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending []fdlsync.PendingVersion, err error, jsonOut bool, log *zap.Logger) int {
 	code := exitOK
 	behind := 0
 	for _, r := range refs {
@@ -97,7 +102,7 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err erro
 	switch {
 	case errors.As(err, &cfgErr):
 		code = exitUsage
-	case err != nil || behind > 0 || stale:
+	case err != nil || behind > 0 || stale || len(pending) > 0:
 		code = exitRefused
 	}
 	if jsonOut {
@@ -112,8 +117,13 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err erro
 			// than max_upstream_age (a frozen upstream).
 			UpstreamStale      bool      `json:"upstream_stale"`
 			UpstreamLastChange time.Time `json:"upstream_last_change,omitzero"`
-		}{Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0, Refs: refs,
-			UpstreamStale: stale, UpstreamLastChange: lastChange}
+			// Pending: ancestors not mirrored yet, retried at every run.
+			Pending []fdlsync.PendingVersion `json:"pending"`
+		}{Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0 || len(pending) > 0, Refs: refs,
+			UpstreamStale: stale, UpstreamLastChange: lastChange, Pending: pending}
+		if out.Pending == nil {
+			out.Pending = []fdlsync.PendingVersion{}
+		}
 		if out.Refs == nil {
 			out.Refs = []fdlsync.RefStatus{}
 		}
@@ -138,7 +148,16 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, err erro
 	if behind > 0 {
 		state = fmt.Sprintf("behind on %d of %d refs", behind, len(refs))
 	}
+	if len(pending) > 0 {
+		if state == "current" {
+			state = "refs current"
+		}
+		state += fmt.Sprintf("; %d ancestor versions not mirrored yet", len(pending))
+	}
 	fmt.Fprintf(w, "%s%s -> %s: %s\n", name, job.Source, job.Sink, state)
+	for _, p := range pending {
+		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: %s\n", p.Version, p.Since.Format(time.RFC3339), p.Reason, p.Message)
+	}
 	if stale {
 		since := "never recorded"
 		if !lastChange.IsZero() {

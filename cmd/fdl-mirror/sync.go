@@ -43,6 +43,7 @@ func cmdSync(args []string) int {
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
+	repair := fs.Bool("repair", false, "re-check every complete version's data files in the sink and copy back what is missing or of another size")
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
@@ -124,7 +125,7 @@ func cmdSync(args []string) int {
 		Refs: repo.RefSelection{Include: refPatterns, Exclude: excludeRefs}, AllowRewind: rewind,
 		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
-		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries,
+		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries, Repair: *repair,
 		CatalogLimits: limits.Limits,
 	}
 	progress, done := newProgress(!*jsonOut)
@@ -200,8 +201,14 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 	if len(r.RefsMoved) == 0 {
 		fmt.Fprintf(w, "  refs: none moved\n")
 	}
+	for _, f := range r.Repaired {
+		fmt.Fprintf(w, "  REPAIRED %s\n", f)
+	}
 	for _, x := range r.Refused {
 		fmt.Fprintf(w, "  REFUSED [%s] %s\n", x.Reason, x.Message)
+	}
+	for _, p := range r.Pending {
+		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: retried at every run\n", p.Version, p.Since.Format(time.RFC3339), p.Reason)
 	}
 	if err != nil {
 		fmt.Fprintf(w, "  STOPPED: %v\n", err)

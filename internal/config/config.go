@@ -92,6 +92,9 @@ type Mirror struct {
 	// MaxUpstreamAge: when no selected upstream ref changed for longer,
 	// status says the upstream is stale (a freeze); 0 never does.
 	MaxUpstreamAge time.Duration
+	// Repair makes every run re-check the data files of complete versions
+	// in the sink and copy back what is missing (sync --repair).
+	Repair bool
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -348,6 +351,8 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			if m.Retries < 0 {
 				p.addf(v.Line, "%s.retries: %d: must not be negative", where, m.Retries)
 			}
+		case "repair":
+			m.Repair = p.boolean(v, where+".repair")
 		case "prune":
 			m.Prune = p.boolean(v, where+".prune")
 		case "prune_max_delete":

@@ -485,6 +485,7 @@ func Job(m config.Mirror) mirror.Job {
 		Refs:               repo.RefSelection{Include: m.Refs, Exclude: m.ExcludeRefs},
 		AllowRewind:        m.AllowRewind,
 		MaxUpstreamAge:     m.MaxUpstreamAge,
+		Repair:             m.Repair,
 	}
 }
 

@@ -42,6 +42,7 @@ type Metrics struct {
 	upChange      *prometheus.GaugeVec
 	upStale       *prometheus.GaugeVec
 	period        *prometheus.GaugeVec
+	pending       *prometheus.GaugeVec
 	reloads       *prometheus.CounterVec
 	configSuccess prometheus.Gauge
 	prunes        *prometheus.CounterVec
@@ -115,6 +116,10 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "schedule_period_seconds",
 			Help: "Time between two ticks of the mirror's schedule, for alerts in schedule periods (no clean run for 3 periods).",
 		}, mirror),
+		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "pending_versions",
+			Help: "Ancestor versions the mirror could not mirror yet, kept and retried at every run.",
+		}, mirror),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "config_loads_total",
 			Help: "Config loads, at start and on SIGHUP, by result: success, failed (a failed reload keeps the old config).",
@@ -134,7 +139,7 @@ func NewMetrics() *Metrics {
 	}
 	m.Registry.MustRegister(
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
-		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -168,7 +173,7 @@ func (m *Metrics) RemoveMirror(name string) {
 	l := prometheus.Labels{"mirror": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
-		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.prunes, m.pruned,
+		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending, m.prunes, m.pruned,
 	} {
 		v.DeletePartialMatch(l)
 	}
@@ -256,6 +261,7 @@ func (m *Metrics) Observe(name string, end time.Time, took time.Duration, result
 	// Only a run that went to the end compared every ref.
 	if result == ResultSuccess || result == ResultRefused {
 		m.lag.WithLabelValues(name).Set(float64(rep.Lag))
+		m.pending.WithLabelValues(name).Set(float64(len(rep.Pending)))
 	}
 }
 

@@ -44,6 +44,7 @@ type Job struct {
 	CatalogLimits      catalog.Limits
 	HTTPAllowRedirects []string // hosts an HTTP(S) source may redirect to besides its origin
 	BWLimit            int64    // bytes per second for the whole run; 0 = no limit
+	Repair             bool     // copy back data files complete versions lost in the sink
 }
 
 func (j Job) sourceOptions(log *zap.Logger) location.Options {
@@ -122,12 +123,15 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	defer closeDst()
 
 	opts := fdlsync.Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
-		Refs: job.Refs, AllowRewind: job.AllowRewind}
+		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair}
 	if job.DryRun {
 		return fdlsync.Run(ctx, src, readOnly{dst}, opts)
 	}
+	var held *lock.Held
+	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
 	opts.Lock = func(ctx context.Context) (func(), <-chan struct{}, error) {
-		held, err := lock.Lock(ctx, dst, lock.Options{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
+		var err error
+		held, err = lock.Lock(ctx, dst, lock.Options{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
 		if err != nil {
 			return nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 		}
@@ -182,4 +186,21 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 		mine = dst
 	}
 	return fdlsync.Compare(ctx, src, mine, job.Refs)
+}
+
+// Pending reads the versions a mirror has kept to retry (see
+// fdlsync.PendingVersion); none for a mirror not made yet.
+func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVersion, error) {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	dst, closeDst, err := location.Open(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
+	}
+	defer closeDst()
+	return fdlsync.ReadPending(ctx, dst)
 }

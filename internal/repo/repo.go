@@ -43,7 +43,7 @@ var KnownVersionFiles = []string{RecordFile, SignatureFile, CatalogFile, "datase
 // Limits for objects that are read whole into memory.
 const (
 	MaxSmallFile = 1 << 20  // fdl.json, refs, HEAD, version.json(.sig)
-	MaxRefsJSON  = 16 << 20 // refs.json
+	MaxRefsJSON  = 16 << 20 // refs.json of a store that cannot list (see RefsJSONLimit)
 	// MaxRecordFile bounds a version.json. A record holds parents, a
 	// sha256, a time and a message: 1 MiB is thousands of parents. Every
 	// record the walk finds is held until its version is settled, so the
@@ -188,6 +188,15 @@ func ParseRefsJSON(content []byte) (Refs, []*RefError, error) {
 	}
 	sort.Slice(bad, func(i, j int) bool { return bad[i].Ref < bad[j].Ref })
 	return refs, bad, nil
+}
+
+// RefsJSONLimit is the size up to which refs.json is read where the
+// refs it should hold are known (listed as ref files): twice what those
+// refs render to, and never less than MaxRefsJSON. The mirror writes
+// refs.json from the same refs, so what it writes it reads back, however
+// many refs the repository has (300,004 refs render to 20 MB).
+func RefsJSONLimit(refs Refs) int64 {
+	return max(MaxRefsJSON, 2*int64(len(RefsJSON(refs))))
 }
 
 // RefsJSON renders refs as refs.json, keys sorted, ending in a newline.

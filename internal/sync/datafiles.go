@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -187,7 +188,11 @@ func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catal
 func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
 	var todo []int // indexes into cat.Files of the files to check
 	for i, f := range cat.Files {
-		if size, ok := known[e.settings.DataDir+f.Path]; !ok || size != f.Size || f.Size < 0 {
+		name := e.settings.DataDir + f.Path
+		// A parent's file is confirmed in the sink too: a lifecycle rule
+		// or an operator may have removed it since the parent was
+		// published, and a version is published only with every file.
+		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || !e.confirmInSink(ctx, name, f.Size) {
 			todo = append(todo, i)
 		}
 	}
@@ -222,6 +227,9 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 		if errors.As(err, &r) {
 			c := *r
 			c.Version = id
+			if !strings.HasPrefix(c.Message, "version ") {
+				c.Message = "version " + id + ": " + c.Message
+			}
 			return &c
 		}
 		if backend.IsNotExist(err) {
@@ -253,8 +261,11 @@ func (e *engine) dataFile(ctx context.Context, name string, size int64, byStat b
 	e.mu.Unlock()
 	if ok {
 		<-call.done
-		if call.err == nil && size >= 0 && call.size >= 0 && call.size != size {
-			return refuse(ReasonSizeMismatch, "", name, "data file %s: catalogs record %d and %d bytes", name, call.size, size)
+		if size >= 0 && call.size >= 0 && call.size != size {
+			// Another version records another size: each is judged on
+			// its own record against the file, so the refusal lands on
+			// the one that disagrees with it, whichever came first.
+			return e.ensureDataFile(ctx, name, size, true)
 		}
 		return call.err
 	}

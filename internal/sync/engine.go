@@ -20,6 +20,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -51,14 +52,17 @@ type engine struct {
 
 	mu             sync.Mutex
 	report         *Report
-	published      map[string]bool          // versions complete in the sink, before or now
-	publishedNow   map[string]bool          // versions this run published
-	refused        map[string]*refusal      // versions refused in this run
-	dataCalls      map[string]*dataFileCall // one copy per data file across versions
-	ancestry       *ancestry                // parents of versions, read once (see ancestry.go)
-	upstreamState  *upstreamState           // when upstream refs last changed (see upstreamstate.go)
-	excluded       repo.Refs                // upstream refs not selected
-	upstreamUnread bool                     // upstream's refs could not be read
+	published      map[string]bool           // versions complete in the sink, before or now
+	publishedNow   map[string]bool           // versions this run published
+	refused        map[string]*refusal       // versions refused in this run
+	dataCalls      map[string]*dataFileCall  // one copy per data file across versions
+	ancestry       *ancestry                 // parents of versions, read once (see ancestry.go)
+	upstreamState  *upstreamState            // when upstream refs last changed (see upstreamstate.go)
+	excluded       repo.Refs                 // upstream refs not selected
+	upstreamUnread bool                      // upstream's refs could not be read
+	pending        map[string]PendingVersion // ancestors earlier runs could not mirror
+	absent         map[string]bool           // ancestors upstream does not have
+	targetChecks   map[string]*refusal       // policy verdicts on ref targets, per run
 
 	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
 	lockLost atomic.Bool
@@ -88,9 +92,11 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		refused:      map[string]*refusal{},
 		dataCalls:    map[string]*dataFileCall{},
 		excluded:     repo.Refs{},
+		absent:       map[string]bool{},
+		targetChecks: map[string]*refusal{},
 		report: &Report{
 			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
-			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{},
+			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{}, Pending: []PendingVersion{},
 			Refs: []RefStatus{},
 		},
 	}
@@ -99,7 +105,8 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	e.ancestry = newAncestry(dst, src)
 	err := e.run(ctx)
-	if e.lockLost.Load() && ctx.Err() == nil {
+	var fatal *FatalError
+	if e.lockLost.Load() && ctx.Err() == nil && !errors.As(err, &fatal) {
 		err = fatalf("sink %s: lost the mirror's lock; stopped at a safe point", dst.Location())
 	}
 	e.report.Duration = time.Since(e.report.Started)
@@ -111,6 +118,7 @@ func (e *engine) run(ctx context.Context) error {
 	if err := e.readSettings(ctx); err != nil {
 		return err
 	}
+	refusedBefore := len(e.report.Refused)
 	upstream, head := e.upstreamRefs(ctx)
 	inv, err := e.takeInventory(ctx)
 	if err != nil {
@@ -137,13 +145,22 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}()
 		e.locked.Store(true)
-		// What another run wrote before we held the lock counts.
+		// What another run wrote while we waited counts, upstream and in
+		// the sink: a plan made from the refs read before waiting could
+		// move a ref back to where another run had moved it from.
+		e.mu.Lock()
+		e.report.Refused = e.report.Refused[:refusedBefore]
+		e.mu.Unlock()
+		upstream, head = e.upstreamRefs(ctx)
 		if inv, err = e.takeInventory(ctx); err != nil {
 			return err
 		}
 	}
 	if err := e.ensureSinkSettings(ctx, inv.settings); err != nil {
 		return err
+	}
+	if e.opts.Repair {
+		e.repair(ctx)
 	}
 
 	// Stage one: versions and the data files they need.
@@ -156,9 +173,22 @@ func (e *engine) run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // never move refs after an interrupted stage one
 	}
+	isRoot := map[string]bool{}
+	for _, id := range roots {
+		isRoot[id] = true
+	}
+	e.savePending(ctx, isRoot)
+	// Stage two is only for the lock's holder, checked again now rather
+	// than at the next renewal, so that two runs never both move refs.
+	if err := e.checkLock(ctx); err != nil {
+		return err
+	}
 
 	// Stage two: refs, refs.json, HEAD.
 	if err := e.publishRefs(ctx, upstream, head, inv); err != nil {
+		return err
+	}
+	if err := e.checkLock(ctx); err != nil {
 		return err
 	}
 	e.saveUpstreamState(ctx, upstream, !e.upstreamUnread)

@@ -41,7 +41,12 @@ func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
 	if inv.refs, err = e.sinkRefs(ctx); err != nil {
 		return nil, err
 	}
-	if inv.refsJSON, err = e.readOptional(ctx, repo.RefsFile, repo.MaxRefsJSON); err != nil {
+	// refs.json is read up to a size the refs held call for: the mirror
+	// wrote it from those refs.
+	if inv.refsJSON, err = e.readOptional(ctx, repo.RefsFile, repo.RefsJSONLimit(inv.refs)); err != nil {
+		return nil, err
+	}
+	if err := e.loadPending(ctx); err != nil {
 		return nil, err
 	}
 	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
@@ -66,7 +71,7 @@ func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]
 // hasWork says whether the run would write anything: it errs towards yes,
 // and a write without the lock fails loudly (see guarded) rather than race.
 func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
-	if inv.settings == nil {
+	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair {
 		return true
 	}
 	for name, id := range upstream {

@@ -37,6 +37,13 @@ type Options struct {
 	// that does not descend from their value in the mirror (rewound or
 	// diverged upstream); the report still says so. Empty: never.
 	AllowRewind []string
+	// CheckLock, when set, confirms the lock is still this run's; it is
+	// called just before the refs are written and once they are. A run
+	// that fails it stops with a FatalError (exit 1).
+	CheckLock func(ctx context.Context) error
+	// Repair re-checks every complete version's data files against the
+	// sink's listing and copies back what is missing or of another size.
+	Repair bool
 }
 
 // Trust judges a version's signature against keys the operator trusts.

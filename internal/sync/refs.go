@@ -43,6 +43,12 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 			e.addRefusal(r)
 			continue
 		}
+		if bad := e.checkRefTarget(ctx, id); bad != nil {
+			r := refuse(bad.Reason, id, name, "ref %s not moved to %s: %s", name, id, bad.Message)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
 		rewound := ""
 		if kind == repo.Branch && exists {
 			if rel := e.ancestry.relation(ctx, cur, id); rel != relForward {

@@ -22,6 +22,7 @@ const (
 	ReasonLimit        = "limit-exceeded"  // a catalog past one of the catalog limits
 	ReasonRewound      = "rewound"         // a branch moved back to an ancestor upstream
 	ReasonDiverged     = "diverged"        // a branch moved to an unrelated history upstream
+	ReasonReplay       = "replayed-record" // a record whose "id" is another version's
 )
 
 // Refusal is one thing the run would not do, and why.
@@ -85,6 +86,11 @@ type Report struct {
 	Planned []string `json:"planned,omitempty"`
 	// Lag counts upstream refs the sink does not match after the run.
 	Lag int `json:"lag"`
+	// Pending lists the ancestors not mirrored yet, kept in the mirror's
+	// state and tried again by every run (see PendingVersion).
+	Pending []PendingVersion `json:"pending"`
+	// Repaired lists the data files a repair copied back.
+	Repaired []string `json:"repaired,omitempty"`
 	// Refs compares every upstream ref with the sink after the run; empty
 	// when the run stopped before publishing refs.
 	Refs []RefStatus `json:"refs"`

@@ -31,12 +31,9 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		if err := backend.CheckName(name); err != nil {
 			return refuse(ReasonBadRef, id, name, "version %s: file name %q is not allowed", id, f)
 		}
-		if size, ok := have[f]; ok {
-			if files[f] >= 0 && size != files[f] {
-				return refuse(ReasonSizeMismatch, id, name, "version %s: %s exists in the sink with %d bytes, upstream has %d; immutable, left alone", id, name, size, files[f])
-			}
-			continue
-		}
+		// A folder without version.json holds what an interrupted run
+		// left, perhaps of a version upstream has replaced since: its
+		// files are rewritten, never trusted by their size.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -49,8 +46,9 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 			return refuse(ReasonCopy, id, repo.VersionFile(id, opaque[i]), "version %s: %s: %v", id, opaque[i], err)
 		}
 	}
-	if size, ok := have[repo.CatalogFile]; ok && size == cat.Size {
-		// Written by an interrupted run from a verified copy.
+	if size, ok := have[repo.CatalogFile]; ok && size == cat.Size && e.sinkCatalogIs(ctx, id, cat.SHA256) {
+		// Written by an interrupted run from a copy of this record's
+		// catalog (same sha256).
 	} else if err := e.putLocalFile(ctx, repo.VersionFile(id, repo.CatalogFile), cat.Path, cat.Size); err != nil {
 		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.CatalogFile), "version %s: writing catalog: %v", id, err)
 	}

@@ -82,6 +82,9 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*p
 	for _, id := range roots {
 		add(id, true)
 	}
+	for id := range e.pending {
+		add(id, false) // retried: see PendingVersion
+	}
 	for len(level) > 0 && ctx.Err() == nil {
 		current := level
 		level = nil
@@ -108,6 +111,7 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*p
 	for id, n := range nodes {
 		if n.rec == nil && n.err == nil {
 			delete(nodes, id) // an ancestor absent upstream
+			e.absent[id] = true
 			continue
 		}
 	}
@@ -140,7 +144,7 @@ func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
 	default:
 		n.raw = raw
 		if n.rec, err = repo.ParseRecord(n.id, raw); err != nil {
-			n.err = refuse(ReasonRecord, n.id, name, "%v", err)
+			n.err = recordRefusal(n.id, err)
 		} else {
 			e.ancestry.note(n.id, n.rec.Parents)
 		}

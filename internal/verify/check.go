@@ -136,7 +136,11 @@ func (c *checker) refs(ctx context.Context) repo.Refs {
 			refs[k] = v
 		}
 	}
-	raw, err := backend.ReadAll(ctx, c.r, repo.RefsFile, repo.MaxRefsJSON)
+	limit := int64(repo.MaxRefsJSON)
+	if c.r.Properties().CanList {
+		limit = repo.RefsJSONLimit(refs)
+	}
+	raw, err := backend.ReadAll(ctx, c.r, repo.RefsFile, limit)
 	switch {
 	case err == nil:
 		listed, bad, err := repo.ParseRefsJSON(raw)
