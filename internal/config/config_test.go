@@ -114,6 +114,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		ExcludeRefs:        []string{"refs/heads/wip/**"},
 		AllowRewind:        []string{"refs/heads/scratch"},
 		MaxUpstreamAge:     72 * time.Hour,
+		Repair:             true,
 		Line:               towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {
