@@ -46,7 +46,10 @@ type MirrorStatus struct {
 	Sink   string              `json:"sink"`
 	Behind bool                `json:"behind"`
 	Refs   []fdlsync.RefStatus `json:"refs"`
-	Error  string              `json:"error,omitempty"` // the last run's, when it failed
+	// Pending: ancestors not mirrored yet, retried at every run; they make
+	// the mirror behind, as in `status --json`.
+	Pending []fdlsync.PendingVersion `json:"pending"`
+	Error   string                   `json:"error,omitempty"` // the last run's, when it failed
 
 	State    string `json:"state"`
 	Schedule string `json:"schedule"`
@@ -82,6 +85,7 @@ type mirrorRecord struct {
 	decisive     string // result of the last run that was not canceled
 	lastSuccess  time.Time
 	refs         []fdlsync.RefStatus
+	pending      []fdlsync.PendingVersion // as the last run that went to the end left them
 	refsCompared time.Time
 }
 
@@ -152,6 +156,11 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 	// Only a run that went to the end compared every ref.
 	if rep != nil && (result == ResultSuccess || result == ResultRefused) {
 		r.refs = slices.Clone(rep.Refs)
+		r.pending = nil
+		for _, p := range rep.Pending {
+			p.Message = RedactText(p.Message)
+			r.pending = append(r.pending, p)
+		}
 		r.refsCompared = end
 	}
 }
@@ -170,12 +179,16 @@ func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 		if ms.Refs == nil {
 			ms.Refs = []fdlsync.RefStatus{}
 		}
+		ms.Pending = slices.Clone(r.pending)
+		if ms.Pending == nil {
+			ms.Pending = []fdlsync.PendingVersion{}
+		}
 		for _, ref := range ms.Refs {
 			if ref.Behind {
 				ms.Lag++
 			}
 		}
-		ms.Behind = ms.Lag > 0
+		ms.Behind = ms.Lag > 0 || len(ms.Pending) > 0
 		if !r.runningSince.IsZero() {
 			t := r.runningSince
 			ms.RunningSince = &t
