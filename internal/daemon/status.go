@@ -50,6 +50,10 @@ type MirrorStatus struct {
 	// the mirror behind, as in `status --json`.
 	Pending []fdlsync.PendingVersion `json:"pending"`
 	Error   string                   `json:"error,omitempty"` // the last run's, when it failed
+	// UpstreamStale: no selected ref changed upstream for longer than the
+	// mirror's max_upstream_age (a frozen upstream), as in `status --json`.
+	UpstreamStale      bool      `json:"upstream_stale"`
+	UpstreamLastChange time.Time `json:"upstream_last_change,omitzero"`
 
 	State    string `json:"state"`
 	Schedule string `json:"schedule"`
@@ -189,6 +193,12 @@ func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 			}
 		}
 		ms.Behind = ms.Lag > 0 || len(ms.Pending) > 0
+		for _, ref := range ms.Refs {
+			if ref.State != fdlsync.RefExcluded && ref.LastChange.After(ms.UpstreamLastChange) {
+				ms.UpstreamLastChange = ref.LastChange
+			}
+		}
+		ms.UpstreamStale = m.MaxUpstreamAge > 0 && len(ms.Refs) > 0 && now.Sub(ms.UpstreamLastChange) > m.MaxUpstreamAge
 		if !r.runningSince.IsZero() {
 			t := r.runningSince
 			ms.RunningSince = &t

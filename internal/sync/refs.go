@@ -3,7 +3,6 @@ package sync
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"go.uber.org/zap"
 
@@ -93,7 +92,7 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 		}
 	}
 	e.mu.Unlock()
-	seen := e.nextUpstreamState(upstream, time.Now().UTC())
+	seen := e.nextUpstreamState(upstream, e.upstreamState.now)
 	for _, name := range upstream.Names() {
 		behind := sinkRefs[name] != upstream[name]
 		st := RefStatus{Ref: name, Upstream: upstream[name], Mirror: sinkRefs[name], Behind: behind,

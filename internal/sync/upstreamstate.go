@@ -37,7 +37,8 @@ type RefSeen struct {
 
 type upstreamState struct {
 	loaded UpstreamState
-	raw    []byte // as read; nil when absent
+	raw    []byte    // as read; nil when absent
+	now    time.Time // when this run read upstream: one time for the report and the record
 }
 
 // LastChange is the latest change of any ref in the state (zero if none).
@@ -74,7 +75,7 @@ func (e *engine) loadUpstreamState(ctx context.Context) {
 		e.log.Warn("reading the mirror's upstream state; starting a new one",
 			zap.String("file", backend.ReservedPrefix+UpstreamStateFile), zap.Error(err))
 	}
-	e.upstreamState = &upstreamState{loaded: s, raw: raw}
+	e.upstreamState = &upstreamState{loaded: s, raw: raw, now: time.Now().UTC()}
 	e.report.UpstreamLastChange = s.LastChange()
 }
 
@@ -117,7 +118,7 @@ func (e *engine) saveUpstreamState(ctx context.Context, upstream repo.Refs, read
 	if e.opts.DryRun || !readOK || !e.upstreamStateStale(upstream) {
 		return
 	}
-	next := e.nextUpstreamState(upstream, time.Now().UTC())
+	next := e.nextUpstreamState(upstream, e.upstreamState.now)
 	raw, err := json.MarshalIndent(next, "", "  ")
 	if err != nil {
 		return
