@@ -53,23 +53,13 @@ func setRefs(t *testing.T, up string, refs repo.Refs) {
 			t.Fatal(err)
 		}
 	}
-	all, _, err := repo.ReadRefs(context.Background(), openLocal(t, up))
+	all, _, err := repo.ReadRefs(context.Background(), mustOpen(t, up))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(up, repo.RefsFile), repo.RefsJSON(all), 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func openLocal(t *testing.T, dir string) *local.Local {
-	t.Helper()
-	l, err := local.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	return l
 }
 
 func refOf(t *testing.T, dir, name string) string {
@@ -283,7 +273,7 @@ func TestRequestRefsOnlyWhenSelected(t *testing.T) {
 
 func TestUpstreamLastChangeIsRecorded(t *testing.T) {
 	up, mirror, _ := chain(t)
-	st, _, err := fdlsync.ReadUpstreamState(context.Background(), openLocal(t, mirror))
+	st, _, err := fdlsync.ReadUpstreamState(context.Background(), mustOpen(t, mirror))
 	if err != nil || st.Refs[generate.MainRef].Version == "" {
 		t.Fatalf("no upstream state after the first run: %+v, %v", st, err)
 	}
