@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
 // catalog_formats as the spec's fdl.json example writes it, mirrored over

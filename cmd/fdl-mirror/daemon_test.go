@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 )

@@ -17,9 +17,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
 // Fleets: one config over many pods (shards of an Indexed Job), and daemon

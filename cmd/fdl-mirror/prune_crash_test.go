@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 )
 
 // A prune killed with SIGKILL at any moment leaves every remaining ref of

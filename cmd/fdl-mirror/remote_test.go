@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/lock"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
 // Every pair of stores users run, against the real servers: Versity S3

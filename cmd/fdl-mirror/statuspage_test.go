@@ -19,8 +19,8 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
 // hostileRefName is a ref an upstream may list: markup that would run if

@@ -13,7 +13,7 @@ import (
 
 	_ "github.com/duckdb/duckdb-go/v2"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )

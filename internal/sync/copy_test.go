@@ -8,10 +8,10 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
 func openS3(t *testing.T, addr string) *s3.Store {

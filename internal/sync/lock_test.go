@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )

@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
 )
 
 // A run whose lock is taken over while it copies (the documented takeover

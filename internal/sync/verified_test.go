@@ -17,7 +17,7 @@ import (
 	_ "github.com/duckdb/duckdb-go/v2"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
-	"github.com/fdl-mirror/fdl-mirror/internal/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"

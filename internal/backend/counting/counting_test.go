@@ -13,7 +13,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 )
 
 func newLocal(t *testing.T) *local.Local {

@@ -20,7 +20,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/gcs"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )

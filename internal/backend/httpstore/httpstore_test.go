@@ -20,7 +20,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/backendtest"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )

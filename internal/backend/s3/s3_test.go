@@ -33,7 +33,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/backendtest"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 )
 
 // startS3 starts the gateway and sets AWS_CA_BUNDLE, as many operators

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 )
 
 // The gateway's access log is what the S3 request counts of the report
