@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 )
@@ -49,8 +50,26 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ", ") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-// catalogLimitFlags are the bounds on reading one upstream catalog, shared
-// by sync and verify; zero keeps each default.
+// allowRedirectFlag is --http-allow-redirect, repeatable, shared by every
+// command that reads an HTTP(S) source (sync, status, verify, prune):
+// each entry is checked as it is given, so a bad one is a usage error.
+type allowRedirectFlag []string
+
+func (a *allowRedirectFlag) String() string { return strings.Join(*a, ", ") }
+func (a *allowRedirectFlag) Set(v string) error {
+	if err := httpstore.CheckAllowRedirect(v); err != nil {
+		return err
+	}
+	*a = append(*a, v)
+	return nil
+}
+
+func (a *allowRedirectFlag) register(fs *flag.FlagSet, what string) {
+	fs.Var(a, "http-allow-redirect", "`HOST` or HOST:PORT an HTTP(S) "+what+" may redirect to besides its own origin (repeatable; never https to http)")
+}
+
+// catalogLimitFlags are the bounds on reading one catalog, shared by sync,
+// verify and prune; zero keeps each default.
 type catalogLimitFlags struct{ catalog.Limits }
 
 func (c *catalogLimitFlags) register(fs *flag.FlagSet) {

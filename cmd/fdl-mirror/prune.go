@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,8 +32,16 @@ func cmdPrune(args []string) int {
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
+	var allowRedirects allowRedirectFlag
+	allowRedirects.register(fs, "source")
+	var limits catalogLimitFlags
+	limits.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
+		return exitUsage
+	}
+	if err := limits.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", err)
 		return exitUsage
 	}
 	if *maxDelete < 1 {
@@ -51,8 +60,8 @@ func cmdPrune(args []string) int {
 	var jobs []prune.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
-		if len(headers) > 0 {
-			fmt.Fprintln(os.Stderr, "fdl-mirror prune: with --config, set http_headers in the config")
+		if len(headers) > 0 || len(allowRedirects) > 0 || catalogFlagsSet(fs.Visit) {
+			fmt.Fprintln(os.Stderr, "fdl-mirror prune: with --config, set http_headers, http_allow_redirects and catalog_* in the config")
 			return exitUsage
 		}
 		cfg, err := config.Load(*configPath)
@@ -76,8 +85,8 @@ func cmdPrune(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror prune: --config takes no SOURCE or SINK")
 		return exitUsage
 	case len(pos) == 2:
-		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers,
-			DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries})
+		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects,
+			CatalogLimits: limits.Limits, DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries})
 	default:
 		fs.Usage()
 		return exitUsage
@@ -100,6 +109,17 @@ func flagSet(visit func(func(*flag.Flag)), name string) bool {
 	set := false
 	visit(func(f *flag.Flag) {
 		if f.Name == name {
+			set = true
+		}
+	})
+	return set
+}
+
+// catalogFlagsSet says whether any --catalog-* flag was given.
+func catalogFlagsSet(visit func(func(*flag.Flag))) bool {
+	set := false
+	visit(func(f *flag.Flag) {
+		if strings.HasPrefix(f.Name, "catalog-") {
 			set = true
 		}
 	})

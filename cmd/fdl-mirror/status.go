@@ -28,6 +28,8 @@ func cmdStatus(args []string) int {
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
+	var allowRedirects allowRedirectFlag
+	allowRedirects.register(fs, "source")
 	var shardF shardFlags
 	shardF.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -50,8 +52,8 @@ func cmdStatus(args []string) int {
 	var jobs []mirror.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
-		if len(headers) > 0 {
-			fmt.Fprintln(os.Stderr, "fdl-mirror status: with --config, set http_headers in the config")
+		if len(headers) > 0 || len(allowRedirects) > 0 {
+			fmt.Fprintln(os.Stderr, "fdl-mirror status: with --config, set http_headers and http_allow_redirects in the config")
 			return exitUsage
 		}
 		cfg, err := config.Load(*configPath)
@@ -68,7 +70,7 @@ func cmdStatus(args []string) int {
 			jobs = append(jobs, daemon.Job(m))
 		}
 	case *configPath == "" && *onlyMirror == "" && len(pos) == 2:
-		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers}}
+		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects}}
 	default:
 		fs.Usage()
 		return exitUsage

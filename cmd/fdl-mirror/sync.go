@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -47,8 +46,8 @@ func cmdSync(args []string) int {
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
-	var allowRedirects stringList
-	fs.Var(&allowRedirects, "http-allow-redirect", "`HOST` or HOST:PORT an HTTP(S) source may redirect to besides its own origin (repeatable; never https to http)")
+	var allowRedirects allowRedirectFlag
+	allowRedirects.register(fs, "source")
 	bwlimit := fs.String("bwlimit", "", "bandwidth limit of the run in bytes per second, shared by all transfers (e.g. 10M; K, M, G are powers of 1024; server-side copies are not limited)")
 	var refPatterns, excludeRefs stringList
 	fs.Var(&refPatterns, "refs", "mirror the refs matching `PATTERN` (repeatable; * within a segment, ** across; default refs/heads/** and refs/tags/**)")
@@ -104,12 +103,6 @@ func cmdSync(args []string) int {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror sync: --bwlimit:", err)
 		return exitUsage
-	}
-	for _, h := range allowRedirects {
-		if err := httpstore.CheckAllowRedirect(h); err != nil {
-			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --http-allow-redirect:", err)
-			return exitUsage
-		}
 	}
 	for _, p := range append(append([]string{}, refPatterns...), excludeRefs...) {
 		if err := repo.CheckRefPattern(p); err != nil {

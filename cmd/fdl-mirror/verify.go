@@ -25,6 +25,8 @@ func cmdVerify(args []string) int {
 	deep := fs.Bool("deep", false, "also read each data file's head and tail: Parquet and puffin magic, footer length against the catalog")
 	var headers stringList
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) target (repeatable)")
+	var allowRedirects allowRedirectFlag
+	allowRedirects.register(fs, "target")
 	var trust trustFlags
 	trust.register(fs)
 	var limits catalogLimitFlags
@@ -56,7 +58,7 @@ func cmdVerify(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
 		return exitUsage
 	}
-	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, Logger: log})
+	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, Logger: log})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
 		return exitUsage

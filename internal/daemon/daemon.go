@@ -476,16 +476,21 @@ func Job(m config.Mirror) mirror.Job {
 		LockWait:           m.LockWait,
 		LockTTL:            m.LockTTL,
 		Retries:            m.Retries,
-		CatalogLimits: catalog.Limits{
-			MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
-			MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
-		},
+		CatalogLimits:      catalogLimits(m),
 		HTTPAllowRedirects: m.HTTPAllowRedirects,
 		BWLimit:            m.BWLimit,
 		Refs:               repo.RefSelection{Include: m.Refs, Exclude: m.ExcludeRefs},
 		AllowRewind:        m.AllowRewind,
 		MaxUpstreamAge:     m.MaxUpstreamAge,
 		Repair:             m.Repair,
+	}
+}
+
+// catalogLimits are the mirror's bounds on reading one catalog.
+func catalogLimits(m config.Mirror) catalog.Limits {
+	return catalog.Limits{
+		MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
+		MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
 	}
 }
 
@@ -498,6 +503,7 @@ func PruneJob(m config.Mirror) prune.Job {
 		HTTPHeaders:        m.HTTPHeaders,
 		HTTPAllowRedirects: m.HTTPAllowRedirects,
 		MaxDelete:          m.PruneMaxDelete,
+		CatalogLimits:      catalogLimits(m),
 		LockWait:           m.LockWait,
 		LockTTL:            m.LockTTL,
 		Retries:            m.Retries,

@@ -432,3 +432,14 @@ func TestJobCarriesEveryMirrorSetting(t *testing.T) {
 		t.Errorf("job = %+v", job)
 	}
 }
+
+// A configured mirror's prune reads catalogs under the mirror's catalog
+// limits, as its syncs do.
+func TestPruneJobCarriesTheCatalogLimits(t *testing.T) {
+	m := config.Mirror{Name: "towns", Source: "/u", Sink: "/d",
+		CatalogMaxFiles: 10, CatalogTimeout: time.Second, CatalogMemoryLimit: 1 << 30, CatalogMaxSize: 1 << 29}
+	got := PruneJob(m).CatalogLimits
+	if got != Job(m).CatalogLimits || got.MaxFiles != 10 || got.Timeout != time.Second || got.MemoryLimit != 1<<30 || got.MaxSize != 1<<29 {
+		t.Errorf("prune job's catalog limits = %+v, want the mirror's", got)
+	}
+}

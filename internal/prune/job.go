@@ -12,6 +12,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 )
 
@@ -30,6 +31,8 @@ type Job struct {
 	Retries            int           // retries of one request; 0 = each backend's default
 	// Selected says which refs may be removed; nil selects all (see Options).
 	Selected func(ref string) bool
+	// CatalogLimits bound reading the mirror's catalogs (Options.CatalogLimits).
+	CatalogLimits catalog.Limits
 }
 
 // ConfigError is a problem with the job itself (an address): the command
@@ -68,7 +71,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 	}
 	defer closeDst()
 
-	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, Logger: log}
+	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits, Logger: log}
 	if job.DryRun {
 		return Run(ctx, src, readOnly{dst}, opts)
 	}

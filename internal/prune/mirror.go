@@ -117,13 +117,13 @@ func listData(ctx context.Context, dst backend.Reader, dataDir string) ([]string
 
 // readCatalog returns the paths, below data_dir, of every data and delete
 // file a catalog in the mirror names.
-func readCatalog(ctx context.Context, r backend.Reader, name, tmpDir string) ([]string, error) {
-	fetched, err := catalog.Fetch(ctx, r, name, tmpDir, 0)
+func readCatalog(ctx context.Context, r backend.Reader, name, tmpDir string, lim catalog.Limits) ([]string, error) {
+	fetched, err := catalog.Fetch(ctx, r, name, tmpDir, lim.MaxSize)
 	if err != nil {
 		return nil, err
 	}
 	defer fetched.Remove()
-	cat, err := catalog.Read(ctx, fetched.Path, name, catalog.Limits{})
+	cat, err := catalog.Read(ctx, fetched.Path, name, lim)
 	if err != nil {
 		return nil, err
 	}

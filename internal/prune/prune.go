@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -63,7 +64,11 @@ type Options struct {
 	Selected func(ref string) bool
 	// TempDir holds catalogs while they are read; "" is os.TempDir.
 	TempDir string
-	Logger  *zap.Logger
+	// CatalogLimits bound reading each of the mirror's catalogs (zero
+	// fields: the defaults), as the mirror's syncs are bound: the
+	// catalogs a sync published came from the upstream.
+	CatalogLimits catalog.Limits
+	Logger        *zap.Logger
 }
 
 // Run prunes dst against src. The caller holds the mirror's lock (see
@@ -261,7 +266,7 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 	candidates := map[string]bool{}
 	for _, v := range pl.versions {
 		for _, name := range v.catalogs {
-			files, err := readCatalog(ctx, p.dst, name, p.opts.TempDir)
+			files, err := readCatalog(ctx, p.dst, name, p.opts.TempDir, p.opts.CatalogLimits)
 			if err != nil {
 				// Its files stay, reported as named by no catalog: keeping
 				// too much is safe, deleting on a guess is not.
@@ -293,7 +298,7 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 				p.dst.Location(), id)
 		}
 		for _, name := range cats {
-			names, err := readCatalog(ctx, p.dst, name, p.opts.TempDir)
+			names, err := readCatalog(ctx, p.dst, name, p.opts.TempDir, p.opts.CatalogLimits)
 			if err != nil {
 				// A remaining version whose needs are unknown could lose a
 				// file it needs: remove nothing.
