@@ -71,13 +71,15 @@ func ParseAllowedSigners(r io.Reader, name string) (*AllowedSigners, error) {
 }
 
 // keyTypes are the key type names OpenSSH knows; a line's second field is
-// options unless it is one of these.
+// options unless it is one of these. DSA stays by name (x/crypto deprecates
+// its constants): a DSA line is read as a key and then refused as one, not
+// misread as options.
 var keyTypes = map[string]bool{
 	ssh.KeyAlgoED25519: true, ssh.KeyAlgoRSA: true, ssh.KeyAlgoECDSA256: true,
-	ssh.KeyAlgoECDSA384: true, ssh.KeyAlgoECDSA521: true, ssh.InsecureKeyAlgoDSA: true,
+	ssh.KeyAlgoECDSA384: true, ssh.KeyAlgoECDSA521: true, "ssh-dss": true,
 	ssh.KeyAlgoSKED25519: true, ssh.KeyAlgoSKECDSA256: true,
 	ssh.CertAlgoED25519v01: true, ssh.CertAlgoRSAv01: true, ssh.CertAlgoECDSA256v01: true,
-	ssh.CertAlgoECDSA384v01: true, ssh.CertAlgoECDSA521v01: true, ssh.InsecureCertAlgoDSAv01: true,
+	ssh.CertAlgoECDSA384v01: true, ssh.CertAlgoECDSA521v01: true, "ssh-dss-cert-v01@openssh.com": true,
 	ssh.CertAlgoSKED25519v01: true, ssh.CertAlgoSKECDSA256v01: true,
 }
 

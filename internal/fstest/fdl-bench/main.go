@@ -19,7 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -315,15 +314,6 @@ func (b *bench) run(ctx context.Context) error {
 	return nil
 }
 
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
 func (b *bench) add(g *group) {
 	b.groups = append(b.groups, g)
 	for _, m := range g.rows {
@@ -557,21 +547,3 @@ func machineInfo(ctx context.Context, work string) string {
 	}
 	return strings.Join(lines, "\n")
 }
-
-// treeCounts counts the folders and files under dir (none if absent).
-func treeCounts(dir string) (dirs, files int64) {
-	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		if d.IsDir() {
-			dirs++
-		} else {
-			files++
-		}
-		return nil
-	})
-	return dirs, files
-}
-
-var _ = io.Discard
