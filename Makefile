@@ -1,4 +1,4 @@
-# fdl-mirror: make demo, make test, make fuzz, make bench.
+# fdl-mirror: make demo, make check, make test, make fuzz, make bench.
 GO      ?= go
 BIN     := bin
 PKGS    := ./...
@@ -6,7 +6,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # DuckDB is linked through cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all build demo test test-servers vet fmt-check fuzz bench clean
+.PHONY: all build demo check test test-servers vet fmt-check tidy-check staticcheck fuzz bench clean
 
 all: build
 
@@ -14,8 +14,8 @@ build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/fdl-mirror ./cmd/fdl-mirror
 	$(GO) build -o $(BIN)/fdl-gen ./cmd/fdl-gen
 
-# The real servers the tests run against (Versity S3 Gateway, fake-gcs-server),
-# built once at pinned versions into .cache/bin; and Chromium and promtool
+# The real servers the tests run against (Versity S3 Gateway, fake-gcs-server)
+# and staticcheck, built once at pinned versions into .cache/bin; and Chromium and promtool
 # (Debian packages chromium, prometheus) installed with apt when missing.
 test-servers:
 	sh scripts/install-test-servers
@@ -27,8 +27,23 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
-test: test-servers fmt-check vet
-	$(GO) test -count=1 -timeout 30m $(PKGS)
+# go.mod and go.sum say exactly what the code imports: a diff fails.
+tidy-check:
+	$(GO) mod tidy -diff
+
+staticcheck: test-servers
+	.cache/bin/staticcheck $(PKGS)
+
+# The edit loop: no servers to install or start (tests that need Versity
+# or fake-gcs-server skip under -short), no race detector.
+check: fmt-check vet
+	$(GO) test -short -count=1 $(PKGS)
+
+# Everything, with the race detector: the engine copies files from many
+# goroutines, and a race is a bug even where no test has failed yet. The
+# timeout (per package) stays inside CI's 60 minutes.
+test: test-servers fmt-check vet tidy-check staticcheck
+	$(GO) test -race -count=1 -timeout 45m $(PKGS)
 
 # Every fuzz target, one after the other, for FUZZTIME each (go test fuzzes
 # one target at a time). Their seed corpora (testdata/fuzz/) run as plain

@@ -45,8 +45,13 @@ var installOnce sync.Once
 // Binary returns the path of a test server binary in <repo>/.cache/bin,
 // running scripts/install-test-servers once per test process if it is
 // missing. A missing binary fails the test: these tests are not optional.
+// Under -short (make check) the test skips instead: the edit loop neither
+// installs nor starts servers, and make test runs it.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("-short: needs the %s test server (make test runs this)", name)
+	}
 	root := RepoRoot(t)
 	bin := filepath.Join(root, ".cache", "bin", name)
 	if _, err := os.Stat(bin); err == nil {
