@@ -120,7 +120,7 @@ func (b *bench) bigUpload(ctx context.Context, up string) error {
 	buckets := []string{"big-fdl", "big-rclone"}
 	defer func() {
 		for _, bucket := range buckets {
-			os.RemoveAll(filepath.Join(b.gw.dir, bucket))
+			os.RemoveAll(filepath.Join(b.gw.Dir, bucket))
 		}
 	}()
 	for _, bucket := range buckets {
@@ -128,29 +128,29 @@ func (b *bench) bigUpload(ctx context.Context, up string) error {
 			return err
 		}
 	}
-	off := b.gw.logOffset()
+	off := b.gw.LogOffset()
 	m, err := b.runFDL(ctx, b.gw.env(), up, b.gw.url(buckets[0]))
 	if err != nil {
 		return err
 	}
-	counts, err := b.gw.countsSince(off)
+	counts, err := b.gw.RequestsSince(off)
 	if err != nil {
 		return err
 	}
 	b.fromLog(m, counts, "", buckets[0])
 	m.srcReq = -1
-	checkMain(m, up, filepath.Join(b.gw.dir, buckets[0]))
-	off = b.gw.logOffset()
+	checkMain(m, up, filepath.Join(b.gw.Dir, buckets[0]))
+	off = b.gw.LogOffset()
 	r, err := b.runRclone(ctx, b.gw.env(), up, "gw:"+buckets[1])
 	if err != nil {
 		return err
 	}
-	if counts, err = b.gw.countsSince(off); err != nil {
+	if counts, err = b.gw.RequestsSince(off); err != nil {
 		return err
 	}
 	b.fromLog(&r.measure, counts, "", buckets[1])
 	r.srcReq = -1
-	checkMain(&r.measure, up, filepath.Join(b.gw.dir, buckets[1]))
+	checkMain(&r.measure, up, filepath.Join(b.gw.Dir, buckets[1]))
 	g.rows = append(g.rows, m, &r.measure)
 	b.add(g)
 	return nil

@@ -279,10 +279,10 @@ func (b *bench) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if b.gw, err = startGateway(ctx, bin, filepath.Join(b.work, "gw")); err != nil {
+		if b.gw, err = startGateway(bin, filepath.Join(b.work, "gw")); err != nil {
 			return err
 		}
-		logf("Versity S3 Gateway at %s", b.gw.endpoint)
+		logf("Versity S3 Gateway at %s", b.gw.Endpoint)
 	}
 	var failed []string
 	for _, name := range b.cfg.repos {
@@ -336,7 +336,7 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 		if s3 != nil {
 			// The gateway's posix backend keeps a bucket as a folder.
 			for _, bucket := range append([]string{s3.up, s3.fdl, s3.rclone, s3.tuned}, s3.extra...) {
-				os.RemoveAll(filepath.Join(b.gw.dir, bucket))
+				os.RemoveAll(filepath.Join(b.gw.Dir, bucket))
 			}
 		}
 	}()

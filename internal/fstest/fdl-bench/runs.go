@@ -15,6 +15,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -277,28 +278,28 @@ func (b *bench) s3Run(ctx context.Context, repo, scenario string, p *s3Pair) (*g
 		}
 	}
 	g := &group{repo: repo, scenario: scenario, stores: "s3→s3"}
-	off := b.gw.logOffset()
+	off := b.gw.LogOffset()
 	m, err := b.runFDL(ctx, b.gw.env(), b.gw.url(p.up), b.gw.url(p.fdl))
 	if err != nil {
 		return nil, err
 	}
-	counts, err := b.gw.countsSince(off)
+	counts, err := b.gw.RequestsSince(off)
 	if err != nil {
 		return nil, err
 	}
 	b.fromLog(m, counts, p.up, p.fdl)
-	checkMain(m, p.localUp, filepath.Join(b.gw.dir, p.fdl))
+	checkMain(m, p.localUp, filepath.Join(b.gw.Dir, p.fdl))
 
-	off = b.gw.logOffset()
+	off = b.gw.LogOffset()
 	r, err := b.runRclone(ctx, b.gw.env(), "gw:"+p.up, "gw:"+p.rclone)
 	if err != nil {
 		return nil, err
 	}
-	if counts, err = b.gw.countsSince(off); err != nil {
+	if counts, err = b.gw.RequestsSince(off); err != nil {
 		return nil, err
 	}
 	b.fromLog(&r.measure, counts, p.up, p.rclone)
-	checkMain(&r.measure, p.localUp, filepath.Join(b.gw.dir, p.rclone))
+	checkMain(&r.measure, p.localUp, filepath.Join(b.gw.Dir, p.rclone))
 	if strings.HasPrefix(scenario, "full") {
 		bucket := func(base string, i int) (string, error) {
 			name := fmt.Sprintf("%s-%d", base, i)
@@ -359,16 +360,16 @@ func (b *bench) s3Run(ctx context.Context, repo, scenario string, p *s3Pair) (*g
 	// and no per-object HEAD for modification times, into a bucket of its
 	// own.
 	if b.cfg.rcloneTuned {
-		off = b.gw.logOffset()
+		off = b.gw.LogOffset()
 		t, err := b.runRclone(ctx, b.gw.env(), "gw:"+p.up, "gw:"+p.tuned, rcloneTunedFlags...)
 		if err != nil {
 			return nil, err
 		}
-		if counts, err = b.gw.countsSince(off); err != nil {
+		if counts, err = b.gw.RequestsSince(off); err != nil {
 			return nil, err
 		}
 		b.fromLog(&t.measure, counts, p.up, p.tuned)
-		checkMain(&t.measure, p.localUp, filepath.Join(b.gw.dir, p.tuned))
+		checkMain(&t.measure, p.localUp, filepath.Join(b.gw.Dir, p.tuned))
 		g.rows = append(g.rows, &t.measure)
 	}
 	return g, nil
@@ -381,12 +382,12 @@ func (b *bench) s3Run(ctx context.Context, repo, scenario string, p *s3Pair) (*g
 var rcloneTunedFlags = []string{"--fast-list", "--checksum"}
 
 // fromLog fills a measure's requests from the gateway's access log.
-func (b *bench) fromLog(m *measure, counts map[string]*gwCounts, src, dst string) {
-	get := func(bucket string) *gwCounts {
+func (b *bench) fromLog(m *measure, counts map[string]*testserver.BucketRequests, src, dst string) {
+	get := func(bucket string) *testserver.BucketRequests {
 		if c := counts[bucket]; c != nil {
 			return c
 		}
-		return &gwCounts{Ops: map[string]int64{}}
+		return &testserver.BucketRequests{Ops: map[string]int64{}}
 	}
 	s, d := get(src), get(dst)
 	m.srcReq, m.dstReq = s.Requests, d.Requests
@@ -403,7 +404,7 @@ func (b *bench) fromLog(m *measure, counts map[string]*gwCounts, src, dst string
 	}
 }
 
-func gwOps(c *gwCounts) string {
+func gwOps(c *testserver.BucketRequests) string {
 	if c.Requests == 0 {
 		return "none"
 	}

@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,9 @@ type S3Server struct {
 	SecretKey string
 	Region    string
 	Dir       string // the posix root: one folder per bucket
+	// AccessLog is the gateway's access log, one line per request it
+	// answered (read by RequestsSince); "" when it keeps none.
+	AccessLog string
 	Process   *Process
 }
 
@@ -30,25 +35,58 @@ type S3Server struct {
 // cannot be t.Parallel.
 func S3(t testing.TB) *S3Server {
 	t.Helper()
-	s := &S3Server{
-		AccessKey: "fdltest" + randomHex(4),
-		SecretKey: randomHex(20),
-		Region:    "us-east-1",
-		Dir:       t.TempDir(),
-	}
-	bin := Binary(t, "versitygw")
-	s.Process = Start(t, bin, func(port int) []string {
-		return []string{
-			"--port", "127.0.0.1:" + strconv.Itoa(port),
-			"--region", s.Region,
-			"--quiet",
-			"posix", s.Dir,
-		}
-	}, "ROOT_ACCESS_KEY_ID="+s.AccessKey, "ROOT_SECRET_ACCESS_KEY="+s.SecretKey)
+	s := newS3(t.TempDir(), "")
+	s.Process = Start(t, Binary(t, "versitygw"), s.args, s.rootEnv()...)
 	s.Endpoint = "http://" + s.Process.Addr
 	t.Setenv("AWS_ACCESS_KEY_ID", s.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", s.SecretKey)
 	return s
+}
+
+// StartS3 starts the Versity S3 Gateway binary outside a test, for the
+// benchmark harness: the posix root is dir/posix, and the gateway keeps an
+// access log in dir/access.log, the server's own count of the requests
+// each client sends (retries and list pages included). It sets no
+// environment variables; the caller stops it with s.Process.Stop.
+func StartS3(binary, dir string) (*S3Server, error) {
+	s := newS3(filepath.Join(dir, "posix"), filepath.Join(dir, "access.log"))
+	if err := os.MkdirAll(s.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	p, err := StartProcess(binary, s.args, s.rootEnv()...)
+	if err != nil {
+		return nil, err
+	}
+	s.Process = p
+	s.Endpoint = "http://" + p.Addr
+	return s, nil
+}
+
+func newS3(dir, accessLog string) *S3Server {
+	return &S3Server{
+		AccessKey: "fdltest" + randomHex(4),
+		SecretKey: randomHex(20),
+		Region:    "us-east-1",
+		Dir:       dir,
+		AccessLog: accessLog,
+	}
+}
+
+func (s *S3Server) args(port int) []string {
+	args := []string{
+		"--port", "127.0.0.1:" + strconv.Itoa(port),
+		"--region", s.Region,
+		"--quiet",
+	}
+	if s.AccessLog != "" {
+		args = append(args, "--access-log", s.AccessLog)
+	}
+	return append(args, "posix", s.Dir)
+}
+
+// rootEnv gives the gateway its root credentials.
+func (s *S3Server) rootEnv() []string {
+	return []string{"ROOT_ACCESS_KEY_ID=" + s.AccessKey, "ROOT_SECRET_ACCESS_KEY=" + s.SecretKey}
 }
 
 // Client returns an S3 client for the server with its root credentials,

@@ -74,12 +74,20 @@ func Binary(t testing.TB, name string) string {
 // Another process may take it before the server binds it; Start retries.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := freePort()
 	if err != nil {
 		t.Fatalf("testserver: finding a free port: %v", err)
 	}
+	return port
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // WaitForPort waits until addr accepts TCP connections, or timeout passes.
@@ -112,29 +120,43 @@ type Process struct {
 func (p *Process) Output() string { return p.out.String() }
 
 // Start runs binary with the arguments args(port) returns, where port is a
-// free 127.0.0.1 port, and waits until the port accepts connections. If
-// the process exits first (typically because another process took the
-// port), it tries again with another port. The process is stopped (SIGTERM,
-// then SIGKILL after 5 s) when the test ends; its output is logged if the
-// test failed. env is added to the test's environment.
+// free 127.0.0.1 port, and waits until the port accepts connections (see
+// StartProcess). The process is stopped (SIGTERM, then SIGKILL after 5 s)
+// when the test ends; its output is logged if the test failed. env is
+// added to the test's environment.
 func Start(t testing.TB, binary string, args func(port int) []string, env ...string) *Process {
 	t.Helper()
+	p, err := StartProcess(binary, args, env...)
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", filepath.Base(binary), p.Output())
+		}
+	})
+	return p
+}
+
+// StartProcess is Start outside a test, for the benchmark harness: the
+// caller stops the process with Stop. If the process exits before its port
+// accepts connections (typically because another process took the port),
+// it tries again with another port, three times in all.
+func StartProcess(binary string, args func(port int) []string, env ...string) (*Process, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		p, err := start(binary, args, env, FreePort(t))
+		port, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		p, err := start(binary, args, env, port)
 		if err == nil {
-			t.Cleanup(func() {
-				p.stop()
-				if t.Failed() {
-					t.Logf("%s output:\n%s", filepath.Base(binary), p.Output())
-				}
-			})
-			return p
+			return p, nil
 		}
 		lastErr = err
 	}
-	t.Fatalf("testserver: starting %s: %v", filepath.Base(binary), lastErr)
-	return nil
+	return nil, fmt.Errorf("starting %s: %w", filepath.Base(binary), lastErr)
 }
 
 func start(binary string, args func(port int) []string, env []string, port int) (*Process, error) {
