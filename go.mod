@@ -14,6 +14,7 @@ require (
 	github.com/duckdb/duckdb-go/v2 v2.10506.0
 	github.com/googleapis/gax-go/v2 v2.26.2
 	github.com/hashicorp/go-retryablehttp v0.7.8
+	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/prometheus/client_golang v1.25.0
 	github.com/robfig/cron/v3 v3.0.1
 	go.uber.org/zap v1.28.0

@@ -97,6 +97,8 @@ func run(args []string) int {
 	fs.BoolVar(&opts.FastParquet, "fast", false, "reuse the bytes of a few real Parquet files for the rest (benchmarks)")
 	fs.StringVar(&opts.ID, "id", "", "repository id (default: a random UUID)")
 	fs.Int64Var(&opts.Seed, "seed", 0, "varies the generated values")
+	fs.StringVar(&opts.AlternateCatalog, "alternate-catalog", "", "give every version catalogs/ducklake-`V`.duckdb, listing one data file more than the main catalog, named in catalog_formats")
+	fs.StringVar(&opts.MetadataDB, "metadata-db", "", "write each version's catalog as metadata.db, in `FORMAT` duckdb or sqlite, instead of ducklake.duckdb")
 	asJSON := fs.Bool("json", false, "print what was made as JSON (dir, id, versions, refs, data_files)")
 	add := fs.Int("add", 0, "add one version with N data files to the existing repository in DIR")
 	fixture := fs.String("fixture", "", "build a one-version repository around this DuckLake catalog (.db.gz)")

@@ -1,12 +1,15 @@
-// Package catalog reads a frozen DuckLake catalog (a DuckDB database file)
-// and says which data and delete files it needs, where they sit in an FDL
-// repository, and how large they must be.
+// Package catalog reads a frozen DuckLake catalog (a DuckDB database file,
+// or a SQLite one as newer FDL tools write metadata.db) and says which
+// data and delete files it needs, where they sit in an FDL repository, and
+// how large they must be.
 //
-// A catalog is an upstream's bytes, and DuckDB would run the SQL stored in
-// it: the catalog is attached read-only by a DuckDB locked down first (no
-// extensions, no other file, no configuration change), only base tables
-// are read, and every read is bounded in rows, time and memory (Limits).
-// The tables are queried with plain SQL, column by column where DuckLake
+// A catalog is an upstream's bytes, and its database would run the SQL
+// stored in it: a DuckDB catalog is attached read-only by a DuckDB locked
+// down first (no extensions, no other file, no configuration change), a
+// SQLite one is opened read-only and immutable by a connection locked down
+// the same way (see sqlite.go); only base tables are read, and every read
+// is bounded in rows, time and memory (Limits). The tables are queried
+// with the same plain SQL in both, column by column where DuckLake
 // versions differ, so DuckLake 0.1 to 1.x catalogs all read.
 package catalog
 
@@ -84,12 +87,23 @@ func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) 
 	defer cancel()
 	r := &reader{ctx: ctx, name: name, lim: lim}
 	var c *Catalog
-	err := r.open(file)
+	sqlite, err := isSQLite(file)
+	if err != nil {
+		return nil, r.errf("%v", strings.ReplaceAll(err.Error(), file, name))
+	}
+	if sqlite {
+		r.sqlite = true
+		err = r.openSQLite(file)
+	} else {
+		err = r.open(file)
+	}
 	if err == nil {
 		c, err = r.read()
 	}
 	if r.db != nil {
-		r.conn.Close()
+		if r.conn != nil {
+			r.conn.Close()
+		}
 		r.db.Close()
 	}
 	if err == nil {
@@ -102,7 +116,7 @@ func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) 
 		return nil, &LimitError{Catalog: name, Key: KeyTimeout, Detail: fmt.Sprintf("reading it took longer than %s", lim.Timeout)}
 	}
 	var de *duckdb.Error
-	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
+	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory || isSQLiteNoMem(err) {
 		return nil, &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than DuckDB's memory limit of %s", FormatBytes(lim.MemoryLimit))}
 	}
 	// DuckDB's messages name the file it opened: the local copy, whose
@@ -121,12 +135,23 @@ func (e *renamed) Error() string { return e.msg }
 func (e *renamed) Unwrap() error { return e.err }
 
 type reader struct {
-	ctx  context.Context
-	name string
-	lim  Limits
-	db   *sql.DB
-	conn *sql.Conn
-	cols map[string]map[string]bool // table → column names present
+	ctx    context.Context
+	name   string
+	lim    Limits
+	sqlite bool // a SQLite catalog (else DuckDB)
+	db     *sql.DB
+	conn   *sql.Conn
+	cols   map[string]map[string]bool // table → column names present
+}
+
+// table is how the queries name one of the catalog's tables: the attached
+// database's main schema in DuckDB, the main schema in SQLite. Names are
+// this package's constants, never the catalog's.
+func (r *reader) table(t string) string {
+	if r.sqlite {
+		return "main." + t
+	}
+	return "cat.main." + t
 }
 
 func (r *reader) errf(format string, args ...any) error {
@@ -179,10 +204,14 @@ func (r *reader) open(file string) error {
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 func (r *reader) read() (*Catalog, error) {
-	if err := r.checkObjects(); err != nil {
+	check, load := r.checkObjects, r.loadColumns
+	if r.sqlite {
+		check, load = r.checkSQLiteObjects, r.loadSQLiteColumns
+	}
+	if err := check(); err != nil {
 		return nil, err
 	}
-	if err := r.loadColumns(); err != nil {
+	if err := load(); err != nil {
 		return nil, err
 	}
 	for _, t := range []string{"ducklake_metadata", "ducklake_data_file", "ducklake_delete_file"} {
@@ -215,14 +244,14 @@ func (r *reader) read() (*Catalog, error) {
 	}{{"ducklake_data_file", false, "file_format"}, {"ducklake_delete_file", true, "format"}} {
 		// footer_size and the format are read where the catalog has them:
 		// verify --deep checks files against them.
-		footer, format := "NULL::BIGINT", "NULL::VARCHAR"
+		footer, format := "CAST(NULL AS BIGINT)", "CAST(NULL AS VARCHAR)"
 		if r.cols[kind.table]["footer_size"] {
 			footer = "footer_size"
 		}
 		if r.cols[kind.table][kind.format] {
 			format = kind.format
 		}
-		rows, err := r.conn.QueryContext(r.ctx, "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes, "+footer+", "+format+" FROM cat.main."+kind.table)
+		rows, err := r.conn.QueryContext(r.ctx, "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes, "+footer+", "+format+" FROM "+r.table(kind.table))
 		if err != nil {
 			return nil, r.errf("reading %s: %w", kind.table, err)
 		}
@@ -361,7 +390,7 @@ func (r *reader) checkRowCounts() error {
 			continue
 		}
 		var n int64
-		if err := r.conn.QueryRowContext(r.ctx, "SELECT count(*) FROM cat.main."+t).Scan(&n); err != nil {
+		if err := r.conn.QueryRowContext(r.ctx, "SELECT count(*) FROM "+r.table(t)).Scan(&n); err != nil {
 			return r.errf("counting the rows of %s: %w", t, err)
 		}
 		switch t {
@@ -382,9 +411,9 @@ func (r *reader) checkRowCounts() error {
 // metadata reads the DuckLake version and the stored data_path, preferring
 // rows without a scope (0.3+ can scope settings to a schema or table).
 func (r *reader) metadata(c *Catalog) error {
-	q := "SELECT key, value, NULL FROM cat.main.ducklake_metadata"
+	q := "SELECT key, value, NULL FROM " + r.table("ducklake_metadata")
 	if r.cols["ducklake_metadata"]["scope"] {
-		q = "SELECT key, value, scope FROM cat.main.ducklake_metadata"
+		q = "SELECT key, value, scope FROM " + r.table("ducklake_metadata")
 	}
 	rows, err := r.conn.QueryContext(r.ctx, q)
 	if err != nil {
@@ -431,7 +460,7 @@ func (r *reader) places(table, idCol, parentCol string) (map[int64][]place, erro
 	if parentCol != "" {
 		parent = parentCol
 	}
-	q := fmt.Sprintf("SELECT %s, path, path_is_relative, begin_snapshot, end_snapshot, %s FROM cat.main.%s", idCol, parent, table)
+	q := fmt.Sprintf("SELECT %s, path, path_is_relative, begin_snapshot, end_snapshot, %s FROM %s", idCol, parent, r.table(table))
 	rows, err := r.conn.QueryContext(r.ctx, q)
 	if err != nil {
 		return nil, r.errf("reading %s: %w", table, err)

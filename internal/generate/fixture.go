@@ -65,7 +65,7 @@ func FromFixture(ctx context.Context, dbGz, parquetDir, dir string, addFiles int
 	if err != nil {
 		return nil, fmt.Errorf("fixture %s: version %s: %w", dbGz, vid, err)
 	}
-	if err := b.publish(vid, nil, message, now, extra); err != nil {
+	if err := b.publish(vid, catalogPath, nil, message, now, extra); err != nil {
 		return nil, err
 	}
 	out.Versions = []string{vid}

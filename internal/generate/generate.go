@@ -52,6 +52,16 @@ type Options struct {
 	CatalogDataPath string
 	// WriteDataDir writes data_dir into fdl.json even when it is the default.
 	WriteDataDir bool
+	// AlternateCatalog, a DuckLake version such as "1.0", gives every
+	// version an alternate catalog, catalogs/ducklake-<it>.duckdb, that
+	// lists one data file more than the main one, and names it in
+	// fdl.json's catalog_formats as the spec does.
+	AlternateCatalog string
+	// MetadataDB makes each version's catalog metadata.db, as fdl-cli 0.27
+	// and later name it, instead of ducklake.duckdb: MetadataDuckDB (the
+	// same DuckDB file) or MetadataSQLite (its tables copied into SQLite).
+	// The record's sha256 is metadata.db's.
+	MetadataDB string
 }
 
 // Defaults of Options.
@@ -98,6 +108,10 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("layout %q: the generator writes DuckLake 0.3 or 0.1", o.Layout)
 	case !strings.HasSuffix(o.CatalogDataPath, "/"):
 		return o, fmt.Errorf("catalog data path %q does not end in /", o.CatalogDataPath)
+	case o.MetadataDB != "" && o.MetadataDB != MetadataDuckDB && o.MetadataDB != MetadataSQLite:
+		return o, fmt.Errorf("metadata.db format %q: %s or %s", o.MetadataDB, MetadataDuckDB, MetadataSQLite)
+	case o.AlternateCatalog != "" && (strings.ContainsAny(o.AlternateCatalog, "/\\") || strings.HasPrefix(o.AlternateCatalog, ".")):
+		return o, fmt.Errorf("alternate catalog version %q cannot be part of a file name", o.AlternateCatalog)
 	}
 	if err := repo.CheckDataDir(o.DataDir); err != nil {
 		return o, err
@@ -134,6 +148,9 @@ type builder struct {
 	e       *engine
 	w       *parquetWriter
 	written map[string]bool // repo-relative data and delete files written
+	// workingCatalogs are ducklake.duckdb files kept only for the next
+	// version to start from, where metadata.db is the catalog.
+	workingCatalogs []string
 }
 
 func newBuilder(ctx context.Context, dir, dataDir string, opts Options) (*builder, error) {
@@ -265,8 +282,7 @@ type record struct {
 // publish writes the version directory around its finished catalog:
 // optional dataset.json and files.json, the signature, then version.json
 // last, as a publisher must.
-func (b *builder) publish(id string, parents []string, message string, now time.Time, extra map[string][]byte) error {
-	catalogPath := b.local(repo.VersionFile(id, repo.CatalogFile))
+func (b *builder) publish(id, catalogPath string, parents []string, message string, now time.Time, extra map[string][]byte) error {
 	sum, err := fileSHA256(catalogPath)
 	if err != nil {
 		return fmt.Errorf("version %s: %w", id, err)
@@ -413,14 +429,20 @@ func readRefFiles(dir string) (repo.Refs, error) {
 }
 
 // writeSettings creates fdl.json, refusing to overwrite a repository.
-func writeSettings(dir, id, dataDir string, always bool) error {
+func writeSettings(dir, id, dataDir string, always bool, alternate string) error {
 	doc := struct {
-		FDL     string `json:"fdl"`
-		ID      string `json:"id"`
-		DataDir string `json:"data_dir,omitempty"`
+		FDL            string              `json:"fdl"`
+		ID             string              `json:"id"`
+		DataDir        string              `json:"data_dir,omitempty"`
+		CatalogFormats []map[string]string `json:"catalog_formats,omitempty"`
 	}{FDL: SpecVersion, ID: id}
 	if always || dataDir != repo.DefaultDataDir {
 		doc.DataDir = dataDir
+	}
+	if alternate != "" {
+		// The spec's form; the main catalog's format is not listed, as
+		// it is ducklake.duckdb (or metadata.db) itself.
+		doc.CatalogFormats = []map[string]string{{"ducklake": alternate}}
 	}
 	content, err := json.Marshal(doc)
 	if err != nil {
@@ -452,7 +474,7 @@ func startRepo(ctx context.Context, dir string, opts Options) (Options, string, 
 	if id == "" {
 		id = newUUIDv4()
 	}
-	if err := writeSettings(dir, id, opts.DataDir, opts.WriteDataDir); err != nil {
+	if err := writeSettings(dir, id, opts.DataDir, opts.WriteDataDir, opts.AlternateCatalog); err != nil {
 		return opts, "", nil, err
 	}
 	b, err := newBuilder(ctx, dir, opts.DataDir, opts)
@@ -506,7 +528,11 @@ func Generate(ctx context.Context, dir string, opts Options) (*Repo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("version %s: %w", vid, err)
 		}
-		if err := b.publish(vid, parents, message, now, extra); err != nil {
+		catalogFile, err := b.versionCatalogs(ctx, vid, now)
+		if err != nil {
+			return nil, fmt.Errorf("version %s: %w", vid, err)
+		}
+		if err := b.publish(vid, catalogFile, parents, message, now, extra); err != nil {
 			return nil, err
 		}
 		out.Versions = append(out.Versions, vid)
@@ -515,6 +541,9 @@ func Generate(ctx context.Context, dir string, opts Options) (*Repo, error) {
 			changed["refs/tags/v"+strconv.Itoa(v)] = vid
 		}
 		prev = vid
+	}
+	if err := b.removeWorkingCatalogs(); err != nil {
+		return nil, err
 	}
 	if out.Refs, err = b.writeRefs(changed); err != nil {
 		return nil, err
@@ -597,7 +626,15 @@ func AddVersion(ctx context.Context, dir string, files int, opts Options) (strin
 	if err := os.MkdirAll(filepath.Dir(catalogPath), 0o755); err != nil {
 		return "", err
 	}
-	c, err := copyCatalog(ctx, b.e, b.local(repo.VersionFile(tip, repo.CatalogFile)), catalogPath)
+	prev := b.local(repo.VersionFile(tip, repo.CatalogFile))
+	if _, err := os.Stat(prev); err != nil {
+		// A repository whose catalogs are metadata.db: a DuckDB one is
+		// started from as it is.
+		if prev, err = duckDBMetadata(b.local(repo.VersionFile(tip, repo.MetadataFile))); err != nil {
+			return "", fmt.Errorf("version %s: %w", tip, err)
+		}
+	}
+	c, err := copyCatalog(ctx, b.e, prev, catalogPath)
 	if err != nil {
 		return "", err
 	}
@@ -616,7 +653,14 @@ func AddVersion(ctx context.Context, dir string, files int, opts Options) (strin
 	if err != nil {
 		return "", fmt.Errorf("version %s: %w", vid, err)
 	}
-	if err := b.publish(vid, []string{tip}, message, now, extra); err != nil {
+	catalogFile, err := b.versionCatalogs(ctx, vid, now)
+	if err != nil {
+		return "", fmt.Errorf("version %s: %w", vid, err)
+	}
+	if err := b.removeWorkingCatalogs(); err != nil {
+		return "", err
+	}
+	if err := b.publish(vid, catalogFile, []string{tip}, message, now, extra); err != nil {
 		return "", err
 	}
 	changed := repo.Refs{MainRef: vid}

@@ -29,6 +29,9 @@ const (
 	SignatureFile = "version.json.sig"
 	CatalogFile   = "ducklake.duckdb"
 	CatalogsDir   = "catalogs/" // alternate catalogs: catalogs/<format>.duckdb
+	// MetadataFile is the frozen catalog's name in fdl-cli 0.27 and later:
+	// a version's catalog where it has no ducklake.duckdb.
+	MetadataFile = "metadata.db"
 
 	DefaultDataDir = "data/"
 
