@@ -83,18 +83,25 @@ type Held struct {
 // the lock is close to expiry (see renew), or the token changed, Lost is
 // closed and the run must stop.
 //
-// A lock past its expiry is taken over by removing it and creating ours.
-// Removal is unconditional (the store interface has no delete-if-match),
-// so two runs taking over the same expired lock at once can race: A
-// removes it and creates its own; B, which read the old lock before A's
-// create, removes A's and creates its own. So every new lock is read back
-// after a pause (TTL/20, between 100 ms and 1 s) before Lock returns: A
-// then sees B's token and goes back to waiting. The race remains only if
-// B's read-to-remove gap exceeds that pause (a stalled process or
-// network); then A's next renewal, at most TTL/3 later, sees B's token and
-// closes Lost, and both runs wrote for that long. Expiry is judged by the
-// taker's clock against the holder's, so clocks must agree to well within
-// TTL.
+// A lock past its expiry is taken over by overwriting it with ours (Put):
+// the lock object never disappears during a takeover, so a run that finds
+// none can only be after a release, and its Create at the first try wins
+// outright. Two runs taking over the same expired lock at once race: A
+// overwrites it; B, which read the old lock before A's write, overwrites
+// A's. So a lock is read back after a pause (TTL/20, between 100 ms and
+// 1 s) whenever this Lock call met another lock: A then sees B's token and
+// goes back to waiting. The race remains only if B's read-to-write gap
+// exceeds that pause (a stalled process or network); then A's next
+// renewal, at most TTL/3 later, sees B's token and closes Lost, and both
+// runs wrote for that long (Check, before refs move, sees it at once).
+// Expiry is judged by the taker's clock against the holder's, so clocks
+// must agree to well within TTL.
+//
+// A lock created at the first try takes no pause (the common case: the
+// previous run released its lock; 1 s of every small run otherwise). What
+// that leaves open: a taker B that read an expired lock which its late
+// holder then released, in B's one-request read-to-write gap, just as our
+// Create landed; B overwrites ours. Check and the renewal catch that too.
 func Lock(ctx context.Context, b backend.Backend, opts Options) (*Held, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
@@ -199,12 +206,16 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 	// A waiter reads the lock (one small GET) this often.
 	poll := min(max(opts.TTL/8, 50*time.Millisecond), time.Second)
 	// A new lock is confirmed after this pause (see Lock): far longer than
-	// the one request between a rival taker's read and its remove.
+	// the one request between a rival taker's read and its write.
 	settle := min(max(opts.TTL/20, 100*time.Millisecond), time.Second)
+	// contended: a Create found a lock there. Ours is then read back after
+	// settle (see Lock): a rival may have read the same expired lock.
+	contended := false
 	for {
 		h.rec.Expires = time.Now().Add(opts.TTL).UTC()
 		err := b.Create(ctx, Name, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
 		if errors.Is(err, backend.ErrExist) {
+			contended = true
 			cur, rerr := readLock(ctx, b)
 			switch {
 			case backend.IsNotExist(rerr):
@@ -218,10 +229,11 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 				err = nil
 			case time.Now().After(cur.Expires):
 				log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
-				if err := b.Remove(ctx, Name); err != nil {
-					return nil, fmt.Errorf("removing expired lock %s: %w", Name, err)
+				h.rec.Expires = time.Now().Add(opts.TTL).UTC()
+				if err := b.Put(ctx, Name, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode()))); err != nil {
+					return nil, fmt.Errorf("taking over expired lock %s: %w", Name, err)
 				}
-				continue
+				err = nil
 			case !time.Now().Before(deadline):
 				return nil, fmt.Errorf("%w: %s holds %s until %s", ErrLocked, cur.Owner, Name, cur.Expires.Format(time.RFC3339))
 			default:
@@ -235,8 +247,11 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 		if err != nil {
 			return nil, fmt.Errorf("taking lock %s: %w", Name, err)
 		}
-		// Ours is there: read it back after a pause (see Lock).
-		if err := sleep(ctx, settle); err != nil {
+		if !contended {
+			break // made at the first try: no rival taker to wait out (see Lock)
+		}
+		// Another lock was there: read ours back after a pause (see Lock).
+		if err := settlePause(ctx, settle); err != nil {
 			h.removeIfOurs(context.WithoutCancel(ctx))
 			return nil, err
 		}
@@ -248,7 +263,7 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 			h.removeIfOurs(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("reading back lock %s: %w", Name, err)
 		}
-		log.Warn("another run taking an expired lock over removed ours; trying again")
+		log.Warn("another run taking the expired lock over replaced ours; trying again")
 	}
 	renewCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	h.stop = stop
@@ -326,6 +341,10 @@ func readLock(ctx context.Context, b backend.Reader) (lockRecord, error) {
 	}
 	return rec, nil
 }
+
+// settlePause is the pause before a taken-over lock is read back; a
+// variable so that tests can see it taken without waiting for it.
+var settlePause = sleep
 
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
