@@ -1,6 +1,12 @@
 // Package counting wraps a store to count what is asked of it: operations
-// by kind and bytes moved. The benchmarks and the daemon's metrics read the
-// counts to see how many requests a sync costs.
+// by kind and bytes moved, to see how many requests a sync costs.
+//
+// Its counts are read by the benchmarks and by tests, never in production:
+// fdl-bench (internal/fstest/fdl-bench) runs the engine in-process through
+// it for the request counts of its local runs; internal/sync's Benchmark*
+// report them per run (src-calls/op, sink-calls/op); and tests assert with
+// them that a copy was server-side, or that a store was not asked at all.
+// The daemon's metrics come from the engine's Report, not from here.
 //
 // The counts are of calls to the store, not of network requests: a List is
 // one call but may be several requests on a store that pages (1000 objects
