@@ -89,7 +89,7 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, bwlimit, refs, exclude_refs and allow_rewind in the config")
 			return exitUsage
 		}
-		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *jsonOut, log)
+		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *jsonOut, log)
 	}
 	if len(pos) != 2 {
 		fs.Usage()

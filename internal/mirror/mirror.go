@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"time"
 
@@ -116,7 +115,14 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// limit there counts each byte of every transfer once.
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
-	dst, closeDst, err := location.OpenWritable(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
+	openSink := location.OpenWritable
+	if job.DryRun {
+		// A dry run writes nothing at all: the sink read-only, a local
+		// one not made when missing (it reads as empty), no temporary
+		// folder, no lock.
+		openSink = location.OpenReadOnly
+	}
+	dst, closeDst, err := openSink(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
@@ -125,7 +131,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	opts := fdlsync.Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
 		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair}
 	if job.DryRun {
-		return fdlsync.Run(ctx, src, readOnly{dst}, opts)
+		return fdlsync.Run(ctx, src, dst, opts)
 	}
 	var held *lock.Held
 	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
@@ -147,21 +153,6 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		return unlock, held.Lost(), nil
 	}
 	return fdlsync.Run(ctx, src, dst, opts)
-}
-
-// readOnly lets a dry run read the sink while making sure it writes nothing.
-type readOnly struct{ backend.Backend }
-
-func (r readOnly) Put(ctx context.Context, name string, _ io.Reader, _ int64) error {
-	return fmt.Errorf("dry run: refusing to write %s", name)
-}
-
-func (r readOnly) Create(ctx context.Context, name string, _ io.Reader, _ int64) error {
-	return fmt.Errorf("dry run: refusing to write %s", name)
-}
-
-func (r readOnly) Remove(ctx context.Context, name string) error {
-	return fmt.Errorf("dry run: refusing to remove %s", name)
 }
 
 // Status reads the refs upstream and in the mirror, copying nothing.

@@ -3,14 +3,12 @@ package prune
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/lock"
@@ -65,7 +63,13 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 			return nil, &ConfigError{fmt.Errorf("sink %s: %w", job.Sink, err)}
 		}
 	}
-	dst, closeDst, err := location.OpenWritable(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
+	openSink := location.OpenWritable
+	if job.DryRun {
+		// Read-only: a dry run removes nothing, and makes no temporary
+		// folder in a local sink either.
+		openSink = location.OpenReadOnly
+	}
+	dst, closeDst, err := openSink(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
@@ -73,7 +77,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 
 	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits, Logger: log}
 	if job.DryRun {
-		return Run(ctx, src, readOnly{dst}, opts)
+		return Run(ctx, src, dst, opts)
 	}
 	held, err := lock.Lock(ctx, dst, lock.Options{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
 	if err != nil {
@@ -102,20 +106,3 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 	}
 	return rep, err
 }
-
-// readOnly lets a dry run read the sink while making sure it removes nothing.
-type readOnly struct{ backend.Backend }
-
-func (r readOnly) Put(ctx context.Context, name string, _ io.Reader, _ int64) error {
-	return fmt.Errorf("dry run: refusing to write %s", name)
-}
-
-func (r readOnly) Create(ctx context.Context, name string, _ io.Reader, _ int64) error {
-	return fmt.Errorf("dry run: refusing to write %s", name)
-}
-
-func (r readOnly) Remove(ctx context.Context, name string) error {
-	return fmt.Errorf("dry run: refusing to remove %s", name)
-}
-
-func (r readOnly) Unwrap() backend.Reader { return r.Backend }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"strings"
 
@@ -90,6 +91,33 @@ func OpenWritable(ctx context.Context, addr string, opts Options) (backend.Backe
 		return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", addr)
 	}
 	return nil, nil, fmt.Errorf("%s: unsupported address scheme %q", addr, scheme)
+}
+
+// OpenReadOnly returns the mirror at addr for a run that must write
+// nothing at all (a dry run): the store behind backend.ReadOnly, so that a
+// write is an error, and a local folder that does not exist yet as an
+// empty store, left unmade. Nothing is created on opening either: no
+// folder, no .fdl-mirror/tmp.
+func OpenReadOnly(ctx context.Context, addr string, opts Options) (backend.Backend, func() error, error) {
+	scheme, rest := Scheme(addr)
+	switch scheme {
+	case "http", "https":
+		return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", addr)
+	case "file":
+		l, err := local.Open(rest)
+		if errors.Is(err, fs.ErrNotExist) {
+			return backend.ReadOnly(backend.Empty(rest)), func() error { return nil }, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return backend.ReadOnly(l), l.Close, nil
+	}
+	r, closeR, err := Open(ctx, addr, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return backend.ReadOnly(r), closeR, nil
 }
 
 // openObjectStore opens an s3:// or gs:// address, for reading or writing.
