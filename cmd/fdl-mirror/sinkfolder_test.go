@@ -3,44 +3,13 @@ package main
 import (
 	"context"
 	"os"
-	"path"
 	"path/filepath"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 )
-
-// A data file whose name is 253 bytes long (245 + ".parquet", near the 255
-// of ext4 and most others) is mirrored: the temporary file it is written
-// through must not have a longer name than the file itself.
-func TestSyncMirrorsADataFileNamedNearTheFileSystemLimit(t *testing.T) {
-	_, up, sink := layout(t)
-	repo := gen(t, up, generate.Options{Versions: 1, FilesPerVersion: 2})
-	old := repo.DataFiles[0]
-	long := strings.Repeat("x", 245) + ".parquet"
-	if len(long) != 253 {
-		t.Fatalf("name of %d bytes", len(long))
-	}
-	if err := os.Rename(filepath.Join(up, old), filepath.Join(up, path.Dir(old), long)); err != nil {
-		t.Fatal(err)
-	}
-	rewriteCatalog(t, up, repo.Versions[0], "UPDATE ducklake_data_file SET path = replace(path, '"+path.Base(old)+"', '"+long+"')")
-
-	rep, res := syncJSON(t, up, sink)
-	if res.code != 0 || !rep.OK() {
-		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
-	}
-	fdltest.AssertMirrored(t, up, sink, nil)
-	if _, err := os.Stat(filepath.Join(sink, path.Dir(old), long)); err != nil {
-		t.Errorf("the long-named file is not in the mirror: %v", err)
-	}
-	if problems := fdltest.Complete(t, sink); len(problems) > 0 {
-		t.Errorf("mirror incomplete: %v", problems)
-	}
-}
 
 // refuseSink runs a sync whose sink cannot be opened: a configuration
 // error (exit 2) whose message names what is wrong.
