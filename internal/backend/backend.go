@@ -252,3 +252,45 @@ func ReadAll(ctx context.Context, r Reader, name string, limit int64) ([]byte, e
 // mirror (temporary files, the lock). Readers of the repository ignore it:
 // the spec lets other files sit at the root.
 const ReservedPrefix = ".fdl-mirror/"
+
+// Barrier is implemented by stores whose writes can be made durable in a
+// batch rather than one by one: a local disk, where an fsync of every file
+// and its folder costs more than copying it. A write made under a context
+// from WithoutSync may return before its bytes (and the name that points
+// at them) are durable; Barrier makes every such write and removal made
+// so far durable. Writes under any other context are durable when they
+// return, on every store. Object stores have no Barrier: a PUT is durable
+// when it is acknowledged, and WithoutSync changes nothing there.
+type Barrier interface {
+	Barrier(ctx context.Context) error
+}
+
+// BarrierOf returns the Barrier of a store, looking through wrappers;
+// nil when every write to it is durable when it returns.
+func BarrierOf(r Reader) Barrier {
+	for {
+		if b, ok := r.(Barrier); ok {
+			return b
+		}
+		u, ok := r.(Unwrapper)
+		if !ok {
+			return nil
+		}
+		r = u.Unwrap()
+	}
+}
+
+type withoutSyncKey struct{}
+
+// WithoutSync returns a context under which writes and removals may leave
+// their durability to the store's next Barrier. It travels through every
+// wrapper unchanged, as the context does.
+func WithoutSync(ctx context.Context) context.Context {
+	return context.WithValue(ctx, withoutSyncKey{}, true)
+}
+
+// SyncDeferred reports whether ctx came from WithoutSync.
+func SyncDeferred(ctx context.Context) bool {
+	v, _ := ctx.Value(withoutSyncKey{}).(bool)
+	return v
+}

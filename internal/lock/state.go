@@ -67,7 +67,40 @@ func WriteState(ctx context.Context, b backend.Backend, name string, data []byte
 		if err != nil {
 			return fmt.Errorf("%s: %w", tmp, err)
 		}
-		return os.Rename(tmp, p)
+		if err := os.Rename(tmp, p); err != nil {
+			return err
+		}
+		return syncFolder(filepath.Dir(p))
 	}
 	return b.Put(ctx, backend.ReservedPrefix+name, bytes.NewReader(data), int64(len(data)))
+}
+
+// RemoveState removes a state file, durably; removing an absent one is
+// not an error.
+func RemoveState(ctx context.Context, b backend.Backend, name string) error {
+	if l, ok := backend.Innermost(b).(*local.Local); ok {
+		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
+		if err := os.Remove(p); err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		return syncFolder(filepath.Dir(p))
+	}
+	return b.Remove(ctx, backend.ReservedPrefix+name)
+}
+
+// syncFolder fsyncs a folder, so that a name just renamed into it or
+// removed from it stays so after a power cut.
+func syncFolder(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	return nil
 }

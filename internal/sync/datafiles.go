@@ -192,32 +192,64 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 		// A parent's file is confirmed in the sink too: a lifecycle rule
 		// or an operator may have removed it since the parent was
 		// published, and a version is published only with every file.
-		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || !e.confirmInSink(ctx, name, f.Size) {
+		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.isDistrusted(name) || !e.confirmInSink(ctx, name, f.Size) {
 			todo = append(todo, i)
 		}
 	}
 	byStat := known != nil && len(todo) <= maxStatChecks
-	// A fixed pool of workers rather than one goroutine per file: a
-	// catalog may list tens of thousands of files, and their stacks alone
-	// would pass the memory budget.
-	var wg sync.WaitGroup
 	errs := make([]error, len(cat.Files))
-	var next atomic.Int64
-	for range min(e.opts.Concurrency, len(todo)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				j := int(next.Add(1)) - 1
-				if j >= len(todo) {
-					return
-				}
-				f := cat.Files[todo[j]]
-				errs[todo[j]] = e.dataFile(ctx, e.settings.DataDir+f.Path, f.Size, byStat)
-			}
-		}()
+	// Three steps, so that the names written without a barrier are
+	// recorded with one write per version (see durability.go): look up
+	// the files this version is first to need, record those the sink
+	// lacks, copy them; then wait for the files other versions copy. No
+	// step waits on another version before this one's copies are settled.
+	var mu sync.Mutex
+	var mine []int // indexes whose copy this version makes
+	calls := make([]*dataFileCall, len(cat.Files))
+	owned := make([]bool, len(cat.Files))
+	e.each(len(todo), func(k int) {
+		i := todo[k]
+		f := cat.Files[i]
+		name := e.settings.DataDir + f.Path
+		calls[i], owned[i] = e.claimDataFile(name, f.Size)
+		call := calls[i]
+		if !owned[i] {
+			return
+		}
+		need, err := e.needsCopy(ctx, name, f.Size, byStat)
+		if err != nil || !need {
+			call.settle(err)
+			errs[i] = err
+			return
+		}
+		mu.Lock()
+		mine = append(mine, i)
+		mu.Unlock()
+	})
+	names := make([]string, len(mine))
+	for k, i := range mine {
+		names[k] = e.settings.DataDir + cat.Files[i].Path
 	}
-	wg.Wait()
+	if err := e.recordUnsynced(ctx, names); err != nil {
+		for _, i := range mine {
+			calls[i].settle(err)
+		}
+		return err
+	}
+	dctx := e.withoutSync(ctx)
+	e.each(len(mine), func(k int) {
+		i, name := mine[k], names[k]
+		err := e.copyFile(dctx, name, cat.Files[i].Size)
+		e.wroteUnsynced(name)
+		calls[i].settle(err)
+		errs[i] = err
+	})
+	for _, i := range todo {
+		if !owned[i] {
+			f := cat.Files[i]
+			errs[i] = e.awaitDataFile(ctx, calls[i], e.settings.DataDir+f.Path, f.Size)
+		}
+	}
 	for i, err := range errs {
 		if err == nil {
 			continue
@@ -240,6 +272,29 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	return nil
 }
 
+// each calls fn for 0 to n-1, from at most Concurrency goroutines: a
+// fixed pool rather than one goroutine per file, as a catalog may list
+// tens of thousands of files and their stacks alone would pass the memory
+// budget.
+func (e *engine) each(n int, fn func(k int)) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(e.opts.Concurrency, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= n {
+					return
+				}
+				fn(k)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // dataFileCall is the one copy of a data file in a run; versions that
 // need the same file wait on done and share its result.
 type dataFileCall struct {
@@ -248,48 +303,77 @@ type dataFileCall struct {
 	err  error
 }
 
-// dataFile copies one data file unless the sink has it; each name is
-// handled once per run, whichever versions need it. byStat asks the sink
-// about this file alone rather than listing data_dir.
-func (e *engine) dataFile(ctx context.Context, name string, size int64, byStat bool) error {
+func (c *dataFileCall) settle(err error) {
+	c.err = err
+	close(c.done)
+}
+
+// claimDataFile returns the run's call for a data file; owner is true for
+// the first version to ask, which must settle it.
+func (e *engine) claimDataFile(name string, size int64) (call *dataFileCall, owner bool) {
 	e.mu.Lock()
-	call, ok := e.dataCalls[name]
-	if !ok {
-		call = &dataFileCall{done: make(chan struct{}), size: size}
-		e.dataCalls[name] = call
+	defer e.mu.Unlock()
+	if call, ok := e.dataCalls[name]; ok {
+		return call, false
 	}
-	e.mu.Unlock()
-	if ok {
-		<-call.done
-		if size >= 0 && call.size >= 0 && call.size != size {
-			// Another version records another size: each is judged on
-			// its own record against the file, so the refusal lands on
-			// the one that disagrees with it, whichever came first.
-			return e.ensureDataFile(ctx, name, size, true)
-		}
-		return call.err
+	call = &dataFileCall{done: make(chan struct{}), size: size}
+	e.dataCalls[name] = call
+	return call, true
+}
+
+// awaitDataFile waits for the version that claimed a data file to settle
+// it. Another version may record another size: each is judged on its own
+// record against the file, so the refusal lands on the one that
+// disagrees with it, whichever came first.
+func (e *engine) awaitDataFile(ctx context.Context, call *dataFileCall, name string, size int64) error {
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	defer close(call.done)
-	call.err = e.ensureDataFile(ctx, name, size, byStat)
+	if size >= 0 && call.size >= 0 && call.size != size {
+		return e.ensureDataFile(ctx, name, size, true)
+	}
 	return call.err
 }
 
+// ensureDataFile copies one data file unless the sink has it.
 func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, byStat bool) error {
+	need, err := e.needsCopy(ctx, name, size, byStat)
+	if err != nil || !need {
+		return err
+	}
+	if err := e.recordUnsynced(ctx, []string{name}); err != nil {
+		return err
+	}
+	err = e.copyFile(e.withoutSync(ctx), name, size)
+	e.wroteUnsynced(name)
+	return err
+}
+
+// needsCopy says whether the sink lacks a data file (or holds one an
+// interrupted run wrote with no barrier behind it), and refuses one of
+// another size than recorded: data files are immutable. byStat asks the
+// sink about this file alone rather than listing data_dir.
+func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat bool) (bool, error) {
+	if e.isDistrusted(name) {
+		return true, nil
+	}
 	lookup := e.sinkDataFile
 	if byStat && !e.dstData.loaded.Load() {
 		lookup = e.statSinkFile
 	}
 	have, known, err := lookup(ctx, name)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if known {
 		if size >= 0 && have != size {
-			return refuse(ReasonSizeMismatch, "", name, "data file %s exists in the sink with %d bytes, the catalog records %d; immutable, left alone", name, have, size)
+			return false, refuse(ReasonSizeMismatch, "", name, "data file %s exists in the sink with %d bytes, the catalog records %d; immutable, left alone", name, have, size)
 		}
-		return nil
+		return false, nil
 	}
-	return e.copyFile(ctx, name, size)
+	return true, nil
 }
 
 // statSinkFile says whether the sink has a data file, asking for it alone.

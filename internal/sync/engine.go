@@ -64,6 +64,8 @@ type engine struct {
 	absent         map[string]bool           // ancestors upstream does not have
 	targetChecks   map[string]*refusal       // policy verdicts on ref targets, per run
 
+	dur durability // barriers and the record of unsynced files (see durability.go)
+
 	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
 	lockLost atomic.Bool
 }
@@ -100,13 +102,16 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 			Refs: []RefStatus{},
 		},
 	}
+	e.dur.barrier = backend.BarrierOf(dst)
 	if opts.Lock != nil {
 		e.dst = guarded{dst, e}
 	}
 	e.ancestry = newAncestry(dst, src)
 	err := e.run(ctx)
 	var fatal *FatalError
-	if e.lockLost.Load() && ctx.Err() == nil && !errors.As(err, &fatal) {
+	// A fatal error that is only the cancellation the lost lock caused
+	// (a listing cut off) says the lock was lost too.
+	if e.lockLost.Load() && ctx.Err() == nil && (!errors.As(err, &fatal) || errors.Is(err, context.Canceled)) {
 		err = fatalf("sink %s: lost the mirror's lock; stopped at a safe point", dst.Location())
 	}
 	e.report.Duration = time.Since(e.report.Started)
@@ -159,6 +164,10 @@ func (e *engine) run(ctx context.Context) error {
 	if err := e.ensureSinkSettings(ctx, inv.settings); err != nil {
 		return err
 	}
+	// Files an earlier run wrote with no barrier behind them (a power
+	// cut) are copied again before any version that needs them is
+	// published.
+	e.rewriteDistrusted(ctx)
 	if e.opts.Repair {
 		e.repair(ctx)
 	}
@@ -173,6 +182,7 @@ func (e *engine) run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // never move refs after an interrupted stage one
 	}
+	e.settleUnsynced(ctx)
 	isRoot := map[string]bool{}
 	for _, id := range roots {
 		isRoot[id] = true

@@ -49,6 +49,9 @@ func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
 	if err := e.loadPending(ctx); err != nil {
 		return nil, err
 	}
+	if err := e.loadUnsynced(ctx); err != nil {
+		return nil, err
+	}
 	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
 		return nil, err
 	}
@@ -71,7 +74,7 @@ func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]
 // hasWork says whether the run would write anything: it errs towards yes,
 // and a write without the lock fails loudly (see guarded) rather than race.
 func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
-	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair {
+	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair || len(e.dur.distrusted) > 0 {
 		return true
 	}
 	for name, id := range upstream {

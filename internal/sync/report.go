@@ -89,6 +89,11 @@ type Report struct {
 	// Pending lists the ancestors not mirrored yet, kept in the mirror's
 	// state and tried again by every run (see PendingVersion).
 	Pending []PendingVersion `json:"pending"`
+	// Distrusted lists the files an earlier run was writing with no
+	// barrier behind them when it stopped (a power cut, a kill): they may
+	// hold wrong bytes, and were copied again before any version that
+	// needs them was published (see .fdl-mirror/unsynced.json).
+	Distrusted []string `json:"distrusted,omitempty"`
 	// Repaired lists the data files a repair copied back.
 	Repaired []string `json:"repaired,omitempty"`
 	// Refs compares every upstream ref with the sink after the run; empty

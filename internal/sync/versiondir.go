@@ -24,6 +24,10 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		}
 	}
 	sort.Strings(opaque)
+	// Written without an fsync each: the barrier before version.json
+	// covers them, and a folder without version.json is rewritten by the
+	// next run whatever it holds (see durability.go).
+	dctx := e.withoutSync(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, len(opaque))
 	for i, f := range opaque {
@@ -37,7 +41,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = e.copyFile(ctx, name, files[f])
+			errs[i] = e.copyFile(dctx, name, files[f])
 		}()
 	}
 	wg.Wait()
@@ -49,19 +53,23 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 	if size, ok := have[repo.CatalogFile]; ok && size == cat.Size && e.sinkCatalogIs(ctx, id, cat.SHA256) {
 		// Written by an interrupted run from a copy of this record's
 		// catalog (same sha256).
-	} else if err := e.putLocalFile(ctx, repo.VersionFile(id, repo.CatalogFile), cat.Path, cat.Size); err != nil {
+	} else if err := e.putLocalFile(dctx, repo.VersionFile(id, repo.CatalogFile), cat.Path, cat.Size); err != nil {
 		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.CatalogFile), "version %s: writing catalog: %v", id, err)
 	}
 	return nil
 }
 
-// publishVersion writes version.json.sig, then version.json: from this
-// moment the version is complete.
+// publishVersion writes version.json.sig, then, once a barrier has made
+// every file the version needs durable, version.json (durable when it
+// returns): from this moment the version is complete.
 func (e *engine) publishVersion(ctx context.Context, id string, record, sig []byte) error {
 	if sig != nil {
-		if err := e.putBytes(ctx, repo.VersionFile(id, repo.SignatureFile), sig); err != nil {
+		if err := e.putBytes(e.withoutSync(ctx), repo.VersionFile(id, repo.SignatureFile), sig); err != nil {
 			return refuse(ReasonCopy, id, repo.VersionFile(id, repo.SignatureFile), "version %s: %v", id, err)
 		}
+	}
+	if err := e.barrier(ctx); err != nil {
+		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
 	}
 	if err := e.putBytes(ctx, repo.VersionFile(id, repo.RecordFile), record); err != nil {
 		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)

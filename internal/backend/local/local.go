@@ -2,9 +2,13 @@
 //
 // Every access goes through an os.Root, so neither a hostile name nor a
 // symbolic link planted in the folder can reach a file outside it. Writes
-// go to a temporary file under .fdl-mirror/tmp/, are fsynced, and are
-// renamed into place; the folder is fsynced after the rename, so a crash
-// leaves either the old object or the whole new one.
+// go to a temporary file under .fdl-mirror/tmp/ and are renamed into
+// place, so a reader sees the old object or the whole new one. A write
+// fsyncs the file and, after the rename, its folder, so that a power cut
+// leaves the old object or the whole new one too; a write under
+// backend.WithoutSync skips both and is made durable, with every other
+// such write, by the next Barrier: one syncfs(2) of the file system (or,
+// where that is not available, an fsync of each file and folder written).
 package local
 
 import (
@@ -20,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -42,7 +47,27 @@ type Local struct {
 	tmpRoot *os.Root   // .fdl-mirror/tmp
 	tmpDir  *os.File   // the same folder, for renameat(2)
 	made    gosync.Map // folders known to exist
+
+	// Folders written into are opened once and kept open (up to
+	// maxOpenFolders not in use), for renameat(2) and fsync.
+	foldersMu gosync.Mutex
+	folders   map[string]*folder
+
+	// What writes under backend.WithoutSync left to the next Barrier.
+	dirtyMu    gosync.Mutex
+	dirtyFiles map[string]bool
+	dirtyDirs  map[string]uint64 // folder → its file system's device
 }
+
+// folder is an open folder of the store, shared by the writers using it.
+type folder struct {
+	f     *os.File
+	dev   uint64 // the device of its file system, for syncfs
+	users int
+}
+
+// maxOpenFolders bounds the folders kept open while no write uses them.
+const maxOpenFolders = 64
 
 // Open opens an existing folder for reading.
 func Open(dir string) (*Local, error) {
@@ -129,6 +154,12 @@ func (l *Local) Close() error {
 	l.tmpMu.Lock()
 	l.closeTemp()
 	l.tmpMu.Unlock()
+	l.foldersMu.Lock()
+	for name, d := range l.folders {
+		d.f.Close()
+		delete(l.folders, name)
+	}
+	l.foldersMu.Unlock()
 	return l.root.Close()
 }
 
@@ -233,11 +264,10 @@ func (l *Local) List(ctx context.Context, prefix string, fn func(backend.FileInf
 	return nil
 }
 
-// writeTemp copies exactly size bytes of r into a new fsynced temporary
-// file and returns its name inside the root.
-// The caller holds tmpMu for reading; the name returned is inside the
-// temporary folder.
-func (l *Local) writeTemp(name string, r io.Reader, size int64) (string, error) {
+// writeTemp copies exactly size bytes of r into a new temporary file,
+// fsynced when sync is set, and returns its name inside the temporary
+// folder. The caller holds tmpMu for reading.
+func (l *Local) writeTemp(name string, r io.Reader, size int64, sync bool) (string, error) {
 	if !l.rw {
 		return "", fmt.Errorf("%s: %w: read-only", l.dir, backend.ErrNotSupported)
 	}
@@ -250,12 +280,15 @@ func (l *Local) writeTemp(name string, r io.Reader, size int64) (string, error) 
 	if err != nil {
 		return "", l.err("write", name, err)
 	}
+	// io.Copy from another *os.File is one copy_file_range(2) in the
+	// kernel (sendfile or splice where that is refused): no byte passes
+	// through this process.
 	n, err := io.Copy(f, r)
 	if err == nil && n != size {
 		err = fmt.Errorf("got %d bytes, want %d", n, size)
 	}
-	if err == nil {
-		err = f.Sync()
+	if err == nil && sync {
+		err = syncFile(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -274,55 +307,220 @@ func (l *Local) prepare(name string) error {
 	if strings.HasPrefix(name, backend.ReservedPrefix) {
 		return fmt.Errorf("%w: %q is reserved", backend.ErrInvalidName, name)
 	}
-	if dir := path.Dir(name); dir != "." {
-		if _, ok := l.made.Load(dir); ok {
-			return nil
-		}
+	return nil
+}
+
+// openFolder returns the open folder of name, making it first when make
+// is set; release it when done.
+func (l *Local) openFolder(name string, make bool) (*folder, error) {
+	dir := path.Dir(name)
+	l.foldersMu.Lock()
+	if d := l.folders[dir]; d != nil {
+		d.users++
+		l.foldersMu.Unlock()
+		return d, nil
+	}
+	l.foldersMu.Unlock()
+	if _, ok := l.made.Load(dir); make && !ok && dir != "." {
 		if err := l.root.MkdirAll(filepath.FromSlash(dir), 0o755); err != nil {
-			return l.err("mkdir", dir, err)
+			return nil, l.err("mkdir", dir, err)
 		}
 		l.made.Store(dir, true)
 	}
-	return nil
-}
-
-// openDir opens the folder of name, for renaming into it and syncing it.
-func (l *Local) openDir(name string) (*os.File, error) {
-	d, err := l.root.Open(filepath.FromSlash(path.Dir(name)))
+	f, err := l.root.Open(filepath.FromSlash(dir))
 	if err != nil {
 		return nil, l.err("open folder of", name, err)
 	}
+	var dev uint64
+	if st, err := f.Stat(); err == nil {
+		dev = deviceOf(st)
+	}
+	l.foldersMu.Lock()
+	defer l.foldersMu.Unlock()
+	if d := l.folders[dir]; d != nil { // opened meanwhile by another writer
+		f.Close()
+		d.users++
+		return d, nil
+	}
+	if l.folders == nil {
+		l.folders = map[string]*folder{}
+	}
+	if len(l.folders) >= maxOpenFolders {
+		for other, d := range l.folders {
+			if d.users == 0 {
+				d.f.Close()
+				delete(l.folders, other)
+			}
+		}
+	}
+	d := &folder{f: f, dev: dev, users: 1}
+	l.folders[dir] = d
 	return d, nil
 }
 
+func (l *Local) releaseFolder(d *folder) {
+	l.foldersMu.Lock()
+	d.users--
+	l.foldersMu.Unlock()
+}
+
+// syncFile is every fsync of this package: a test counts them.
+var syncFile = func(f *os.File) error { return f.Sync() }
+
 func syncDir(d *os.File) error {
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+	if err := syncFile(d); err != nil && !errors.Is(err, syscall.EINVAL) {
 		return err
 	}
 	return nil
+}
+
+// deferSync notes a write or removal under backend.WithoutSync, for the
+// next Barrier: file is "" for a removal.
+func (l *Local) deferSync(file, dir string, dev uint64) {
+	l.dirtyMu.Lock()
+	defer l.dirtyMu.Unlock()
+	if l.dirtyFiles == nil {
+		l.dirtyFiles, l.dirtyDirs = map[string]bool{}, map[string]uint64{}
+	}
+	if file != "" {
+		l.dirtyFiles[file] = true
+	}
+	l.dirtyDirs[dir] = dev
+}
+
+// Barrier makes every write and removal made under backend.WithoutSync
+// before it durable: one syncfs(2) per file system they touched (the
+// mirror's folder is usually one), or, where syncfs is not available, an
+// fsync of each file and folder, several at a time. An error from syncfs
+// is a write that failed and is returned: an fsync of each file opened
+// now would not see it (Linux reports a write-back error once per file
+// system to syncfs, and to an fsync only through a descriptor open when
+// it happened).
+func (l *Local) Barrier(ctx context.Context) error {
+	l.dirtyMu.Lock()
+	files, dirs := l.dirtyFiles, l.dirtyDirs
+	l.dirtyFiles, l.dirtyDirs = nil, nil
+	l.dirtyMu.Unlock()
+	if len(dirs) == 0 {
+		return nil
+	}
+	err := l.syncFileSystems(dirs)
+	if errors.Is(err, errors.ErrUnsupported) {
+		err = l.syncEach(ctx, files, dirs)
+	}
+	if err != nil {
+		// Still owed: a later Barrier tries again.
+		for f := range files {
+			l.deferSync(f, path.Dir(f), dirs[path.Dir(f)])
+		}
+		for d, dev := range dirs {
+			l.deferSync("", d, dev)
+		}
+		return fmt.Errorf("%s: making writes durable: %w", l.dir, err)
+	}
+	return nil
+}
+
+// syncFileSystems calls syncfs(2) once for each file system of dirs.
+func (l *Local) syncFileSystems(dirs map[string]uint64) error {
+	done := map[uint64]bool{}
+	for dir, dev := range dirs {
+		if done[dev] {
+			continue
+		}
+		d, err := l.root.Open(filepath.FromSlash(dir))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = syncfsFunc(d)
+		d.Close()
+		if err != nil {
+			return err
+		}
+		done[dev] = true
+	}
+	return nil
+}
+
+// syncEach fsyncs every file, then every folder, eight at a time: a name
+// made durable by its folder's fsync then names bytes already durable.
+func (l *Local) syncEach(ctx context.Context, files map[string]bool, dirs map[string]uint64) error {
+	var fileNames, dirNames []string
+	for f := range files {
+		fileNames = append(fileNames, f)
+	}
+	for d := range dirs {
+		dirNames = append(dirNames, d)
+	}
+	if err := l.syncAll(ctx, fileNames); err != nil {
+		return err
+	}
+	return l.syncAll(ctx, dirNames)
+}
+
+func (l *Local) syncAll(ctx context.Context, names []string) error {
+	var wg gosync.WaitGroup
+	var next atomic.Int64
+	errs := make([]error, len(names))
+	for range min(8, len(names)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(names) || ctx.Err() != nil {
+					return
+				}
+				f, err := l.root.Open(filepath.FromSlash(names[i]))
+				if errors.Is(err, fs.ErrNotExist) {
+					continue // removed since: nothing to make durable
+				}
+				if err == nil {
+					err = syncDir(f) // EINVAL is for what cannot be synced
+					f.Close()
+				}
+				if err != nil {
+					errs[i] = fmt.Errorf("fsync %s: %w", names[i], err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 func (l *Local) Put(ctx context.Context, name string, r io.Reader, size int64) error {
 	if err := l.prepare(name); err != nil {
 		return err
 	}
+	deferred := backend.SyncDeferred(ctx)
 	l.tmpMu.RLock()
 	defer l.tmpMu.RUnlock()
-	tmp, err := l.writeTemp(name, r, size)
+	tmp, err := l.writeTemp(name, r, size, !deferred)
 	if err != nil {
 		return err
 	}
-	d, err := l.openDir(name)
+	d, err := l.openFolder(name, true)
 	if err != nil {
 		l.tmpRoot.Remove(tmp)
 		return err
 	}
-	defer d.Close()
-	if err := l.renameInto(tmp, d, name); err != nil {
+	defer l.releaseFolder(d)
+	if err := l.renameInto(tmp, d.f, name); err != nil {
 		l.tmpRoot.Remove(tmp)
 		return l.err("rename", name, err)
 	}
-	if err := syncDir(d); err != nil {
+	if deferred {
+		l.deferSync(name, path.Dir(name), d.dev)
+		return nil
+	}
+	if err := syncDir(d.f); err != nil {
 		return l.err("sync folder of", name, err)
 	}
 	return nil
@@ -334,7 +532,12 @@ func (l *Local) Create(ctx context.Context, name string, r io.Reader, size int64
 	}
 	l.tmpMu.RLock()
 	defer l.tmpMu.RUnlock()
-	tmp, err := l.writeTemp(name, r, size)
+	d, err := l.openFolder(name, true)
+	if err != nil {
+		return err
+	}
+	defer l.releaseFolder(d)
+	tmp, err := l.writeTemp(name, r, size, true)
 	if err != nil {
 		return err
 	}
@@ -346,17 +549,16 @@ func (l *Local) Create(ctx context.Context, name string, r io.Reader, size int64
 		}
 		return l.err("create", name, err)
 	}
-	d, err := l.openDir(name)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := syncDir(d); err != nil {
+	if err := syncDir(d.f); err != nil {
 		return l.err("sync folder of", name, err)
 	}
 	return nil
 }
 
+// Remove deletes the object and fsyncs its folder, so that a power cut
+// cannot bring back what a reader was told is gone (a ref before its
+// version); under backend.WithoutSync the fsync is left to the next
+// Barrier.
 func (l *Local) Remove(ctx context.Context, name string) error {
 	if err := backend.CheckName(name); err != nil {
 		return err
@@ -364,8 +566,23 @@ func (l *Local) Remove(ctx context.Context, name string) error {
 	if !l.rw {
 		return fmt.Errorf("%s: %w: read-only", l.dir, backend.ErrNotSupported)
 	}
-	if err := l.root.Remove(filepath.FromSlash(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := l.root.Remove(filepath.FromSlash(name)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
 		return l.err("remove", name, err)
+	}
+	d, err := l.openFolder(name, false)
+	if err != nil {
+		return err
+	}
+	defer l.releaseFolder(d)
+	if backend.SyncDeferred(ctx) {
+		l.deferSync("", path.Dir(name), d.dev)
+		return nil
+	}
+	if err := syncDir(d.f); err != nil {
+		return l.err("sync folder of", name, err)
 	}
 	return nil
 }
