@@ -125,30 +125,61 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		return rep, nil
 	}
 
+	// Each step's removals are made durable before the next step's begin
+	// (one barrier on a local disk, where a removal is otherwise durable
+	// only once its folder is fsynced): a power cut must not bring back a
+	// ref whose version is gone, or a version.json whose files are.
+	dctx := ctx
+	barrier := backend.BarrierOf(dst)
+	if barrier != nil {
+		dctx = backend.WithoutSync(ctx)
+	}
+	settle := func() error {
+		if barrier == nil {
+			return nil
+		}
+		if err := barrier.Barrier(ctx); err != nil {
+			return fmt.Errorf("sink %s: making removals durable: %w", dst.Location(), err)
+		}
+		return nil
+	}
+
 	// Step 1: refs, pointers first.
-	if err := p.removeRefs(ctx, pl); err != nil {
+	if err := p.removeRefs(ctx, dctx, pl); err != nil {
+		return rep, err
+	}
+	if err := settle(); err != nil {
 		return rep, err
 	}
 	// Step 2: versions, version.json first; catalogs stay for now.
 	for _, v := range pl.versions {
-		if err := p.removeVersion(ctx, v); err != nil {
+		if err := p.removeVersion(dctx, v); err != nil {
 			return rep, err
 		}
 	}
+	if err := settle(); err != nil {
+		return rep, err
+	}
 	// Step 3: data files that no remaining complete version needs.
 	for _, name := range pl.dataFiles {
-		if err := p.remove(ctx, name); err != nil {
+		if err := p.remove(dctx, name); err != nil {
 			return rep, err
 		}
 		rep.DataFilesRemoved = append(rep.DataFilesRemoved, name)
 	}
+	if err := settle(); err != nil {
+		return rep, err
+	}
 	// Step 4: the removed versions' catalogs, which named those files.
 	for _, v := range pl.versions {
 		for _, name := range v.catalogs {
-			if err := p.remove(ctx, name); err != nil {
+			if err := p.remove(dctx, name); err != nil {
 				return rep, err
 			}
 		}
+	}
+	if err := settle(); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }
@@ -404,7 +435,9 @@ func (pl *plan) objects() []string {
 // it names one of them, then their files. A reader that follows refs.json
 // or HEAD never meets a ref whose file is gone; a prune killed after
 // refs.json finds the ref files still there, and removes them next time.
-func (p *pruner) removeRefs(ctx context.Context, pl *plan) error {
+// refs.json is durable when written; the removals are made under rctx
+// (see Run).
+func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -414,14 +447,14 @@ func (p *pruner) removeRefs(ctx context.Context, pl *plan) error {
 		}
 	}
 	if pl.head {
-		if err := p.remove(ctx, repo.HeadFile); err != nil {
+		if err := p.remove(rctx, repo.HeadFile); err != nil {
 			return err
 		}
 		p.report.HeadRemoved = pl.headRef
 		p.log.Info("HEAD removed: the ref it names is gone", zap.String("ref", pl.headRef))
 	}
 	for _, name := range pl.refFiles {
-		if err := p.remove(ctx, name); err != nil {
+		if err := p.remove(rctx, name); err != nil {
 			return err
 		}
 	}

@@ -2,13 +2,16 @@ package local_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/backendtest"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/powercut"
 )
 
 func create(t *testing.T, dir string) *local.Local {
@@ -74,5 +77,44 @@ func TestReservedFilesNotListedNorWritable(t *testing.T) {
 	err := l.Put(ctx, backend.ReservedPrefix+"lock", nil, 0)
 	if err == nil {
 		t.Fatalf("Put into %s succeeded", backend.ReservedPrefix)
+	}
+}
+
+// A power cut under the store (internal/fstest/powercut) takes only what
+// no barrier covered: files written under WithoutSync before the Barrier
+// and files written durably keep their bytes.
+func TestPowerCutTakesOnlyWhatNoBarrierCovered(t *testing.T) {
+	dir := t.TempDir()
+	l := create(t, dir)
+	ctx := context.Background()
+	sink := powercut.New(l, dir, 0, func() {})
+	dctx := backend.WithoutSync(ctx)
+	write := func(ctx context.Context, name string) {
+		t.Helper()
+		if err := sink.Put(ctx, name, strings.NewReader("content of "+name), int64(len("content of "+name))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(dctx, "data/before-barrier.parquet")
+	if err := backend.BarrierOf(sink).Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	write(dctx, "data/after-barrier.parquet")
+	write(ctx, "versions/v/version.json")
+	damage, err := sink.Cut(powercut.Zeroed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(damage) != 1 || damage["data/after-barrier.parquet"] != powercut.Zeroed {
+		t.Fatalf("the cut did %v; want only data/after-barrier.parquet zeroed", damage)
+	}
+	for _, name := range []string{"data/before-barrier.parquet", "versions/v/version.json"} {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(b) != "content of "+name {
+			t.Fatalf("%s after the cut: %q, %v", name, b, err)
+		}
+	}
+	if err := sink.Put(ctx, "refs/heads/main", strings.NewReader("x"), 1); !errors.Is(err, powercut.ErrPowerCut) {
+		t.Fatalf("a write after the cut: %v", err)
 	}
 }
