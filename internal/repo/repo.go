@@ -307,6 +307,34 @@ func CheckDataDir(d string) error {
 	return nil
 }
 
+// MainCatalog names a version's catalog among its files (name → size):
+// ducklake.duckdb, or metadata.db where there is none, as fdl-cli 0.27
+// and later write it; ducklake.duckdb when neither is there.
+func MainCatalog(files map[string]int64) string {
+	if _, ok := files[CatalogFile]; !ok {
+		if _, ok := files[MetadataFile]; ok {
+			return MetadataFile
+		}
+	}
+	return CatalogFile
+}
+
+// AlternateCatalogs names a version's other catalogs among its files,
+// sorted: every catalogs/<format>.duckdb, and metadata.db beside a
+// ducklake.duckdb. Readers may attach any of them, so each is read and
+// its data files are needed like the main catalog's.
+func AlternateCatalogs(files map[string]int64) []string {
+	main := MainCatalog(files)
+	var out []string
+	for f := range files {
+		if f != main && (f == MetadataFile || strings.HasPrefix(f, CatalogsDir) && strings.HasSuffix(f, ".duckdb")) {
+			out = append(out, f)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // CatalogFormat is one entry of catalog_formats: the name of the file it
 // gives in a version's catalogs/ folder, and where the entry is the spec's
 // form ({"ducklake": "1.0"}), the DuckLake version it names.

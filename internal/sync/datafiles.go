@@ -43,34 +43,86 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 		}
 	}
 
+	// Every catalog is read before any data file is copied: a bad one
+	// refuses the version without a byte of it written.
+	mainFile := repo.MainCatalog(files)
+	main, err := e.readCatalog(ctx, id, mainFile, files, rec.SHA256)
+	if err != nil {
+		return 0, err
+	}
+	defer main.fetched.Remove()
+	var alternates []*versionCatalog
+	defer func() {
+		for _, a := range alternates {
+			a.fetched.Remove()
+		}
+	}()
+	for _, f := range repo.AlternateCatalogs(files) {
+		a, err := e.readCatalog(ctx, id, f, files, "")
+		if err != nil {
+			return 0, err
+		}
+		alternates = append(alternates, a)
+	}
+
+	known := e.knownFromParents(ctx, parents)
+	if err := e.mirrorDataFiles(ctx, id, main.cat, known); err != nil {
+		return 0, err
+	}
+	dataFiles = len(main.cat.Files)
+	for _, a := range alternates {
+		if err := e.mirrorDataFiles(ctx, id, a.cat, known); err != nil {
+			return 0, listedBy(err, a.name)
+		}
+		dataFiles += len(a.cat.Files)
+	}
+	if err := e.writeVersionFiles(ctx, id, files, main, alternates); err != nil {
+		return 0, err
+	}
+	return dataFiles, nil
+}
+
+// versionCatalog is one catalog of a version, fetched and read.
+type versionCatalog struct {
+	file    string // in the version's folder: ducklake.duckdb, catalogs/x.duckdb
+	name    string // in the repository: versions/<id>/<file>
+	fetched *catalog.Fetched
+	cat     *catalog.Catalog
+}
+
+// readCatalog fetches one of a version's catalogs into a local copy,
+// checks its sha256 where the record gives one (the main catalog's), and
+// reads it: the same limits and path rules for every catalog of a
+// version, and a refusal naming the catalog when it fails.
+func (e *engine) readCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*versionCatalog, error) {
 	select {
 	case e.catalogSlots <- struct{}{}:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return nil, ctx.Err()
 	}
-	catalogName := repo.VersionFile(id, repo.CatalogFile)
+	catalogName := repo.VersionFile(id, file)
 	lim := e.opts.CatalogLimits.WithDefaults()
-	if size, ok := files[repo.CatalogFile]; ok && size > lim.MaxSize {
+	if size, ok := files[file]; ok && size > lim.MaxSize {
 		<-e.catalogSlots
-		return 0, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
+		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
 	fetched, err := catalog.Fetch(ctx, e.src, catalogName, "", lim.MaxSize) // in os.TempDir()
 	if err != nil {
 		<-e.catalogSlots
 		if backend.IsNotExist(err) {
-			return 0, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
+			return nil, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
 		}
 		if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
-			return 0, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
+			return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
 		}
-		return 0, err
+		return nil, err
 	}
-	defer fetched.Remove()
-	if fetched.SHA256 != rec.SHA256 {
+	if wantSHA256 != "" && fetched.SHA256 != wantSHA256 {
 		<-e.catalogSlots
-		return 0, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
-			id, catalogName, fetched.SHA256, rec.SHA256)
+		fetched.Remove()
+		return nil, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
+			id, catalogName, fetched.SHA256, wantSHA256)
 	}
 	cat, err := catalog.Read(ctx, fetched.Path, catalogName, lim)
 	<-e.catalogSlots
@@ -78,23 +130,29 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 	e.report.CatalogsRead++
 	e.mu.Unlock()
 	if err != nil {
+		fetched.Remove()
 		if ctx.Err() != nil {
-			return 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 		reason := ReasonCatalog
 		if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
 			reason = ReasonLimit
 		}
-		return 0, refuse(reason, id, catalogName, "version %s: %v", id, err)
+		return nil, refuse(reason, id, catalogName, "version %s: %v", id, err)
 	}
+	return &versionCatalog{file: file, name: catalogName, fetched: fetched, cat: cat}, nil
+}
 
-	if err := e.mirrorDataFiles(ctx, id, cat, e.knownFromParents(ctx, parents)); err != nil {
-		return 0, err
+// listedBy says in a refusal over a data file which catalog needs it,
+// where that is an alternate catalog.
+func listedBy(err error, catalogName string) error {
+	var r *refusal
+	if !errors.As(err, &r) {
+		return err
 	}
-	if err := e.writeVersionFiles(ctx, id, files, fetched); err != nil {
-		return 0, err
-	}
-	return len(cat.Files), nil
+	c := *r
+	c.Message += " (listed by the alternate catalog " + catalogName + ")"
+	return &c
 }
 
 // versionFiles names the files of a version's directory upstream, with
@@ -107,16 +165,33 @@ func (e *engine) versionFiles(ctx context.Context, id string) (map[string]int64,
 	names := append(append([]string{}, repo.KnownVersionFiles...), e.settings.CatalogFiles()...)
 	files := map[string]int64{}
 	for _, n := range names {
-		fi, err := e.src.Stat(ctx, repo.VersionFile(id, n))
-		if backend.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
+		if err := e.statVersionFile(ctx, id, n, files); err != nil {
 			return nil, err
 		}
-		files[n] = fi.Size
+	}
+	// ducklake.duckdb first, then metadata.db, as newer tools name the
+	// catalog: a version with both is read from ducklake.duckdb, and
+	// its metadata.db is not asked for.
+	if _, ok := files[repo.CatalogFile]; !ok {
+		if err := e.statVersionFile(ctx, id, repo.MetadataFile, files); err != nil {
+			return nil, err
+		}
 	}
 	return files, nil
+}
+
+// statVersionFile adds a file of a version's folder upstream to files
+// with its size, where it exists.
+func (e *engine) statVersionFile(ctx context.Context, id, name string, files map[string]int64) error {
+	fi, err := e.src.Stat(ctx, repo.VersionFile(id, name))
+	if backend.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	files[name] = fi.Size
+	return nil
 }
 
 // maxStatChecks is how many data files of a version are checked in the
@@ -172,8 +247,19 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 	return known
 }
 
+// readSinkCatalog reads the catalog of a version complete in the sink:
+// ducklake.duckdb, or metadata.db where it has none.
 func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catalog, error) {
-	name := repo.VersionFile(id, repo.CatalogFile)
+	c, err := e.readSinkFile(ctx, id, repo.CatalogFile)
+	if backend.IsNotExist(err) {
+		return e.readSinkFile(ctx, id, repo.MetadataFile)
+	}
+	return c, err
+}
+
+// readSinkFile reads one catalog of a version in the sink.
+func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
+	name := repo.VersionFile(id, file)
 	fetched, err := catalog.Fetch(ctx, e.dst, name, "", e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return nil, err

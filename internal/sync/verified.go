@@ -182,12 +182,19 @@ func (e *engine) repair(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		cat, err := e.readSinkCatalog(ctx, id)
-		if err != nil {
-			e.addRefusal(refuse(ReasonCatalog, id, repo.VersionFile(id, repo.CatalogFile), "repair: version %s: the mirror's catalog: %v", id, err))
-			continue
+		// Every catalog of the version: an alternate one's files are
+		// needed by its readers as much as the main one's.
+		have := e.dstVersions[id]
+		var files []catalog.File
+		for _, file := range append([]string{repo.MainCatalog(have)}, repo.AlternateCatalogs(have)...) {
+			cat, err := e.readSinkFile(ctx, id, file)
+			if err != nil {
+				e.addRefusal(refuse(ReasonCatalog, id, repo.VersionFile(id, file), "repair: version %s: the mirror's catalog %s: %v", id, repo.VersionFile(id, file), err))
+				continue
+			}
+			files = append(files, cat.Files...)
 		}
-		for _, f := range cat.Files {
+		for _, f := range files {
 			name := e.settings.DataDir + f.Path
 			if done[name] {
 				continue
@@ -218,9 +225,9 @@ func (e *engine) repair(ctx context.Context) {
 }
 
 // sinkCatalogIs says whether the catalog an interrupted run left in a
-// version's folder has the record's sha256: its size proves nothing.
-func (e *engine) sinkCatalogIs(ctx context.Context, id, sha256 string) bool {
-	fetched, err := catalog.Fetch(ctx, e.dst, repo.VersionFile(id, repo.CatalogFile), "", e.opts.CatalogLimits.MaxSize)
+// version's folder (name) has the record's sha256: its size proves nothing.
+func (e *engine) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
+	fetched, err := catalog.Fetch(ctx, e.dst, name, "", e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return false
 	}

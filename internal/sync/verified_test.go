@@ -216,7 +216,13 @@ func TestLeftoversOfAnInterruptedRunAreNotTrustedBySize(t *testing.T) {
 // rehash fixes a version's record after its catalog changed.
 func rehash(t *testing.T, dir, id string, edit func(rec map[string]any)) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "versions", id, repo.CatalogFile))
+	rehashFile(t, dir, id, repo.CatalogFile, edit)
+}
+
+// rehashFile fixes a version's record after its catalog, file, changed.
+func rehashFile(t *testing.T, dir, id, file string, edit ...func(rec map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "versions", id, file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +232,10 @@ func rehash(t *testing.T, dir, id string, edit func(rec map[string]any)) {
 	var rec map[string]any
 	json.Unmarshal(raw, &rec)
 	rec["sha256"] = hex.EncodeToString(sum[:])
-	if edit != nil {
-		edit(rec)
+	for _, e := range edit {
+		if e != nil {
+			e(rec)
+		}
 	}
 	raw, _ = json.Marshal(rec)
 	os.WriteFile(p, raw, 0o644)

@@ -2,24 +2,29 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
 // writeVersionFiles copies the version's own directory but for its
-// record and signature: the opaque files, then the catalog from its
-// verified local copy.
-func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[string]int64, cat *catalog.Fetched) error {
+// record and signature: the opaque files, then the catalogs from the
+// local copies that were read (their bytes are not fetched again).
+func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[string]int64, main *versionCatalog, alternates []*versionCatalog) error {
 	have := e.dstVersions[id]
+	catalogs := map[string]bool{main.file: true}
+	for _, a := range alternates {
+		catalogs[a.file] = true
+	}
 	var opaque []string
 	for f := range files {
-		if f != repo.RecordFile && f != repo.SignatureFile && f != repo.CatalogFile {
+		if f != repo.RecordFile && f != repo.SignatureFile && !catalogs[f] {
 			opaque = append(opaque, f)
 		}
 	}
@@ -50,11 +55,17 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 			return refuse(ReasonCopy, id, repo.VersionFile(id, opaque[i]), "version %s: %s: %v", id, opaque[i], err)
 		}
 	}
-	if size, ok := have[repo.CatalogFile]; ok && size == cat.Size && e.sinkCatalogIs(ctx, id, cat.SHA256) {
+	for _, a := range alternates {
+		if err := e.putLocalFile(dctx, a.name, a.fetched.Path, a.fetched.Size); err != nil {
+			return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
+		}
+	}
+	cat := main.fetched
+	if size, ok := have[main.file]; ok && size == cat.Size && e.sinkCatalogIs(ctx, main.name, cat.SHA256) {
 		// Written by an interrupted run from a copy of this record's
 		// catalog (same sha256).
-	} else if err := e.putLocalFile(dctx, repo.VersionFile(id, repo.CatalogFile), cat.Path, cat.Size); err != nil {
-		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.CatalogFile), "version %s: writing catalog: %v", id, err)
+	} else if err := e.putLocalFile(dctx, main.name, cat.Path, cat.Size); err != nil {
+		return refuse(ReasonCopy, id, main.name, "version %s: writing catalog: %v", id, err)
 	}
 	return nil
 }
@@ -83,10 +94,49 @@ func (e *engine) publishVersion(ctx context.Context, id string, record, sig []by
 func (e *engine) completeVersionDirs(ctx context.Context) {
 	for nf := range e.newFilesInCompleteVersions() {
 		name := repo.VersionFile(nf.version, nf.file)
+		if isAlternateCatalog(nf.file, e.dstVersions[nf.version]) {
+			if err := e.addAlternateCatalog(ctx, nf.version, nf.file, nf.size); err != nil && ctx.Err() == nil {
+				var r *refusal
+				if !errors.As(err, &r) {
+					r = refuse(ReasonCopy, nf.version, name, "version %s: new catalog %s: %v", nf.version, name, err)
+				}
+				e.addRefusal(r)
+			}
+			continue
+		}
 		if err := e.copyFile(ctx, name, nf.size); err != nil && ctx.Err() == nil {
 			e.addRefusal(refuse(ReasonCopy, nf.version, name, "version %s: new file %s: %v", nf.version, name, err))
 		}
 	}
+}
+
+// isAlternateCatalog says whether a file new upstream in a version the
+// sink holds (have: its files there) is an alternate catalog of it.
+func isAlternateCatalog(file string, have map[string]int64) bool {
+	with := map[string]int64{file: 0}
+	for f, size := range have {
+		with[f] = size
+	}
+	return slices.Contains(repo.AlternateCatalogs(with), file)
+}
+
+// addAlternateCatalog mirrors an alternate catalog that appeared upstream
+// in a version the sink holds complete: read like any catalog, its data
+// files copied and checked, then the catalog itself; refused as a whole
+// (the catalog not written) when it cannot be.
+func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size int64) error {
+	a, err := e.readCatalog(ctx, id, file, map[string]int64{file: size}, "")
+	if err != nil {
+		return err
+	}
+	defer a.fetched.Remove()
+	if err := e.mirrorDataFiles(ctx, id, a.cat, nil); err != nil {
+		return listedBy(err, a.name)
+	}
+	if err := e.putLocalFile(ctx, a.name, a.fetched.Path, a.fetched.Size); err != nil {
+		return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
+	}
+	return nil
 }
 
 func (e *engine) putLocalFile(ctx context.Context, name, local string, size int64) error {

@@ -60,6 +60,9 @@ type checker struct {
 	problems []Problem
 	mu       gosync.Mutex
 	data     map[string]int64 // data_dir listing, where the store lists
+	// versions are the files of each version's folder (name → size),
+	// where the store lists.
+	versions map[string]map[string]int64
 }
 
 func (c *checker) add(p Problem) {
@@ -83,8 +86,15 @@ func (c *checker) run(ctx context.Context) ([]Problem, error) {
 		// One listing of everything: the data files' sizes, and the files
 		// at the root, where no catalog may sit.
 		c.data = map[string]int64{}
+		c.versions = map[string]map[string]int64{}
 		rootFiles = nil
 		err := c.r.List(ctx, "", func(fi backend.FileInfo) error {
+			if id, file, ok := strings.Cut(strings.TrimPrefix(fi.Name, repo.VersionsDir), "/"); ok && strings.HasPrefix(fi.Name, repo.VersionsDir) {
+				if c.versions[id] == nil {
+					c.versions[id] = map[string]int64{}
+				}
+				c.versions[id][file] = fi.Size
+			}
 			if strings.HasPrefix(fi.Name, c.settings.DataDir) {
 				c.data[fi.Name] = fi.Size
 			} else if !strings.Contains(fi.Name, "/") {
@@ -211,8 +221,20 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 			c.opts.Note(Problem{Version: id, File: sigName, Message: fmt.Sprintf("version %s carries no signature (signatures are not required)", id)})
 		}
 	}
-	catalogName := repo.VersionFile(id, repo.CatalogFile)
+	// The catalog: ducklake.duckdb, or metadata.db where there is none
+	// (asked for in that order where the store cannot list).
+	files := c.versions[id]
+	mainFile := repo.CatalogFile
+	if c.versions != nil {
+		mainFile = repo.MainCatalog(files)
+	}
+	catalogName := repo.VersionFile(id, mainFile)
 	fetched, err := catalog.Fetch(ctx, c.r, catalogName, "", c.opts.CatalogLimits.MaxSize)
+	if c.versions == nil && backend.IsNotExist(err) {
+		if f, merr := catalog.Fetch(ctx, c.r, repo.VersionFile(id, repo.MetadataFile), "", c.opts.CatalogLimits.MaxSize); !backend.IsNotExist(merr) {
+			mainFile, catalogName, fetched, err = repo.MetadataFile, repo.VersionFile(id, repo.MetadataFile), f, merr
+		}
+	}
 	if err != nil {
 		bad(catalogName, "%v", err)
 		return rec.Parents
@@ -227,18 +249,54 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		bad(catalogName, "%v", err)
 		return rec.Parents
 	}
-	c.dataFiles(ctx, id, cat)
+	checked := map[string]bool{}
+	c.dataFiles(ctx, id, cat, "", checked)
+
+	// The alternate catalogs: readers attach them like the main one, so
+	// their data files must be there too.
+	alternates := c.settings.CatalogFiles()
+	if c.versions != nil {
+		alternates = repo.AlternateCatalogs(files)
+	}
+	for _, f := range alternates {
+		name := repo.VersionFile(id, f)
+		fetched, err := catalog.Fetch(ctx, c.r, name, "", c.opts.CatalogLimits.MaxSize)
+		if c.versions == nil && backend.IsNotExist(err) {
+			continue // not every version carries every format
+		}
+		if err != nil {
+			bad(name, "%v", err)
+			continue
+		}
+		cat, err := catalog.Read(ctx, fetched.Path, name, c.opts.CatalogLimits)
+		fetched.Remove()
+		if err != nil {
+			bad(name, "%v", err)
+			continue
+		}
+		c.dataFiles(ctx, id, cat, name, checked)
+	}
 	return rec.Parents
 }
 
-func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog) {
+// dataFiles checks the data files a catalog of a version lists, but those
+// checked already for the version (another of its catalogs lists them).
+// via names an alternate catalog in the problems its files have.
+func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog, via string, checked map[string]bool) {
+	if via != "" {
+		via = " (listed by the alternate catalog " + via + ")"
+	}
 	slots := make(chan struct{}, c.opts.Concurrency)
 	var wg gosync.WaitGroup
 	for _, f := range cat.Files {
 		name := c.settings.DataDir + f.Path
+		if checked[name] {
+			continue
+		}
+		checked[name] = true
 		if c.data != nil {
 			have, exists := c.data[name]
-			if !c.compare(id, name, have, exists, f.Size) || !c.opts.Deep {
+			if !c.compare(id, name, have, exists, f.Size, via) || !c.opts.Deep {
 				continue
 			}
 		}
@@ -252,11 +310,11 @@ func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog
 					c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: %v", id, name, err)})
 					return
 				}
-				if !c.compare(id, name, fi.Size, err == nil, f.Size) || !c.opts.Deep {
+				if !c.compare(id, name, fi.Size, err == nil, f.Size, via) || !c.opts.Deep {
 					return
 				}
 			}
-			c.deep(ctx, id, name, f)
+			c.deep(ctx, id, name, f, via)
 		}()
 	}
 	wg.Wait()
@@ -264,12 +322,12 @@ func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog
 
 // compare reports a data file missing or of another size than recorded;
 // true when it is there as recorded.
-func (c *checker) compare(id, name string, have int64, exists bool, want int64) bool {
+func (c *checker) compare(id, name string, have int64, exists bool, want int64, via string) bool {
 	switch {
 	case !exists:
-		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s is missing", id, name)})
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s is missing%s", id, name, via)})
 	case want >= 0 && have != want:
-		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s has %d bytes, the catalog records %d", id, name, have, want)})
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s has %d bytes, the catalog records %d%s", id, name, have, want, via)})
 	default:
 		return true
 	}

@@ -24,9 +24,9 @@ var (
 // puffin file starts and ends with PFA1. A file zero-filled by a power cut,
 // or with a footer overwritten, has the right size and fails here. A file
 // too short for its magic is damaged too.
-func (c *checker) deep(ctx context.Context, id, name string, f catalog.File) {
+func (c *checker) deep(ctx context.Context, id, name string, f catalog.File, via string) {
 	bad := func(format string, args ...any) {
-		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s is damaged: "+format, append([]any{id, name}, args...)...)})
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s is damaged: "+format, append([]any{id, name}, args...)...) + via})
 	}
 	magic, kind := parquetMagic, "Parquet"
 	if f.Puffin {
@@ -34,7 +34,7 @@ func (c *checker) deep(ctx context.Context, id, name string, f catalog.File) {
 	}
 	head, tail, size, err := ends(ctx, c.r, name, 4, 8)
 	if err != nil {
-		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: reading its ends: %v", id, name, err)})
+		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: reading its ends: %v%s", id, name, err, via)})
 		return
 	}
 	if size < 8 {
