@@ -13,14 +13,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
-// measuredSync runs sync --json and returns its report, its wall-clock
-// time and its peak resident memory.
-func measuredSync(t *testing.T, args ...string) (fdlsync.Report, time.Duration, int64) {
+// measuredSync runs sync --json and returns its report, its exit code,
+// its wall-clock time and its peak resident memory.
+func measuredSync(t *testing.T, args ...string) (fdlsync.Report, int, time.Duration, int64) {
 	t.Helper()
 	cmd := exec.Command(binary, append([]string{"sync", "--json"}, args...)...)
 	var out, errb bytes.Buffer
@@ -52,7 +51,10 @@ func measuredSync(t *testing.T, args ...string) (fdlsync.Report, time.Duration, 
 	took := time.Since(start)
 	close(stop)
 	<-sampled
-	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	var rep fdlsync.Report
@@ -62,7 +64,7 @@ func measuredSync(t *testing.T, args ...string) (fdlsync.Report, time.Duration, 
 	if hwm.Load() == 0 {
 		t.Fatalf("no memory sample of the run (took %s)", took)
 	}
-	return rep, took, hwm.Load() << 10
+	return rep, code, took, hwm.Load() << 10
 }
 
 // comm is the name the kernel keeps for a program (15 bytes at most).
@@ -91,8 +93,13 @@ func vmHWM(pid int) int64 {
 }
 
 // A catalog an upstream made hostile is refused quickly and in little
-// memory, and the other refs of the same run are still mirrored.
-func TestSyncRefusesAHostileCatalogAndMirrorsTheOtherRefs(t *testing.T) {
+// memory: the command's own peak resident set, which only a separate
+// process shows. What the engine refuses and still mirrors beside it is
+// asserted in internal/sync/hostile_test.go.
+func TestSyncRefusesAHostileCatalogInLittleMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: generates a catalog of 300,000 files and measures the process")
+	}
 	bigRows, maxFiles := "300000", "100000"
 	if os.Getenv("FDL_BIG_CATALOG") != "" {
 		// The figures of issue 9: 30 million rows against the default
@@ -119,7 +126,7 @@ func TestSyncRefusesAHostileCatalogAndMirrorsTheOtherRefs(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			parent, up, sink := layout(t)
+			_, up, sink := layout(t)
 			repo := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, FastParquet: true})
 			good, evil := repo.Versions[0], repo.Versions[1]
 			writeFile(t, filepath.Join(up, "refs", "heads", "good"), good+"\n")
@@ -129,7 +136,10 @@ func TestSyncRefusesAHostileCatalogAndMirrorsTheOtherRefs(t *testing.T) {
 			if tc.reason == fdlsync.ReasonLimit && maxFiles != "0" {
 				args = append(args, "--catalog-max-files", maxFiles)
 			}
-			rep, took, rss := measuredSync(t, args...)
+			rep, code, took, rss := measuredSync(t, args...)
+			if code != 1 {
+				t.Errorf("exit %d, want 1", code)
+			}
 			t.Logf("fdl-mirror sync %s: %s, peak RSS %d MiB", strings.Join(args, " "), took.Round(time.Millisecond), rss>>20)
 
 			catalogName := "versions/" + evil + "/ducklake.duckdb"
@@ -145,55 +155,12 @@ func TestSyncRefusesAHostileCatalogAndMirrorsTheOtherRefs(t *testing.T) {
 			if !found {
 				t.Errorf("no %s refusal of %s saying %q: %+v", tc.reason, catalogName, tc.want, rep.Refused)
 			}
-			assertNotPublished(t, sink, evil)
-			if readRef(t, sink, "refs/heads/main") != "" {
-				t.Error("main was published to the hostile version")
-			}
-			if got := readRef(t, sink, "refs/heads/good"); got != good {
-				t.Errorf("the other ref of the run was not mirrored: refs/heads/good is %q, want %s", got, good)
-			}
 			if took > 30*time.Second {
 				t.Errorf("refusing took %s", took)
 			}
 			if rss > 300<<20 {
 				t.Errorf("peak RSS %d MiB, over 300 MiB", rss>>20)
 			}
-			if extra := fdltest.Outside(t, parent, "upstream", "mirror"); len(extra) > 0 {
-				t.Errorf("written outside the mirror: %v", extra)
-			}
 		})
-	}
-}
-
-// A version.json larger than a record needs is refused, not held in
-// memory, and the other refs of the run are still mirrored.
-func TestSyncRefusesARecordLargerThan1MiB(t *testing.T) {
-	_, up, sink := layout(t)
-	repo := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 1, FastParquet: true})
-	good, evil := repo.Versions[0], repo.Versions[1]
-	writeFile(t, filepath.Join(up, "refs", "heads", "good"), good+"\n")
-	recPath := filepath.Join(up, "versions", evil, "version.json")
-	var rec map[string]any
-	raw, _ := os.ReadFile(recPath)
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		t.Fatal(err)
-	}
-	rec["message"] = strings.Repeat("x", 3<<19) // 1.5 MiB
-	raw, _ = json.Marshal(rec)
-	writeFile(t, recPath, string(raw))
-
-	rep, _ := syncJSON(t, up, sink)
-	var found bool
-	for _, r := range rep.Refused {
-		if r.Version == evil && r.Reason == fdlsync.ReasonRecord && strings.Contains(r.Message, "versions/"+evil+"/version.json is larger than the 1048576 bytes") {
-			found = true
-		}
-	}
-	if !found {
-		t.Errorf("no refusal of the 1.5 MiB record: %+v", rep.Refused)
-	}
-	assertNotPublished(t, sink, evil)
-	if got := readRef(t, sink, "refs/heads/good"); got != good {
-		t.Errorf("refs/heads/good is %q, want %s", got, good)
 	}
 }
