@@ -119,7 +119,7 @@ func selectMirrors(w io.Writer, cmd string, cfg *config.Config, name string) ([]
 // named) once, one after the other, for CI and CronJobs. A mirror's failure
 // does not stop the next; the exit code is the worst of theirs, as for a
 // plain sync.
-func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard config.Shard, dryRun, jsonOut bool, log *zap.Logger) int {
+func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard config.Shard, dryRun, force, jsonOut bool, log *zap.Logger) int {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		printConfigError(os.Stderr, "sync", configPath, err)
@@ -142,6 +142,7 @@ func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard co
 		}
 		job := daemon.Job(m)
 		job.DryRun = dryRun
+		job.Force = job.Force || force
 		progress, done := newProgress(!jsonOut)
 		report, err := mirror.Run(ctx, job, log, progress)
 		done()

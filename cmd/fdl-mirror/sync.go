@@ -37,6 +37,7 @@ func cmdSync(args []string) int {
 	fs := newFlagSet("sync", "sync [flags] SOURCE SINK | sync --config FILE [--mirror NAME | --shard I/N | --shards N]")
 	concurrency := fs.Int("concurrency", 8, "files copied at once")
 	dryRun := fs.Bool("dry-run", false, "print the plan; write nothing")
+	force := fs.Bool("force", false, "mirror a source other than the one the sink was made from, where neither has a repository id (a repository that moved); records the new address")
 	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
 	configPath := fs.String("config", "", "run the mirrors of this config `file` once")
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
@@ -89,7 +90,7 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, bwlimit, refs, exclude_refs and allow_rewind in the config")
 			return exitUsage
 		}
-		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *jsonOut, log)
+		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *force, *jsonOut, log)
 	}
 	if len(pos) != 2 {
 		fs.Usage()
@@ -119,7 +120,7 @@ func cmdSync(args []string) int {
 		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries, Repair: *repair,
-		CatalogLimits: limits.Limits,
+		CatalogLimits: limits.Limits, Force: *force,
 	}
 	progress, done := newProgress(!*jsonOut)
 	report, err := mirror.Run(ctx, job, log, progress)

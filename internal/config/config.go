@@ -95,6 +95,10 @@ type Mirror struct {
 	// Repair makes every run re-check the data files of complete versions
 	// in the sink and copy back what is missing (sync --repair).
 	Repair bool
+	// Force mirrors a source other than the one a sink without repository
+	// ids was made from, and records it (sync --force): for a repository
+	// that moved. Default false.
+	Force bool
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -353,6 +357,8 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			}
 		case "repair":
 			m.Repair = p.boolean(v, where+".repair")
+		case "force":
+			m.Force = p.boolean(v, where+".force")
 		case "prune":
 			m.Prune = p.boolean(v, where+".prune")
 		case "prune_max_delete":

@@ -121,9 +121,16 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		t.Errorf("towns =\n%+v\nwant\n%+v", towns, want)
 	}
 	// The first mirror documents every key: a field added to Mirror without
-	// an example fails here.
+	// an example fails here. force is documented at its default (false):
+	// an example should not show a sink taking any source.
+	if !strings.Contains(string(data), "    force: false\n") {
+		t.Error("the example does not document force: false")
+	}
 	v := reflect.ValueOf(towns)
 	for i := 0; i < v.NumField(); i++ {
+		if v.Type().Field(i).Name == "Force" {
+			continue
+		}
 		if v.Field(i).IsZero() {
 			t.Errorf("the example's first mirror leaves %s unset", v.Type().Field(i).Name)
 		}
@@ -413,4 +420,15 @@ func TestParseSize(t *testing.T) {
 			t.Errorf("ParseSize(%q) = %d, want an error", in, n)
 		}
 	}
+}
+
+func TestForceKey(t *testing.T) {
+	cfg, err := Parse([]byte("mirrors:\n  - {name: a, source: /u, sink: /d, force: true}\n"), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.Mirrors[0].Force {
+		t.Error("force: true not read")
+	}
+	wantProblem(t, problems(t, "mirrors:\n  - {name: a, source: /u, sink: /d, force: maybe}\n", nil), 2, "force")
 }

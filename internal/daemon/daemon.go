@@ -483,6 +483,7 @@ func Job(m config.Mirror) mirror.Job {
 		AllowRewind:        m.AllowRewind,
 		MaxUpstreamAge:     m.MaxUpstreamAge,
 		Repair:             m.Repair,
+		Force:              m.Force,
 	}
 }
 

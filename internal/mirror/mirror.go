@@ -44,6 +44,9 @@ type Job struct {
 	HTTPAllowRedirects []string // hosts an HTTP(S) source may redirect to besides its origin
 	BWLimit            int64    // bytes per second for the whole run; 0 = no limit
 	Repair             bool     // copy back data files complete versions lost in the sink
+	// Force mirrors a source other than the one a sink without
+	// repository ids was made from (fdlsync.Options.Force).
+	Force bool
 }
 
 func (j Job) sourceOptions(log *zap.Logger) location.Options {
@@ -129,7 +132,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	defer closeDst()
 
 	opts := fdlsync.Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
-		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair}
+		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair, Source: location.Clean(job.Source), Force: job.Force}
 	if job.DryRun {
 		return fdlsync.Run(ctx, src, dst, opts)
 	}

@@ -75,7 +75,7 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 	}
 	defer closeDst()
 
-	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits, Logger: log}
+	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits, Source: location.Clean(job.Source), Logger: log}
 	if job.DryRun {
 		return Run(ctx, src, dst, opts)
 	}

@@ -38,6 +38,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
 // DefaultMaxDelete is how many objects a prune removes before it refuses,
@@ -68,7 +69,12 @@ type Options struct {
 	// fields: the defaults), as the mirror's syncs are bound: the
 	// catalogs a sync published came from the upstream.
 	CatalogLimits catalog.Limits
-	Logger        *zap.Logger
+	// Source is the source's address as a sync records it (location.Clean's
+	// form); "" takes the source store's Location. Where neither side's
+	// fdl.json has an id, a mirror made from another address is refused:
+	// against another repository every ref would look withdrawn.
+	Source string
+	Logger *zap.Logger
 }
 
 // Run prunes dst against src. The caller holds the mirror's lock (see
@@ -102,6 +108,9 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		return rep, err
 	}
 	if err := sameRepository(up.settings, m.settings, dst.Location()); err != nil {
+		return rep, err
+	}
+	if err := sameSource(ctx, dst, up.settings, m.settings, opts.Source, src.Location()); err != nil {
 		return rep, err
 	}
 	pl, err := p.plan(ctx, up, m)
@@ -505,6 +514,29 @@ func sameRepository(up, mine *repo.Settings, sink string) error {
 	}
 	if mine.DataDir != up.DataDir {
 		return fmt.Errorf("sink %s: %s has data_dir %q, upstream's is %q; nothing removed", sink, repo.SettingsFile, mine.DataDir, up.DataDir)
+	}
+	return nil
+}
+
+// sameSource refuses to prune, against a source at another address, a
+// mirror of a repository without id made from the address it recorded
+// (fdlsync.SourceFile). A mirror with no record is pruned: prune writes
+// none, the next sync does.
+func sameSource(ctx context.Context, dst backend.Reader, up, mine *repo.Settings, source, fallback string) error {
+	if up.ID != "" || mine.ID != "" {
+		return nil
+	}
+	if source == "" {
+		source = fallback
+	}
+	rec, err := fdlsync.ReadSourceRecord(ctx, dst)
+	if err != nil {
+		return fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
+	}
+	if rec != nil && rec.Address != source {
+		return fmt.Errorf("sink %s was made from %s (recorded in %s%s), not from %s, and neither side's fdl.json has an id: "+
+			"refusing to prune it against another repository; nothing removed (if it is the same repository at a new address, "+
+			"a sync with --force records the new one)", dst.Location(), rec.Address, backend.ReservedPrefix, fdlsync.SourceFile, source)
 	}
 	return nil
 }

@@ -63,6 +63,7 @@ type engine struct {
 	pending        map[string]PendingVersion // ancestors earlier runs could not mirror
 	absent         map[string]bool           // ancestors upstream does not have
 	targetChecks   map[string]*refusal       // policy verdicts on ref targets, per run
+	source         sourceCheck               // the source on record, for a repository without id (see source.go)
 
 	dur durability // barriers and the record of unsynced files (see durability.go)
 
@@ -80,6 +81,9 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
+	}
+	if opts.Source == "" {
+		opts.Source = src.Location()
 	}
 	e := &engine{
 		src:          src,
@@ -160,6 +164,11 @@ func (e *engine) run(ctx context.Context) error {
 		if inv, err = e.takeInventory(ctx); err != nil {
 			return err
 		}
+	}
+	// The source's address before fdl.json: a mirror with fdl.json but
+	// no record would take the next source as its first.
+	if err := e.recordSource(ctx); err != nil {
+		return err
 	}
 	if err := e.ensureSinkSettings(ctx, inv.settings); err != nil {
 		return err

@@ -35,6 +35,9 @@ func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
 			return nil, err
 		}
 	}
+	if err := e.checkSource(ctx, inv.settings != nil); err != nil {
+		return nil, err
+	}
 	if err := e.listVersions(ctx); err != nil {
 		return nil, err
 	}
@@ -74,7 +77,7 @@ func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]
 // hasWork says whether the run would write anything: it errs towards yes,
 // and a write without the lock fails loudly (see guarded) rather than race.
 func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
-	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair || len(e.dur.distrusted) > 0 {
+	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair || len(e.dur.distrusted) > 0 || e.sourceUnrecorded() {
 		return true
 	}
 	for name, id := range upstream {

@@ -41,6 +41,15 @@ type Options struct {
 	// called just before the refs are written and once they are. A run
 	// that fails it stops with a FatalError (exit 1).
 	CheckLock func(ctx context.Context) error
+	// Source is the source's address as recorded in the mirror
+	// (location.Clean's form); "" takes the source store's Location. It
+	// matters only where neither the upstream's nor the sink's fdl.json
+	// has an id: a sink made from one address refuses another.
+	Source string
+	// Force mirrors a source other than the one recorded (the same
+	// repository moved to a new address) and records it. It bypasses
+	// nothing else: not the id check, not a ref's rewind or a tag's move.
+	Force bool
 	// Repair re-checks every complete version's data files against the
 	// sink's listing and copies back what is missing or of another size.
 	Repair bool

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
+	"path/filepath"
 	"strings"
 
 	"go.uber.org/zap"
@@ -149,6 +150,30 @@ func attempts(retries int) int {
 		return 0
 	}
 	return retries + 1
+}
+
+// Clean is addr in the form two runs compare to tell whether they read
+// the same source: a local path made absolute and cleaned (file:// and a
+// plain path alike); a URL without its credentials, query and fragment,
+// its scheme and host lower-cased, its path without a trailing slash. It
+// never holds a credential, so it may be written into a mirror.
+func Clean(addr string) string {
+	scheme, rest := Scheme(addr)
+	if scheme == "file" {
+		if abs, err := filepath.Abs(rest); err == nil {
+			return abs
+		}
+		return filepath.Clean(rest)
+	}
+	u, err := url.Parse(addr)
+	if err != nil {
+		// Unparseable: keep only what cannot be a credential.
+		return scheme + "://"
+	}
+	u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
+	u.Scheme, u.Host = strings.ToLower(u.Scheme), strings.ToLower(u.Host)
+	u.Path, u.RawPath = strings.TrimRight(u.Path, "/"), ""
+	return u.String()
 }
 
 // Scheme splits an address into its scheme and the rest; a plain path and
