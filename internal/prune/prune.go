@@ -385,27 +385,21 @@ func newVersionPlan(id, reason string, files map[string]int64) *versionPlan {
 	return v
 }
 
-// catalogsOf names a version's catalogs in the mirror: ducklake.duckdb
-// (metadata.db where it is absent, as newer tools name it) and every
-// catalogs/<format>.duckdb, an entry point for readers like the main one.
+// catalogsOf names a version's catalogs in the mirror, as the engine
+// reads them: ducklake.duckdb (metadata.db where it is absent, as newer
+// tools name it), and the alternates, every catalogs/<format>.duckdb and a
+// metadata.db beside ducklake.duckdb, entry points for readers like the
+// main one.
 func catalogsOf(id string, files map[string]int64) []string {
 	var out []string
-	switch {
-	case hasKey(files, repo.CatalogFile):
-		out = append(out, repo.VersionFile(id, repo.CatalogFile))
-	case hasKey(files, metadataFile):
-		out = append(out, repo.VersionFile(id, metadataFile))
+	if main := repo.MainCatalog(files); hasKey(files, main) {
+		out = append(out, repo.VersionFile(id, main))
 	}
-	for _, f := range sortedKeys(files) {
-		if strings.HasPrefix(f, "catalogs/") && strings.HasSuffix(f, ".duckdb") {
-			out = append(out, repo.VersionFile(id, f))
-		}
+	for _, f := range repo.AlternateCatalogs(files) {
+		out = append(out, repo.VersionFile(id, f))
 	}
 	return out
 }
-
-// metadataFile is the frozen catalog's name in fdl-cli 0.27 and later.
-const metadataFile = "metadata.db"
 
 // describe fills a dry run's report with the whole plan; a real run's
 // report grows as the work is done.

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	gosync "sync"
 	"testing"
@@ -312,4 +313,42 @@ func TestHostileSQLiteMetadataDBRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An alternate catalog that appears upstream in a version the mirror holds
+// complete is read and its data files copied before it is written; one
+// whose data file is missing is refused naming both and left out, the
+// version staying as it was.
+func TestAlternateCatalogAddedToACompleteVersion(t *testing.T) {
+	up, mirror, g := generated(t, generate.Options{Versions: 2, AlternateCatalog: "1.0"})
+	aside := t.TempDir()
+	for i, id := range g.Versions {
+		from := filepath.Join(up, "versions", id, "catalogs")
+		if err := os.Rename(from, filepath.Join(aside, strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() || len(rep.VersionsPublished) != 2 {
+		t.Fatalf("first run: %+v", rep)
+	}
+	for i, id := range g.Versions {
+		if err := os.Rename(filepath.Join(aside, strconv.Itoa(i)), filepath.Join(up, "versions", id, "catalogs")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := altOnly(t, up, g.Versions[0])[0]
+	if err := os.Remove(filepath.Join(up, filepath.FromSlash(gone))); err != nil {
+		t.Fatal(err)
+	}
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
+	altName := repo.VersionFile(g.Versions[0], generate.AlternateCatalogFile("1.0"))
+	msg := refusedOnly(t, rep, g.Versions[0], fdlsync.ReasonMissingFile)
+	if !strings.Contains(msg, gone) || !strings.Contains(msg, altName) {
+		t.Errorf("the refusal does not name %s and %s: %s", gone, altName, msg)
+	}
+	if _, err := os.Stat(filepath.Join(mirror, filepath.FromSlash(altName))); !os.IsNotExist(err) {
+		t.Errorf("the alternate catalog missing a data file is in the mirror: %v", err)
+	}
+	// The other version's alternate catalog came with its data file.
+	fdltest.AssertMirrored(t, up, mirror, func(name string) bool { return name == altName })
 }
