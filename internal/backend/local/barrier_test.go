@@ -153,7 +153,7 @@ func TestRemoveIsDurable(t *testing.T) {
 	if err := l.Remove(ctx, "refs/heads/side"); err != nil {
 		t.Fatal(err)
 	}
-	if fsyncs, _ := c.take(); len(fsyncs) != 1 || filepath.Base(fsyncs[0]) != "heads" {
+	if fsyncs, _ := c.take(); len(fsyncs) != 1 || filepath.Base(filepath.Clean(fsyncs[0])) != "heads" {
 		t.Fatalf("Remove fsynced %v; want the ref's folder", fsyncs)
 	}
 	if err := l.Remove(backend.WithoutSync(ctx), "versions/v/version.json"); err != nil {

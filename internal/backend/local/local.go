@@ -59,11 +59,19 @@ type Local struct {
 	dirtyDirs  map[string]uint64 // folder → its file system's device
 }
 
-// folder is an open folder of the store, shared by the writers using it.
+// folder is an open folder of the store, shared by the readers and
+// writers using it: opening a file through it is one openat(2), where
+// through the store's root it is one per component of the path.
 type folder struct {
-	f     *os.File
-	dev   uint64 // the device of its file system, for syncfs
+	root  *os.Root // the folder as a root, for opening its files
+	f     *os.File // the same folder, for renameat(2) and fsync
+	dev   uint64   // the device of its file system, for syncfs
 	users int
+}
+
+func (d *folder) close() {
+	d.f.Close()
+	d.root.Close()
 }
 
 // maxOpenFolders bounds the folders kept open while no write uses them.
@@ -156,7 +164,7 @@ func (l *Local) Close() error {
 	l.tmpMu.Unlock()
 	l.foldersMu.Lock()
 	for name, d := range l.folders {
-		d.f.Close()
+		d.close()
 		delete(l.folders, name)
 	}
 	l.foldersMu.Unlock()
@@ -192,7 +200,8 @@ func (l *Local) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err := backend.CheckName(name); err != nil {
 		return nil, err
 	}
-	f, err := l.root.Open(filepath.FromSlash(name))
+	f, err := inFolder(l, name, func(d *os.Root, base string) (*os.File, error) { return d.Open(base) },
+		func() (*os.File, error) { return l.root.Open(filepath.FromSlash(name)) })
 	if err != nil {
 		return nil, l.err("open", name, err)
 	}
@@ -205,11 +214,33 @@ func (l *Local) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	return f, nil
 }
 
+// inFolder calls fn with the open folder of name and its last component,
+// or, where that fails for another reason than absence (a symbolic link
+// that leaves the folder but stays in the store), whole through the root:
+// what the store lets a reader reach is the same either way.
+func inFolder[T any](l *Local, name string, fn func(d *os.Root, base string) (T, error), whole func() (T, error)) (T, error) {
+	d, err := l.openFolder(name, false)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			var zero T
+			return zero, fs.ErrNotExist
+		}
+		return whole()
+	}
+	defer l.releaseFolder(d)
+	v, err := fn(d.root, path.Base(name))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return whole()
+	}
+	return v, err
+}
+
 func (l *Local) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
 	if err := backend.CheckName(name); err != nil {
 		return backend.FileInfo{}, err
 	}
-	st, err := l.root.Stat(filepath.FromSlash(name))
+	st, err := inFolder(l, name, func(d *os.Root, base string) (fs.FileInfo, error) { return d.Stat(base) },
+		func() (fs.FileInfo, error) { return l.root.Stat(filepath.FromSlash(name)) })
 	if err == nil && st.IsDir() {
 		err = fs.ErrNotExist
 	}
@@ -327,18 +358,24 @@ func (l *Local) openFolder(name string, make bool) (*folder, error) {
 		}
 		l.made.Store(dir, true)
 	}
-	f, err := l.root.Open(filepath.FromSlash(dir))
+	sub, err := l.root.OpenRoot(filepath.FromSlash(dir))
 	if err != nil {
+		return nil, l.err("open folder of", name, err)
+	}
+	f, err := sub.Open(".")
+	if err != nil {
+		sub.Close()
 		return nil, l.err("open folder of", name, err)
 	}
 	var dev uint64
 	if st, err := f.Stat(); err == nil {
 		dev = deviceOf(st)
 	}
+	fresh := &folder{root: sub, f: f, dev: dev, users: 1}
 	l.foldersMu.Lock()
 	defer l.foldersMu.Unlock()
 	if d := l.folders[dir]; d != nil { // opened meanwhile by another writer
-		f.Close()
+		fresh.close()
 		d.users++
 		return d, nil
 	}
@@ -348,14 +385,13 @@ func (l *Local) openFolder(name string, make bool) (*folder, error) {
 	if len(l.folders) >= maxOpenFolders {
 		for other, d := range l.folders {
 			if d.users == 0 {
-				d.f.Close()
+				d.close()
 				delete(l.folders, other)
 			}
 		}
 	}
-	d := &folder{f: f, dev: dev, users: 1}
-	l.folders[dir] = d
-	return d, nil
+	l.folders[dir] = fresh
+	return fresh, nil
 }
 
 func (l *Local) releaseFolder(d *folder) {
