@@ -195,6 +195,9 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 	if len(r.RefsMoved) == 0 {
 		fmt.Fprintf(w, "  refs: none moved\n")
 	}
+	for _, f := range r.Distrusted {
+		fmt.Fprintf(w, "  DISTRUSTED %s: an interrupted run (killed, or a power cut) wrote it with no barrier behind it; copied again, or treated as absent\n", f)
+	}
 	for _, f := range r.Repaired {
 		fmt.Fprintf(w, "  REPAIRED %s\n", f)
 	}

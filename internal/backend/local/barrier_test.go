@@ -43,7 +43,9 @@ func countSyncs(t *testing.T) *syncCounter {
 		c.syncfs++
 		return oldFS(f)
 	}
-	t.Cleanup(func() { syncFile, syncfsFunc = oldFile, oldFS })
+	oldMin := syncfsMinFiles
+	syncfsMinFiles = 0 // syncfs however few files are owed, unless a test says
+	t.Cleanup(func() { syncFile, syncfsFunc, syncfsMinFiles = oldFile, oldFS, oldMin })
 	return c
 }
 
@@ -167,5 +169,32 @@ func TestRemoveIsDurable(t *testing.T) {
 	}
 	if _, syncfs := c.take(); syncfs != 1 {
 		t.Fatalf("Barrier after a removal: %d syncfs, want 1", syncfs)
+	}
+}
+
+// A barrier owing a few files fsyncs them rather than the whole file
+// system, whose syncfs would wait for every program's writes.
+func TestBarrierOwingFewFilesFsyncsThem(t *testing.T) {
+	c := countSyncs(t)
+	syncfsMinFiles = 3
+	l := newLocal(t)
+	ctx := context.Background()
+	dctx := backend.WithoutSync(ctx)
+	put(t, dctx, l, "data/a/1.parquet", "x")
+	put(t, dctx, l, "data/a/2.parquet", "x")
+	if err := l.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fsyncs, syncfs := c.take(); len(fsyncs) != 3 || syncfs != 0 {
+		t.Fatalf("two files owed: fsyncs %v, %d syncfs; want the two files and their folder", fsyncs, syncfs)
+	}
+	for _, n := range []string{"data/a/3.parquet", "data/a/4.parquet", "data/a/5.parquet"} {
+		put(t, dctx, l, n, "x")
+	}
+	if err := l.Barrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fsyncs, syncfs := c.take(); len(fsyncs) != 0 || syncfs != 1 {
+		t.Fatalf("three files owed: fsyncs %v, %d syncfs; want one syncfs", fsyncs, syncfs)
 	}
 }

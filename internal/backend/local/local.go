@@ -424,10 +424,17 @@ func (l *Local) deferSync(file, dir string, dev uint64) {
 	l.dirtyDirs[dir] = dev
 }
 
+// syncfsMinFiles is how many files a Barrier must owe before it syncs
+// whole file systems rather than each file: syncfs also waits for what
+// other programs left unwritten on the same disk, which for a handful of
+// files can cost more than their fsyncs.
+var syncfsMinFiles = 32
+
 // Barrier makes every write and removal made under backend.WithoutSync
 // before it durable: one syncfs(2) per file system they touched (the
-// mirror's folder is usually one), or, where syncfs is not available, an
-// fsync of each file and folder, several at a time. An error from syncfs
+// mirror's folder is usually one), or, where syncfs is not available or
+// few files are owed, an fsync of each file and folder, several at a
+// time. An error from syncfs
 // is a write that failed and is returned: an fsync of each file opened
 // now would not see it (Linux reports a write-back error once per file
 // system to syncfs, and to an fsync only through a descriptor open when
@@ -440,8 +447,10 @@ func (l *Local) Barrier(ctx context.Context) error {
 	if len(dirs) == 0 {
 		return nil
 	}
-	err := l.syncFileSystems(dirs)
-	if errors.Is(err, errors.ErrUnsupported) {
+	var err error
+	if len(files) < syncfsMinFiles {
+		err = l.syncEach(ctx, files, dirs)
+	} else if err = l.syncFileSystems(dirs); errors.Is(err, errors.ErrUnsupported) {
 		err = l.syncEach(ctx, files, dirs)
 	}
 	if err != nil {
