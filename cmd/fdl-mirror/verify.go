@@ -14,6 +14,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
 
@@ -64,6 +65,12 @@ func cmdVerify(args []string) int {
 		return exitUsage
 	}
 	defer closeTarget()
+	tmp, err := scratch.Private()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		return exitRefused
+	}
+	defer tmp.Close()
 	var notesMu gosync.Mutex
 	notes := []verify.Problem{}
 	note := func(p verify.Problem) {
@@ -71,7 +78,7 @@ func cmdVerify(args []string) int {
 		notes = append(notes, p)
 		notesMu.Unlock()
 	}
-	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: limits.Limits})
+	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: limits.Limits, TempDir: tmp.Path()})
 	if err != nil {
 		log.Error("verify stopped", zap.Error(err))
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)

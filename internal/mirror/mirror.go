@@ -16,10 +16,12 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -130,8 +132,13 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
 	defer closeDst()
+	tmp, err := scratchFor(dst, job.DryRun)
+	if err != nil {
+		return nil, err
+	}
+	defer tmp.Close()
 
-	opts := fdlsync.Options{Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
+	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
 		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair, Source: location.Clean(job.Source), Force: job.Force}
 	if job.DryRun {
 		return fdlsync.Run(ctx, src, dst, opts)
@@ -156,6 +163,17 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		return unlock, held.Lost(), nil
 	}
 	return fdlsync.Run(ctx, src, dst, opts)
+}
+
+// scratchFor makes the run's folder for the catalogs it reads: in a local
+// mirror it writes, on the mirror's disk (.fdl-mirror/scratch/);
+// otherwise in $TMPDIR/fdl-mirror-<uid>/. Either way the next run in the
+// same place removes it if this one is killed.
+func scratchFor(dst backend.Reader, dryRun bool) (*scratch.Dir, error) {
+	if l, ok := backend.Innermost(dst).(*local.Local); ok && !dryRun {
+		return scratch.InMirror(l.Dir())
+	}
+	return scratch.Private()
 }
 
 // Status reads the refs upstream and in the mirror, copying nothing.

@@ -12,6 +12,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
 )
 
 // Job is one prune as the command line or the config gives it.
@@ -74,8 +75,13 @@ func RunJob(ctx context.Context, job Job, log *zap.Logger) (*Report, error) {
 		return nil, &ConfigError{err}
 	}
 	defer closeDst()
+	tmp, err := scratch.Private()
+	if err != nil {
+		return nil, err
+	}
+	defer tmp.Close()
 
-	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits, Source: location.Clean(job.Source), Logger: log}
+	opts := Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits, TempDir: tmp.Path(), Source: location.Clean(job.Source), Logger: log}
 	if job.DryRun {
 		return Run(ctx, src, dst, opts)
 	}

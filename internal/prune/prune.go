@@ -63,7 +63,9 @@ type Options struct {
 	// follows) plugs in here: a ref it does not select is never removed,
 	// and its version stays.
 	Selected func(ref string) bool
-	// TempDir holds catalogs while they are read; "" is os.TempDir.
+	// TempDir holds catalogs while they are read; "" is os.TempDir
+	// (RunJob gives each prune a folder the next run cleans, see
+	// internal/scratch).
 	TempDir string
 	// CatalogLimits bound reading each of the mirror's catalogs (zero
 	// fields: the defaults), as the mirror's syncs are bound: the

@@ -123,7 +123,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 // copyUnsized copies a file whose size the source does not say through a
 // local temporary copy, under the catalog download's limits.
 func (e *engine) copyUnsized(ctx context.Context, name string) (int64, error) {
-	fetched, err := catalog.Fetch(ctx, e.src, name, "", e.opts.CatalogLimits.MaxSize) // in os.TempDir()
+	fetched, err := catalog.Fetch(ctx, e.src, name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return 0, &sourceError{err}
 	}

@@ -107,7 +107,7 @@ func (e *engine) readCatalog(ctx context.Context, id, file string, files map[str
 		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
-	fetched, err := catalog.Fetch(ctx, e.src, catalogName, "", lim.MaxSize) // in os.TempDir()
+	fetched, err := catalog.Fetch(ctx, e.src, catalogName, e.opts.TempDir, lim.MaxSize)
 	if err != nil {
 		<-e.catalogSlots
 		if backend.IsNotExist(err) {
@@ -260,7 +260,7 @@ func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catal
 // readSinkFile reads one catalog of a version in the sink.
 func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := catalog.Fetch(ctx, e.dst, name, "", e.opts.CatalogLimits.MaxSize)
+	fetched, err := catalog.Fetch(ctx, e.dst, name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return nil, err
 	}

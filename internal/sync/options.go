@@ -41,6 +41,10 @@ type Options struct {
 	// called just before the refs are written and once they are. A run
 	// that fails it stops with a FatalError (exit 1).
 	CheckLock func(ctx context.Context) error
+	// TempDir holds catalogs while they are read; "" is os.TempDir.
+	// mirror.Run gives each run a folder the next run cleans after a
+	// kill (internal/scratch).
+	TempDir string
 	// Source is the source's address as recorded in the mirror
 	// (location.Clean's form); "" takes the source store's Location. It
 	// matters only where neither the upstream's nor the sink's fdl.json

@@ -37,6 +37,9 @@ type CheckOptions struct {
 	Deep bool
 	// CatalogLimits bound each catalog read (zero fields: the defaults).
 	CatalogLimits catalog.Limits
+	// TempDir holds catalogs while they are read; "" is os.TempDir
+	// (see internal/scratch for a folder the next run cleans).
+	TempDir string
 }
 
 // CheckRepository checks a repository or mirror without trusting it, the
@@ -229,9 +232,9 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		mainFile = repo.MainCatalog(files)
 	}
 	catalogName := repo.VersionFile(id, mainFile)
-	fetched, err := catalog.Fetch(ctx, c.r, catalogName, "", c.opts.CatalogLimits.MaxSize)
+	fetched, err := catalog.Fetch(ctx, c.r, catalogName, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 	if c.versions == nil && backend.IsNotExist(err) {
-		if f, merr := catalog.Fetch(ctx, c.r, repo.VersionFile(id, repo.MetadataFile), "", c.opts.CatalogLimits.MaxSize); !backend.IsNotExist(merr) {
+		if f, merr := catalog.Fetch(ctx, c.r, repo.VersionFile(id, repo.MetadataFile), c.opts.TempDir, c.opts.CatalogLimits.MaxSize); !backend.IsNotExist(merr) {
 			mainFile, catalogName, fetched, err = repo.MetadataFile, repo.VersionFile(id, repo.MetadataFile), f, merr
 		}
 	}
@@ -260,7 +263,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 	}
 	for _, f := range alternates {
 		name := repo.VersionFile(id, f)
-		fetched, err := catalog.Fetch(ctx, c.r, name, "", c.opts.CatalogLimits.MaxSize)
+		fetched, err := catalog.Fetch(ctx, c.r, name, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 		if c.versions == nil && backend.IsNotExist(err) {
 			continue // not every version carries every format
 		}
