@@ -352,3 +352,21 @@ func TestAlternateCatalogAddedToACompleteVersion(t *testing.T) {
 	// The other version's alternate catalog came with its data file.
 	fdltest.AssertMirrored(t, up, mirror, func(name string) bool { return name == altName })
 }
+
+// sync --repair copies back a data file only an alternate catalog lists,
+// lost from the mirror.
+func TestRepairRestoresAnAlternateCatalogsDataFile(t *testing.T) {
+	up, mirror, g := generated(t, generate.Options{Versions: 2, AlternateCatalog: "1.0"})
+	if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() {
+		t.Fatalf("first run: %+v", rep.Refused)
+	}
+	lost := altOnly(t, up, g.Versions[0])[0]
+	if err := os.Remove(filepath.Join(mirror, filepath.FromSlash(lost))); err != nil {
+		t.Fatal(err)
+	}
+	rep := mustRun(t, up, mirror, fdlsync.Options{Repair: true})
+	if !rep.OK() || len(rep.Repaired) != 1 || rep.Repaired[0] != lost {
+		t.Errorf("repair: want %s repaired: %+v", lost, rep)
+	}
+	fdltest.AssertMirrored(t, up, mirror, nil)
+}
