@@ -106,6 +106,12 @@ func (e *permanentError) Permanent() bool { return true }
 type FileInfo struct {
 	Name string // relative to the store's root
 	Size int64
+	// MD5 is the hex MD5 digest of the content as a listing gives it
+	// (S3's ETag where it has the form of one, GCS's md5Hash); "" where
+	// the store gives none. On S3 an ETag of an encrypted object has the
+	// form and is not the digest: compare MD5 with a digest of content you
+	// hold (repo.ListingHolds), never take it for one.
+	MD5 string
 }
 
 // Properties say what a store can do, so the engine can choose the cheap way.

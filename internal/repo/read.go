@@ -2,11 +2,20 @@ package repo
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
+	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
+
+// RefReaders bounds the ref files read at once: a no-op run of a
+// repository with 20,000 refs on S3 would otherwise wait for 20,000
+// requests one after the other.
+const RefReaders = 32
 
 // ReadRefs reads a repository's refs: the ref files under refs/ where the
 // store can list, else refs.json (readers that cannot list rely on it).
@@ -22,32 +31,128 @@ func ReadRefs(ctx context.Context, r backend.Reader) (Refs, []*RefError, error) 
 		}
 		return ParseRefsJSON(raw)
 	}
-	var names []string
+	files, err := ListRefFiles(ctx, r)
+	if err != nil {
+		return nil, nil, err
+	}
+	return ReadRefFiles(ctx, r, files, nil)
+}
+
+// ListRefFiles lists the files under refs/, sorted by name.
+func ListRefFiles(ctx context.Context, r backend.Reader) ([]backend.FileInfo, error) {
+	var files []backend.FileInfo
 	err := r.List(ctx, RefsDir, func(fi backend.FileInfo) error {
-		names = append(names, fi.Name)
+		files = append(files, fi)
 		return nil
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing %s: %w", RefsDir, err)
+		return nil, fmt.Errorf("listing %s: %w", RefsDir, err)
 	}
-	sort.Strings(names)
-	refs := Refs{}
-	var bad []*RefError
-	for _, name := range names {
-		if _, err := CheckRefName(name); err != nil {
-			bad = append(bad, &RefError{name, err})
+	sort.Slice(files, func(i, j int) bool { return files[i].Name < files[j].Name })
+	return files, nil
+}
+
+// ReadRefFiles reads listed ref files, RefReaders at a time. known, when
+// not nil, gives the value of a ref file the caller already knows from
+// what the listing says of it (see ListingHolds); that file is not read.
+// A known value is still checked as the file's content would be.
+func ReadRefFiles(ctx context.Context, r backend.Reader, files []backend.FileInfo, known func(backend.FileInfo) (string, bool)) (Refs, []*RefError, error) {
+	ids := make([]string, len(files))
+	bad := make([]*RefError, len(files))
+	errs := make([]error, len(files))
+	readCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	slots := make(chan struct{}, RefReaders)
+	var wg sync.WaitGroup
+	for i, fi := range files {
+		if _, err := CheckRefName(fi.Name); err != nil {
+			bad[i] = &RefError{fi.Name, err}
 			continue
 		}
-		raw, err := backend.ReadAll(ctx, r, name, MaxSmallFile)
-		if err != nil {
+		if known != nil {
+			if id, ok := known(fi); ok {
+				if _, err := ParseRefFile(fi.Name, RefFileContent(id)); err == nil {
+					ids[i] = id
+					continue
+				}
+			}
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-readCtx.Done():
+		}
+		if readCtx.Err() != nil {
+			break // a read failed, or the caller gave up
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			raw, err := backend.ReadAll(readCtx, r, fi.Name, MaxSmallFile)
+			if err != nil {
+				errs[i] = err
+				cancel() // the whole read fails: stop the others
+				return
+			}
+			if ids[i], err = ParseRefFile(fi.Name, raw); err != nil {
+				bad[i] = &RefError{fi.Name, err}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	// The first failure in name order that is not a cancellation another
+	// failure caused.
+	var first error
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
 			return nil, nil, err
 		}
-		id, err := ParseRefFile(name, raw)
-		if err != nil {
-			bad = append(bad, &RefError{name, err})
-			continue
+		if first == nil {
+			first = err
 		}
-		refs[name] = id
 	}
-	return refs, bad, nil
+	if first != nil {
+		return nil, nil, first
+	}
+	refs := Refs{}
+	var refused []*RefError
+	for i, fi := range files {
+		switch {
+		case bad[i] != nil:
+			refused = append(refused, bad[i])
+		case ids[i] != "":
+			refs[fi.Name] = ids[i]
+		}
+	}
+	return refs, refused, nil
+}
+
+// ListingHolds says whether a listed ref file holds id, from the listing
+// alone: the store listed the MD5 of the file's content (S3's ETag of a
+// plain object, GCS's md5Hash), and it is the MD5 of what a ref file
+// naming id holds. A listing of the same store is as trustworthy as a
+// read of the file, and a digest, unlike an ETag or a time, cannot come
+// back to an old value while the file holds a new one. False where the
+// store lists no MD5 (a local folder), or lists an ETag that is not one
+// (server-side encryption, multipart): the file is then read.
+func ListingHolds(fi backend.FileInfo, id string) bool {
+	content := RefFileContent(id)
+	if fi.MD5 == "" || fi.Size != int64(len(content)) {
+		return false
+	}
+	sum := md5.Sum(content)
+	return fi.MD5 == hex.EncodeToString(sum[:])
+}
+
+// RefsJSONLimitListed is RefsJSONLimit for refs known only by their listed
+// files: a ref's entry is its name and an ID no longer than its file.
+func RefsJSONLimitListed(files []backend.FileInfo) int64 {
+	var n int64
+	for _, fi := range files {
+		n += int64(len(fi.Name)) + max(fi.Size, 0) + 8
+	}
+	return max(MaxRefsJSON, 2*n)
 }

@@ -20,6 +20,9 @@ type inventory struct {
 	refs     repo.Refs
 	refsJSON []byte // nil when absent
 	head     []byte // nil when absent
+	// refsMoving: RefsMovingFile is there (an earlier run stopped while
+	// moving refs, or this run is moving them).
+	refsMoving bool
 }
 
 // takeInventory reads the sink's fdl.json, refs, refs.json and HEAD, and
@@ -41,12 +44,7 @@ func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
 	if err := e.listVersions(ctx); err != nil {
 		return nil, err
 	}
-	if inv.refs, err = e.sinkRefs(ctx); err != nil {
-		return nil, err
-	}
-	// refs.json is read up to a size the refs held call for: the mirror
-	// wrote it from those refs.
-	if inv.refsJSON, err = e.readOptional(ctx, repo.RefsFile, repo.RefsJSONLimit(inv.refs)); err != nil {
+	if err := e.readSinkRefs(ctx, inv); err != nil {
 		return nil, err
 	}
 	if err := e.loadPending(ctx); err != nil {
@@ -58,7 +56,6 @@ func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
 	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
 		return nil, err
 	}
-	e.loadUpstreamState(ctx)
 	return inv, nil
 }
 
@@ -77,7 +74,7 @@ func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]
 // hasWork says whether the run would write anything: it errs towards yes,
 // and a write without the lock fails loudly (see guarded) rather than race.
 func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
-	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair || len(e.dur.distrusted) > 0 || e.sourceUnrecorded() {
+	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair || len(e.dur.distrusted) > 0 || e.sourceUnrecorded() || inv.refsMoving {
 		return true
 	}
 	for name, id := range upstream {
@@ -101,9 +98,25 @@ func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
 
 // upstreamRefs reads every ref upstream: by listing refs/ where the source
 // can list, else from refs.json. Refs that break the rules are refused and
-// left out; the rest go on.
+// left out; the rest go on. A ref file whose listing shows the content of
+// the value the mirror last saw upstream (see repo.ListingHolds) is not
+// read again. The upstream state must be loaded first.
 func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
-	refs, bad, err := repo.ReadRefs(ctx, e.src)
+	var refs repo.Refs
+	var bad []*repo.RefError
+	var err error
+	if e.src.Properties().CanList {
+		var files []backend.FileInfo
+		if files, err = repo.ListRefFiles(ctx, e.src); err == nil {
+			seen := e.upstreamState.loaded.Refs
+			refs, bad, err = repo.ReadRefFiles(ctx, e.src, files, func(fi backend.FileInfo) (string, bool) {
+				s, ok := seen[fi.Name]
+				return s.Version, ok && repo.ListingHolds(fi, s.Version)
+			})
+		}
+	} else {
+		refs, bad, err = repo.ReadRefs(ctx, e.src)
+	}
 	if err != nil {
 		where := repo.RefsDir
 		if !e.src.Properties().CanList {
@@ -231,15 +244,6 @@ func (e *engine) newFilesInCompleteVersions() iter.Seq[newVersionFile] {
 			}
 		}
 	}
-}
-
-// sinkRefs reads the refs the mirror holds now.
-func (e *engine) sinkRefs(ctx context.Context) (repo.Refs, error) {
-	refs, _, err := repo.ReadRefs(ctx, e.dst)
-	if err != nil {
-		return nil, fatalf("sink %s: reading refs: %w", e.dst.Location(), err)
-	}
-	return refs, nil
 }
 
 // lazyListing is one folder of a store, listed the first time a run needs

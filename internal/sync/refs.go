@@ -6,6 +6,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -13,6 +14,7 @@ import (
 // is written (tags only when new), then refs.json, then HEAD.
 func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head string, inv *inventory) error {
 	sinkRefs := inv.refs
+	refWriteFailed := false // a ref file may hold what refs.json will not say
 	for _, name := range upstream.Names() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -67,7 +69,14 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 					zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.String("relation", rel))
 			}
 		}
+		if err := e.startMovingRefs(ctx, inv); err != nil {
+			r := refuse(ReasonCopy, id, name, "ref %s not moved: writing %s%s first: %v", name, backend.ReservedPrefix, RefsMovingFile, err)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
 		if err := e.putBytes(ctx, name, repo.RefFileContent(id)); err != nil {
+			refWriteFailed = true
 			r := refuse(ReasonCopy, id, name, "ref %s: %v", name, err)
 			r.Ref = name
 			e.addRefusal(r)
@@ -116,10 +125,15 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 	}
 
 	want := repo.RefsJSON(sinkRefs)
+	refsJSONWritten := true
 	if string(inv.refsJSON) != string(want) {
 		if err := e.putBytes(ctx, repo.RefsFile, want); err != nil {
+			refsJSONWritten = false
 			e.addRefusal(refuse(ReasonCopy, "", repo.RefsFile, "writing %s: %v", repo.RefsFile, err))
 		}
+	}
+	if refsJSONWritten && !refWriteFailed {
+		e.doneMovingRefs(ctx, inv)
 	}
 	if head != "" {
 		if _, ok := sinkRefs[head]; !ok {

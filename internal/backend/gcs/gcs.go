@@ -13,6 +13,8 @@ package gcs
 
 import (
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -284,7 +286,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 		return err
 	}
 	q := &storage.Query{Prefix: s.key(prefix)}
-	if err := q.SetAttrSelection([]string{"Name", "Size"}); err != nil {
+	if err := q.SetAttrSelection([]string{"Name", "Size", "MD5"}); err != nil {
 		return err
 	}
 	pager := iterator.NewPager(s.bucket.Objects(ctx, q), listPageSize, "")
@@ -302,7 +304,11 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
 				continue
 			}
-			if err := fn(backend.FileInfo{Name: name, Size: a.Size}); err != nil {
+			fi := backend.FileInfo{Name: name, Size: a.Size}
+			if len(a.MD5) == md5.Size { // composite objects have none
+				fi.MD5 = hex.EncodeToString(a.MD5)
+			}
+			if err := fn(fi); err != nil {
 				return err
 			}
 		}

@@ -24,6 +24,7 @@ package s3
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -498,7 +499,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
 				continue
 			}
-			if err := fn(backend.FileInfo{Name: name, Size: aws.ToInt64(obj.Size)}); err != nil {
+			if err := fn(backend.FileInfo{Name: name, Size: aws.ToInt64(obj.Size), MD5: etagMD5(aws.ToString(obj.ETag))}); err != nil {
 				return err
 			}
 		}
@@ -771,4 +772,17 @@ func copySource(bucket, key string) string {
 		segs[i] = strings.ReplaceAll(url.PathEscape(seg), "+", "%2B")
 	}
 	return bucket + "/" + strings.Join(segs, "/")
+}
+
+// etagMD5 is an ETag that has the form of an MD5 digest (32 hex digits,
+// quoted), lower case; "" for any other (weak, multipart "-N", absent).
+func etagMD5(etag string) string {
+	etag = strings.TrimSuffix(strings.TrimPrefix(etag, `"`), `"`)
+	if len(etag) != 32 {
+		return ""
+	}
+	if _, err := hex.DecodeString(etag); err != nil {
+		return ""
+	}
+	return strings.ToLower(etag)
 }
