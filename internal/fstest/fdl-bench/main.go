@@ -38,6 +38,7 @@ type config struct {
 	versitygw   string
 	work        string
 	out         string
+	svg         string
 	keep        bool
 	concurrency int
 	repos       []string
@@ -80,6 +81,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.versitygw, "versitygw", ".cache/bin/versitygw", "Versity S3 Gateway binary (scripts/install-test-servers)")
 	fs.StringVar(&cfg.work, "work", "", "scratch folder (default: a new folder in $TMPDIR, removed afterwards)")
 	fs.StringVar(&cfg.out, "out", "", "also write the markdown report to this `file`")
+	fs.StringVar(&cfg.svg, "svg", "", "also write a chart of the times (fdl-mirror and rclone copy per scenario) to this SVG `file`")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the scratch folder")
 	fs.IntVar(&cfg.concurrency, "concurrency", 8, "fdl-mirror --concurrency, rclone --transfers and --checkers")
 	fs.StringVar(&repos, "repos", "small,medium,big", "repositories to run: small, medium, big")
@@ -134,11 +136,27 @@ func run(args []string) int {
 			return 1
 		}
 	}
+	if cfg.svg != "" {
+		if werr := b.writeChart(cfg.svg); werr != nil {
+			fmt.Fprintln(os.Stderr, "fdl-bench:", werr)
+			return 1
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-bench:", err)
 		return 1
 	}
 	return 0
+}
+
+// writeChart writes the SVG chart of this run's times to path.
+func (b *bench) writeChart(path string) error {
+	var buf strings.Builder
+	title := fmt.Sprintf("fdl-mirror and rclone copy, wall time per scenario (%s, %s)", b.started.UTC().Format("2006-01-02 15:04 MST"), b.fdlVersion)
+	if err := writeSVG(&buf, title, b.chartRows()); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(buf.String()), 0o644)
 }
 
 func splitList(s string) []string {
