@@ -59,9 +59,10 @@ func runFolders(t *testing.T, place string) []string {
 }
 
 // killDuringCatalogDownload starts the binary with args and TMPDIR=tmpdir,
-// waits until a catalog's temporary copy has bytes in place, and kills it
-// with SIGKILL: nothing of its own clean-up runs.
-func killDuringCatalogDownload(t *testing.T, tmpdir, place string, args ...string) {
+// waits until a catalog's temporary copy has bytes in place, runs
+// whileAlive (if any), and kills it with SIGKILL: nothing of its own
+// clean-up runs.
+func killDuringCatalogDownload(t *testing.T, tmpdir, place string, whileAlive func(), args ...string) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmpdir)
@@ -82,6 +83,9 @@ func killDuringCatalogDownload(t *testing.T, tmpdir, place string, args ...strin
 			t.Fatalf("no catalog download appeared in %s", place)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	if whileAlive != nil {
+		whileAlive()
 	}
 	if err := cmd.Process.Signal(os.Kill); err != nil {
 		t.Fatal(err)
@@ -114,7 +118,7 @@ func TestKilledRunsCatalogsAreRemovedByTheNextRun(t *testing.T) {
 		stall.Store(true)
 		tmpdir := t.TempDir()
 		place := filepath.Join(sink, ".fdl-mirror", "scratch")
-		killDuringCatalogDownload(t, tmpdir, place, "sync", "--log-level", "error", addr, sink)
+		killDuringCatalogDownload(t, tmpdir, place, nil, "sync", "--log-level", "error", addr, sink)
 		stall.Store(false)
 		runWithTMPDIR(t, tmpdir, "sync", "--log-level", "error", addr, sink)
 		if got := runFolders(t, place); len(got) != 0 {
@@ -130,7 +134,16 @@ func TestKilledRunsCatalogsAreRemovedByTheNextRun(t *testing.T) {
 		tmpdir := t.TempDir()
 		dry := filepath.Join(t.TempDir(), "missing-mirror")
 		place := filepath.Join(tmpdir, "fdl-mirror-"+strconv.Itoa(os.Getuid()))
-		killDuringCatalogDownload(t, tmpdir, place, "sync", "--dry-run", "--log-level", "error", addr, dry)
+		// A run starting in the same place (verify uses it too) while
+		// the first is alive leaves the live run's folder alone.
+		alive := func() {
+			before := runFolders(t, place)
+			runWithTMPDIR(t, tmpdir, "verify", "--log-level", "error", up)
+			if after := runFolders(t, place); len(before) != 1 || len(after) != 1 || after[0] != before[0] {
+				t.Errorf("a run started beside a live one: run folders %v before, %v after; want the live run's kept", before, after)
+			}
+		}
+		killDuringCatalogDownload(t, tmpdir, place, alive, "sync", "--dry-run", "--log-level", "error", addr, dry)
 		stall.Store(false)
 		runWithTMPDIR(t, tmpdir, "sync", "--dry-run", "--log-level", "error", addr, dry)
 		if got := runFolders(t, place); len(got) != 0 {

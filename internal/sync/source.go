@@ -63,6 +63,7 @@ func (e *OtherSourceError) Error() string {
 type sourceCheck struct {
 	applies  bool
 	recorded *SourceRecord
+	warned   bool // the --force warning was logged
 }
 
 // checkSource refuses a sink made from another address when neither
@@ -70,7 +71,7 @@ type sourceCheck struct {
 // has an id, unless Options.Force. A run that writes records the address
 // later (recordSource).
 func (e *engine) checkSource(ctx context.Context, sinkHasSettings bool) error {
-	e.source = sourceCheck{}
+	e.source = sourceCheck{warned: e.source.warned}
 	if e.settings.ID != "" {
 		return nil // the ids are compared (sameRepository)
 	}
@@ -87,6 +88,10 @@ func (e *engine) checkSource(ctx context.Context, sinkHasSettings bool) error {
 		return nil
 	}
 	if e.opts.Force {
+		if e.source.warned {
+			return nil // said at the first inventory; this is the one after the lock
+		}
+		e.source.warned = true
 		e.log.Warn("source differs from the one the mirror was made from; --force: mirroring it all the same",
 			zap.String("recorded", rec.Address), zap.String("source", e.opts.Source))
 		return nil
