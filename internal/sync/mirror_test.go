@@ -23,9 +23,9 @@ func TestRunMirrorsARepositoryByteForByte(t *testing.T) {
 		name string
 		opts generate.Options
 	}{
-		{"layout 0.3 with deletes, removed files and tags", generate.Options{Versions: 4, FilesPerVersion: 3, DeleteFiles: true, RemoveFiles: true, Tags: true, ExtraFiles: true, ScheduledForDeletion: true}},
-		{"layout 0.1", generate.Options{Versions: 3, Layout: "0.1"}},
-		{"non-default data_dir", generate.Options{Versions: 2, DataDir: "lake/files/"}},
+		{"layout 0.3 with deletes, removed files and tags", generate.Options{FastParquet: true, Versions: 4, FilesPerVersion: 3, DeleteFiles: true, RemoveFiles: true, Tags: true, ExtraFiles: true, ScheduledForDeletion: true}},
+		{"layout 0.1", generate.Options{FastParquet: true, Versions: 3, Layout: "0.1"}},
+		{"non-default data_dir", generate.Options{FastParquet: true, Versions: 2, DataDir: "lake/files/"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent, up, mirror := fdltest.Layout(t)
@@ -54,7 +54,7 @@ func TestRunMirrorsARepositoryByteForByte(t *testing.T) {
 
 func TestRerunRewritesNothingAndOpensNoCatalog(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{Versions: 3, FilesPerVersion: 2, Tags: true})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 3, FilesPerVersion: 2, Tags: true})
 	if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("first run refused: %+v", rep.Refused)
 	}
@@ -78,7 +78,7 @@ func TestRerunRewritesNothingAndOpensNoCatalog(t *testing.T) {
 
 func TestRunFollowsANewUpstreamVersion(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	opts := generate.Options{Versions: 2, FilesPerVersion: 2}
+	opts := generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 2}
 	fdltest.Generate(t, up, opts)
 	if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("first run refused: %+v", rep.Refused)
@@ -104,7 +104,7 @@ func TestRunFollowsANewUpstreamVersion(t *testing.T) {
 
 func TestDryRunPlansAndWritesNothing(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{Versions: 2})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
 	rep := mustRun(t, up, mirror, fdlsync.Options{DryRun: true})
 	if !rep.OK() || !rep.DryRun {
 		t.Fatalf("dry run: refused %+v, dry_run %v", rep.Refused, rep.DryRun)
@@ -122,7 +122,7 @@ func TestDryRunPlansAndWritesNothing(t *testing.T) {
 // nothing else.
 func TestExpiredMarkerAddedToAMirroredVersionIsCopied(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{Versions: 2})
+	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
 	if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("first run refused: %+v", rep.Refused)
 	}
@@ -140,7 +140,7 @@ func TestExpiredMarkerAddedToAMirroredVersionIsCopied(t *testing.T) {
 // the others current. The daemon's status page shows this list.
 func TestReportComparesEveryRef(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{Versions: 3, Tags: true})
+	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 3, Tags: true})
 	bad := r.Versions[len(r.Versions)-1] // refs/heads/main's version
 	fdltest.Append(t, filepath.Join(up, "versions", bad, "ducklake.duckdb"), []byte{0})
 
@@ -174,7 +174,7 @@ func TestReportComparesEveryRef(t *testing.T) {
 // through must not have a longer name than the file itself.
 func TestDataFileNamedNearTheFileSystemLimitIsMirrored(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{Versions: 1, FilesPerVersion: 2})
+	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
 	old := r.DataFiles[0]
 	long := strings.Repeat("x", 245) + ".parquet"
 	if len(long) != 253 {
@@ -204,7 +204,7 @@ func TestDataFileNamedNearTheFileSystemLimitIsMirrored(t *testing.T) {
 // reading, catalogs/<version>.duckdb.
 func TestRunOverHTTPFetchesTheSpecsCatalogFormats(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{Versions: 2})
+	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
 	fdltest.EditJSON(t, filepath.Join(up, "fdl.json"), func(doc map[string]any) {
 		doc["catalog_formats"] = []map[string]string{{"ducklake": "1.1"}, {"ducklake": "1.0", "until": "2027-03-31"}}
 	})

@@ -26,7 +26,7 @@ func TestRunAcrossStoresMirrorsByteForByte(t *testing.T) {
 	s3 := testserver.S3(t)
 	gcs := testserver.GCS(t)
 	parent, up, _ := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{Versions: 3, FilesPerVersion: 3, DeleteFiles: true, Tags: true, ExtraFiles: true, LargeFiles: []int64{12 << 20}})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 3, FilesPerVersion: 3, DeleteFiles: true, Tags: true, ExtraFiles: true, LargeFiles: []int64{12 << 20}})
 	web := testserver.HTTP(t, up)
 
 	s3a := s3.URL(s3.Bucket(t), "mirror")
@@ -75,9 +75,9 @@ func TestS3SinkHoldingAnotherRepositoryStopsTheRun(t *testing.T) {
 	s3 := testserver.S3(t)
 	bucket := s3.Bucket(t)
 	_, up, _ := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{Versions: 1})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
 	other := t.TempDir()
-	fdltest.Generate(t, other, generate.Options{Versions: 1})
+	fdltest.Generate(t, other, generate.Options{FastParquet: true, Versions: 1})
 	sink := s3.URL(bucket, "m")
 	if rep, err := syncAddr(t, other, sink, fdlsync.Options{}); err != nil || !rep.OK() {
 		t.Fatalf("seeding the sink: %v; refused %+v", err, rep.Refused)
@@ -96,7 +96,7 @@ func TestS3SinkHoldingAnotherRepositoryStopsTheRun(t *testing.T) {
 // nothing is written outside the sink.
 func TestHostileRefsJSONOverHTTPIsRefused(t *testing.T) {
 	parent, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{Versions: 1})
+	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
 	fdltest.WriteFile(t, filepath.Join(up, "refs.json"),
 		`{"refs/heads/main": "`+r.Versions[0]+`", "refs/heads/../../../../escaped": "`+r.Versions[0]+`", "refs/tags/x": "../../v"}`)
 	web := testserver.HTTP(t, up)
@@ -126,7 +126,7 @@ func TestRunCompletesThroughFaults(t *testing.T) {
 		t.Skip("-short: retries through a stalling proxy take tens of seconds")
 	}
 	_, up, _ := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{Versions: 2, FilesPerVersion: 4, LargeFiles: []int64{3 << 20}})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 4, LargeFiles: []int64{3 << 20}})
 
 	t.Run("http source", func(t *testing.T) {
 		web := testserver.HTTP(t, up)
@@ -167,7 +167,7 @@ func TestRunCompletesThroughFaults(t *testing.T) {
 // no ref in the mirror points at an incomplete version.
 func TestRunThatCannotCompletePublishesNoIncompleteVersion(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	opts := generate.Options{Versions: 1, FilesPerVersion: 3}
+	opts := generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 3}
 	r := fdltest.Generate(t, up, opts)
 	web := testserver.HTTP(t, up)
 	proxy := testserver.NewFaultProxy(t, web.URL)

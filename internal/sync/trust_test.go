@@ -35,7 +35,7 @@ func TestVersionsSignedByTrustedKeysArePublished(t *testing.T) {
 		t.Run(typ, func(t *testing.T) {
 			_, up, mirror := fdltest.Layout(t)
 			key := fdltest.NewSSHKey(t, typ, "publisher@example.org")
-			r := fdltest.Generate(t, up, generate.Options{Versions: 2, Signer: key.Signer(t, "fdl")})
+			r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, Signer: key.Signer(t, "fdl")})
 			trusted := fdltest.AllowedSigners(t, `namespaces="fdl"`, key)
 			rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, trusted, true, "")})
 			if !rep.OK() {
@@ -73,7 +73,7 @@ func assertSignatureRefused(t *testing.T, rep *fdlsync.Report, mirror, why strin
 func TestUnsignedVersionIsRefusedWhenSignaturesAreRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
-	fdltest.Generate(t, up, generate.Options{Versions: 1})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
 	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "")})
 	assertSignatureRefused(t, rep, mirror, "no signature")
 }
@@ -81,7 +81,7 @@ func TestUnsignedVersionIsRefusedWhenSignaturesAreRequired(t *testing.T) {
 func TestUnsignedVersionPassesWhenSignaturesAreNotRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
-	fdltest.Generate(t, up, generate.Options{Versions: 1})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
 	if rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")}); !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}
@@ -90,7 +90,7 @@ func TestUnsignedVersionPassesWhenSignaturesAreNotRequired(t *testing.T) {
 func TestBadSignatureIsRefusedEvenWhenNotRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
-	r := fdltest.Generate(t, up, generate.Options{Versions: 1, Signer: key.Signer(t, "fdl")})
+	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "fdl")})
 	// The record changes after signing: the signature no longer covers it.
 	fdltest.EditJSON(t, filepath.Join(up, "versions", r.Versions[0], "version.json"), func(doc map[string]any) {
 		doc["message"] = "tampered"
@@ -103,7 +103,7 @@ func TestSignatureByAKeyListedOnlyInTheRepositoryIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	trustedKey := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	intruder := fdltest.NewSSHKey(t, "ed25519", "intruder@example.org")
-	fdltest.Generate(t, up, generate.Options{Versions: 1, Signer: intruder.Signer(t, "fdl")})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: intruder.Signer(t, "fdl")})
 	// Whoever can write the repository can list their own key in fdl.json.
 	fdltest.EditJSON(t, filepath.Join(up, "fdl.json"), func(doc map[string]any) {
 		doc["signers"] = []string{intruder.Principal + " " + intruder.Pub}
@@ -119,7 +119,7 @@ func TestSignatureByAKeyListedOnlyInTheRepositoryIsRefused(t *testing.T) {
 func TestSignatureInTheWrongNamespaceIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
-	fdltest.Generate(t, up, generate.Options{Versions: 1, Signer: key.Signer(t, "other")})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "other")})
 	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")})
 	assertSignatureRefused(t, rep, mirror, "namespace")
 }
@@ -127,7 +127,7 @@ func TestSignatureInTheWrongNamespaceIsRefused(t *testing.T) {
 func TestSignatureByAnExpiredKeyIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ecdsa", "publisher@example.org")
-	fdltest.Generate(t, up, generate.Options{Versions: 1, Signer: key.Signer(t, "fdl")})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "fdl")})
 	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, `valid-before="20200101"`, key), false, "")})
 	assertSignatureRefused(t, rep, mirror, "expired")
 }
@@ -135,7 +135,7 @@ func TestSignatureByAnExpiredKeyIsRefused(t *testing.T) {
 func TestCustomSignatureNamespace(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
-	fdltest.Generate(t, up, generate.Options{Versions: 1, Signer: key.Signer(t, "towns")})
+	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "towns")})
 	if rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "towns")}); !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}

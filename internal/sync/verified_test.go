@@ -266,7 +266,11 @@ func TestSharedDataFileRefusesTheVersionThatDisagrees(t *testing.T) {
 	execCatalog(t, up, liar, "UPDATE ducklake_data_file SET file_size_bytes = file_size_bytes + 7 WHERE begin_snapshot = (SELECT max(begin_snapshot) FROM ducklake_data_file)")
 	rehash(t, up, liar, func(rec map[string]any) { rec["id"] = liar })
 	writeRef(t, up, "refs/heads/liar", liar)
-	for i := range 6 {
+	runs := 6 // concurrencies 1 to 3, twice: whichever version reaches the file first
+	if testing.Short() {
+		runs = 2
+	}
+	for i := range runs {
 		mirror := filepath.Join(t.TempDir(), "mirror")
 		rep := mustRun(t, up, mirror, fdlsync.Options{Concurrency: 1 + i%3})
 		msg := refusedOnly(t, rep, liar, fdlsync.ReasonSizeMismatch)
@@ -364,6 +368,9 @@ func TestRunThatWaitedForTheLockPlansFromFreshRefs(t *testing.T) {
 // refs.json: what the mirror writes, its next run reads. Long ref names
 // make the same 17 MB with fewer files.
 func TestRefsJSONTheMirrorWritesItReadsBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: writes 4,500 refs in folders 14 deep")
+	}
 	up, mirror, r := generated(t, generate.Options{Versions: 1})
 	dir := "refs/heads"
 	for i := range 14 {
