@@ -84,13 +84,20 @@ func TestStatusSaysAFrozenUpstreamIsStale(t *testing.T) {
 	if _, res := syncJSON(t, up, sink); res.code != 0 {
 		t.Fatalf("sync exit %d: %s", res.code, res.stderr)
 	}
-	cfg := filepath.Join(parent, "fdl-mirror.yaml")
-	writeFile(t, cfg, fmt.Sprintf("mirrors:\n  - name: towns\n    source: %s\n    sink: %s\n    max_upstream_age: 1s\n", up, sink))
+	config := func(name, maxAge string) string {
+		cfg := filepath.Join(parent, name)
+		writeFile(t, cfg, fmt.Sprintf("mirrors:\n  - name: towns\n    source: %s\n    sink: %s\n    max_upstream_age: %s\n", up, sink, maxAge))
+		return cfg
+	}
 
-	// Current and just changed: not stale.
-	if res := run(t, "status", "--config", cfg); res.code != 0 {
+	// Current and changed within max_upstream_age: not stale. The age is
+	// an hour here, not the 1s below, so a slow machine (or -race) that
+	// takes over a second between the sync and this status does not
+	// make the fresh mirror stale.
+	if res := run(t, "status", "--config", config("fresh.yaml", "1h")); res.code != 0 {
 		t.Fatalf("fresh mirror: status exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
+	cfg := config("fdl-mirror.yaml", "1s")
 	time.Sleep(1500 * time.Millisecond) // past max_upstream_age; nothing changes upstream
 	res := run(t, "status", "--json", "--config", cfg)
 	var out struct {
