@@ -259,3 +259,29 @@ func TestCycleOfVersionsIsRefused(t *testing.T) {
 		t.Error("main was published above a cycle")
 	}
 }
+
+// A write into the sink that fails for good (here a file stands where the
+// version's folder must go) refuses that version as copy-failed, naming
+// it; the other versions and refs of the run are still mirrored.
+func TestSinkWriteThatFailsIsRefusedAsCopyFailed(t *testing.T) {
+	_, up, mirror := fdltest.Layout(t)
+	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
+	good, blocked := r.Versions[0], r.Versions[1]
+	fdltest.WriteFile(t, filepath.Join(up, "refs/heads/good"), good+"\n")
+	fdltest.WriteFile(t, filepath.Join(mirror, "versions", blocked), "in the way")
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
+	got := assertRefused(t, rep, fdlsync.ReasonCopy, blocked)
+	if got.Version != blocked {
+		t.Errorf("the refusal is of version %q, want %s", got.Version, blocked)
+	}
+	assertRefused(t, rep, fdlsync.ReasonVersion, "refs/heads/main", blocked, fdlsync.ReasonCopy)
+	if fdltest.ReadRef(t, mirror, "refs/heads/main") != "" {
+		t.Error("main was published to a version the sink did not take")
+	}
+	if got := fdltest.ReadRef(t, mirror, "refs/heads/good"); got != good {
+		t.Errorf("refs/heads/good is %q, want %s", got, good)
+	}
+	if b, _ := os.ReadFile(filepath.Join(mirror, "versions", blocked)); string(b) != "in the way" {
+		t.Error("the file in the way was replaced")
+	}
+}
