@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -119,26 +118,8 @@ func copyDir(t *testing.T, from, to string) {
 // the path of an allowed_signers file trusting it.
 func sshSigner(t *testing.T) (func([]byte) ([]byte, error), string) {
 	t.Helper()
-	if _, err := exec.LookPath("ssh-keygen"); err != nil {
-		t.Skip("ssh-keygen not installed")
-	}
-	dir := t.TempDir()
-	key := filepath.Join(dir, "key")
-	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "pub@example.org", "-f", key).CombinedOutput(); err != nil {
-		t.Fatalf("ssh-keygen: %v\n%s", err, out)
-	}
-	pub, _ := os.ReadFile(key + ".pub")
-	allowed := filepath.Join(dir, "allowed_signers")
-	os.WriteFile(allowed, []byte("pub@example.org "+string(pub)), 0o644)
-	sign := func(record []byte) ([]byte, error) {
-		f := filepath.Join(t.TempDir(), "version.json")
-		os.WriteFile(f, record, 0o644)
-		if out, err := exec.Command("ssh-keygen", "-Y", "sign", "-f", key, "-n", "fdl", f).CombinedOutput(); err != nil {
-			return nil, errors.New(string(out))
-		}
-		return os.ReadFile(f + ".sig")
-	}
-	return sign, allowed
+	key := fdltest.NewSSHKey(t, "ed25519", "pub@example.org")
+	return key.Signer(t, "fdl"), fdltest.AllowedSigners(t, "", key)
 }
 
 func requireSigned(t *testing.T, allowed string) fdlsync.Trust {
