@@ -46,6 +46,7 @@ type Local struct {
 	tmpMu   gosync.RWMutex
 	tmpRoot *os.Root   // .fdl-mirror/tmp
 	tmpDir  *os.File   // the same folder, for renameat(2)
+	tmpFd   int        // tmpDir's descriptor
 	made    gosync.Map // folders known to exist
 
 	// Folders written into are opened once and kept open (up to
@@ -65,6 +66,7 @@ type Local struct {
 type folder struct {
 	root  *os.Root // the folder as a root, for opening its files
 	f     *os.File // the same folder, for renameat(2) and fsync
+	fd    int      // f's descriptor
 	dev   uint64   // the device of its file system, for syncfs
 	users int
 }
@@ -125,7 +127,7 @@ func (l *Local) openTemp() error {
 		tr.Close()
 		return fmt.Errorf("%s: opening %s: %w", l.dir, TempDir, err)
 	}
-	l.tmpRoot, l.tmpDir = tr, td
+	l.tmpRoot, l.tmpDir, l.tmpFd = tr, td, int(td.Fd())
 	return nil
 }
 
@@ -200,7 +202,7 @@ func (l *Local) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err := backend.CheckName(name); err != nil {
 		return nil, err
 	}
-	f, err := inFolder(l, name, func(d *os.Root, base string) (*os.File, error) { return d.Open(base) },
+	f, err := inFolder(l, name, func(d *folder, base string) (*os.File, error) { return openIn(d.root, d.fd, base, os.O_RDONLY, 0) },
 		func() (*os.File, error) { return l.root.Open(filepath.FromSlash(name)) })
 	if err != nil {
 		return nil, l.err("open", name, err)
@@ -218,7 +220,7 @@ func (l *Local) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 // or, where that fails for another reason than absence (a symbolic link
 // that leaves the folder but stays in the store), whole through the root:
 // what the store lets a reader reach is the same either way.
-func inFolder[T any](l *Local, name string, fn func(d *os.Root, base string) (T, error), whole func() (T, error)) (T, error) {
+func inFolder[T any](l *Local, name string, fn func(d *folder, base string) (T, error), whole func() (T, error)) (T, error) {
 	d, err := l.openFolder(name, false)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -228,7 +230,7 @@ func inFolder[T any](l *Local, name string, fn func(d *os.Root, base string) (T,
 		return whole()
 	}
 	defer l.releaseFolder(d)
-	v, err := fn(d.root, path.Base(name))
+	v, err := fn(d, path.Base(name))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return whole()
 	}
@@ -239,7 +241,7 @@ func (l *Local) Stat(ctx context.Context, name string) (backend.FileInfo, error)
 	if err := backend.CheckName(name); err != nil {
 		return backend.FileInfo{}, err
 	}
-	st, err := inFolder(l, name, func(d *os.Root, base string) (fs.FileInfo, error) { return d.Stat(base) },
+	st, err := inFolder(l, name, func(d *folder, base string) (fs.FileInfo, error) { return d.root.Stat(base) },
 		func() (fs.FileInfo, error) { return l.root.Stat(filepath.FromSlash(name)) })
 	if err == nil && st.IsDir() {
 		err = fs.ErrNotExist
@@ -307,7 +309,7 @@ func (l *Local) writeTemp(name string, r io.Reader, size int64, sync bool) (stri
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := hex.EncodeToString(rnd[:])
-	f, err := l.tmpRoot.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := openIn(l.tmpRoot, l.tmpFd, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return "", l.err("write", name, err)
 	}
@@ -371,7 +373,7 @@ func (l *Local) openFolder(name string, make bool) (*folder, error) {
 	if st, err := f.Stat(); err == nil {
 		dev = deviceOf(st)
 	}
-	fresh := &folder{root: sub, f: f, dev: dev, users: 1}
+	fresh := &folder{root: sub, f: f, fd: int(f.Fd()), dev: dev, users: 1}
 	l.foldersMu.Lock()
 	defer l.foldersMu.Unlock()
 	if d := l.folders[dir]; d != nil { // opened meanwhile by another writer

@@ -12,3 +12,8 @@ import (
 func (l *Local) renameInto(tmp string, d *os.File, name string) error {
 	return l.root.Rename(path.Join(TempDir, tmp), filepath.FromSlash(name))
 }
+
+// openIn opens name, one component, in the folder root.
+func openIn(root *os.Root, _ int, name string, flag int, perm os.FileMode) (*os.File, error) {
+	return root.OpenFile(name, flag, perm)
+}
