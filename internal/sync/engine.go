@@ -21,6 +21,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -112,11 +113,15 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	e.ancestry = newAncestry(dst, src)
 	err := e.run(ctx)
-	var fatal *FatalError
-	// A fatal error that is only the cancellation the lost lock caused
-	// (a listing cut off) says the lock was lost too.
-	if e.lockLost.Load() && ctx.Err() == nil && (!errors.As(err, &fatal) || errors.Is(err, context.Canceled)) {
-		err = fatalf("sink %s: lost the mirror's lock; stopped at a safe point", dst.Location())
+	// A run that lost its lock says so first, whatever stopped it: the
+	// cancellation the loss caused reaches a step at a time of its own
+	// choosing, and not every step wraps the context's error.
+	if e.lockLost.Load() && ctx.Err() == nil {
+		msg := fmt.Sprintf("sink %s: lost the mirror's lock; stopped at a safe point", dst.Location())
+		if err != nil && !errors.Is(err, context.Canceled) {
+			msg += " (then: " + err.Error() + ")"
+		}
+		err = &FatalError{errors.New(msg)}
 	}
 	e.report.Duration = time.Since(e.report.Started)
 	sort.Strings(e.report.VersionsPublished)
