@@ -202,7 +202,9 @@ func (l *Local) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	if err := backend.CheckName(name); err != nil {
 		return nil, err
 	}
-	f, err := inFolder(l, name, func(d *folder, base string) (*os.File, error) { return openIn(d.root, d.fd, base, os.O_RDONLY, 0) },
+	f, err := inFolder(l, name, func(d *folder, base string) (*os.File, error) {
+		return openIn(d.root, d.fd, base, os.O_RDONLY, 0, filepath.Join(l.dir, filepath.FromSlash(name)))
+	},
 		func() (*os.File, error) { return l.root.Open(filepath.FromSlash(name)) })
 	if err != nil {
 		return nil, l.err("open", name, err)
@@ -309,7 +311,7 @@ func (l *Local) writeTemp(name string, r io.Reader, size int64, sync bool) (stri
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	tmp := hex.EncodeToString(rnd[:])
-	f, err := openIn(l.tmpRoot, l.tmpFd, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := openIn(l.tmpRoot, l.tmpFd, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644, filepath.Join(l.dir, TempDir, tmp))
 	if err != nil {
 		return "", l.err("write", name, err)
 	}
@@ -502,13 +504,15 @@ func (l *Local) syncEach(ctx context.Context, files map[string]bool, dirs map[st
 	for d := range dirs {
 		dirNames = append(dirNames, d)
 	}
-	if err := l.syncAll(ctx, fileNames); err != nil {
+	if err := l.syncAll(ctx, fileNames, true); err != nil {
 		return err
 	}
-	return l.syncAll(ctx, dirNames)
+	return l.syncAll(ctx, dirNames, false)
 }
 
-func (l *Local) syncAll(ctx context.Context, names []string) error {
+// syncAll fsyncs names, files (opened in their folders kept open) or
+// folders.
+func (l *Local) syncAll(ctx context.Context, names []string, files bool) error {
 	var wg gosync.WaitGroup
 	var next atomic.Int64
 	errs := make([]error, len(names))
@@ -521,7 +525,17 @@ func (l *Local) syncAll(ctx context.Context, names []string) error {
 				if i >= len(names) || ctx.Err() != nil {
 					return
 				}
-				f, err := l.root.Open(filepath.FromSlash(names[i]))
+				name := names[i]
+				whole := func() (*os.File, error) { return l.root.Open(filepath.FromSlash(name)) }
+				var f *os.File
+				var err error
+				if files {
+					f, err = inFolder(l, name, func(d *folder, base string) (*os.File, error) {
+						return openIn(d.root, d.fd, base, os.O_RDONLY, 0, filepath.Join(l.dir, filepath.FromSlash(name)))
+					}, whole)
+				} else {
+					f, err = whole()
+				}
 				if errors.Is(err, fs.ErrNotExist) {
 					continue // removed since: nothing to make durable
 				}

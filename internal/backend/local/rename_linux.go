@@ -21,11 +21,12 @@ func (l *Local) renameInto(tmp string, d *os.File, name string) error {
 // is made with os.NewFile, which does not try (and fail) to register a
 // regular file with the poller: os.OpenFile spends four fcntl(2) and an
 // epoll_ctl(2) per file doing so. A symbolic link is refused here (ELOOP)
-// and left to the caller's walk through the root.
-func openIn(_ *os.Root, dirfd int, name string, flag int, perm os.FileMode) (*os.File, error) {
+// and left to the caller's walk through the root. full names the file
+// in messages.
+func openIn(_ *os.Root, dirfd int, name string, flag int, perm os.FileMode, full string) (*os.File, error) {
 	fd, err := unix.Openat(dirfd, name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
 	if err != nil {
 		return nil, &os.PathError{Op: "openat", Path: name, Err: err}
 	}
-	return os.NewFile(uintptr(fd), name), nil
+	return os.NewFile(uintptr(fd), full), nil
 }

@@ -14,6 +14,6 @@ func (l *Local) renameInto(tmp string, d *os.File, name string) error {
 }
 
 // openIn opens name, one component, in the folder root.
-func openIn(root *os.Root, _ int, name string, flag int, perm os.FileMode) (*os.File, error) {
+func openIn(root *os.Root, _ int, name string, flag int, perm os.FileMode, _ string) (*os.File, error) {
 	return root.OpenFile(name, flag, perm)
 }
