@@ -252,7 +252,7 @@ func TestObjectLockLiveIsNotTakenOverBeforeExpiry(t *testing.T) {
 
 func TestObjectLockIsRenewedWhileHeld(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
-		ttl := 900 * time.Millisecond
+		ttl := 3 * time.Second
 		h := mustLock(t, st, lock.Options{Owner: "holder", TTL: ttl})
 		first := readRecord(t, st)
 		time.Sleep(2 * ttl) // the lock would have expired twice without renewal
@@ -276,7 +276,7 @@ func TestObjectLockIsRenewedWhileHeld(t *testing.T) {
 
 func TestObjectLockLostWhenTakenOver(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
-		ttl := 600 * time.Millisecond
+		ttl := 2 * time.Second
 		h := mustLock(t, st, lock.Options{Owner: "holder", TTL: ttl})
 		thief := record{Owner: "thief", Expires: time.Now().Add(time.Hour), Token: "stolen"}
 		writeRecord(t, st, thief)
@@ -296,7 +296,7 @@ func TestObjectLockLostWhenTakenOver(t *testing.T) {
 
 func TestObjectLockLostWhenRenewalKeepsFailing(t *testing.T) {
 	eachObjectStore(t, func(t *testing.T, st objectStore) {
-		ttl := 900 * time.Millisecond
+		ttl := 3 * time.Second
 		h := mustLock(t, st, lock.Options{Owner: "holder", TTL: ttl})
 		st.server.Stop()
 		// Every renewal the store accepted ended before this, so the lock
