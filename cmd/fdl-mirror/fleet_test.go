@@ -492,6 +492,17 @@ func TestDaemonReplicaFinishesTheMirrorOfOneKilledMidRun(t *testing.T) {
 		configs = append(configs, filepath.Join(parent, fmt.Sprintf("fdl-mirror-%d.yaml", i)))
 		writeDaemonConfig(t, configs[i], addr, m)
 	}
+	// The first daemon reads upstream at 200 KB/s, so its run lasts
+	// seconds however fast the disk: a local mirror of this size is
+	// written in well under the second daemon's start-up otherwise.
+	f, err := os.OpenFile(configs[0], os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("    bwlimit: 200k\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 
 	first := startDaemon(t, configs[0], addrs[0])
 	dataDir := filepath.Join(m.sink, "data", generate.SchemaName, generate.TableName)
