@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -19,27 +18,6 @@ import (
 // Refs are not signed, only versions are: an upstream (or whoever took it
 // over) could move main back to an old signed version with a known flaw.
 // A branch in the mirror moves forward only (issue 12).
-
-// run mirrors up into mirror with opts.
-func run(t *testing.T, up, mirror string, opts fdlsync.Options) *fdlsync.Report {
-	t.Helper()
-	src, err := local.Open(up)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := local.Create(mirror)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	opts.Concurrency = 4
-	rep, err := fdlsync.Run(context.Background(), src, dst, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
-}
 
 // setRefs writes ref files upstream and refs.json from all of them.
 func setRefs(t *testing.T, up string, refs repo.Refs) {
@@ -82,7 +60,7 @@ func chain(t *testing.T) (up, mirror string, g *generate.Repo) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep := run(t, up, mirror, fdlsync.Options{}); !rep.OK() {
+	if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("first run refused: %+v", rep.Refused)
 	}
 	return up, mirror, g
@@ -119,7 +97,7 @@ func TestBranchRewoundUpstreamIsRefusedAndKept(t *testing.T) {
 	v1, v3 := g.Versions[0], g.Versions[2]
 	setRefs(t, up, repo.Refs{generate.MainRef: v1})
 
-	rep := run(t, up, mirror, fdlsync.Options{})
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
 	if len(rep.Refused) != 1 || rep.Refused[0].Reason != fdlsync.ReasonRewound || rep.Refused[0].Ref != generate.MainRef {
 		t.Fatalf("refused = %v, want one %s of %s", reasons(rep), fdlsync.ReasonRewound, generate.MainRef)
 	}
@@ -143,7 +121,7 @@ func TestBranchMovedToUnrelatedHistoryIsRefused(t *testing.T) {
 	tip, versions := unrelated(t, up, g.ID)
 	setRefs(t, up, repo.Refs{generate.MainRef: tip})
 
-	rep := run(t, up, mirror, fdlsync.Options{})
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
 	if len(rep.Refused) != 1 || rep.Refused[0].Reason != fdlsync.ReasonDiverged {
 		t.Fatalf("refused = %v, want one %s", reasons(rep), fdlsync.ReasonDiverged)
 	}
@@ -165,7 +143,7 @@ func TestBranchMovedForwardIsFollowed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := run(t, up, mirror, fdlsync.Options{})
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
 	if !rep.OK() {
 		t.Fatalf("refused: %v", reasons(rep))
 	}
@@ -180,7 +158,7 @@ func TestBranchMovedForwardIsFollowed(t *testing.T) {
 func TestAllowRewindFollowsAndSaysSo(t *testing.T) {
 	up, mirror, g := chain(t)
 	setRefs(t, up, repo.Refs{generate.MainRef: g.Versions[0]})
-	rep := run(t, up, mirror, fdlsync.Options{AllowRewind: []string{"refs/heads/**"}})
+	rep := mustRun(t, up, mirror, fdlsync.Options{AllowRewind: []string{"refs/heads/**"}})
 	if !rep.OK() {
 		t.Fatalf("refused: %v", reasons(rep))
 	}
@@ -192,9 +170,9 @@ func TestAllowRewindFollowsAndSaysSo(t *testing.T) {
 	}
 	// A pattern that does not name the branch does not allow it.
 	setRefs(t, up, repo.Refs{generate.MainRef: g.Versions[2]})
-	run(t, up, mirror, fdlsync.Options{AllowRewind: []string{"refs/heads/**"}})
+	mustRun(t, up, mirror, fdlsync.Options{AllowRewind: []string{"refs/heads/**"}})
 	setRefs(t, up, repo.Refs{generate.MainRef: g.Versions[1]})
-	rep = run(t, up, mirror, fdlsync.Options{AllowRewind: []string{"refs/heads/release/**"}})
+	rep = mustRun(t, up, mirror, fdlsync.Options{AllowRewind: []string{"refs/heads/release/**"}})
 	if len(rep.Refused) != 1 || rep.Refused[0].Reason != fdlsync.ReasonRewound {
 		t.Errorf("refused = %v, want main refused as rewound", reasons(rep))
 	}
@@ -206,7 +184,7 @@ func TestTagsOnlyMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := run(t, up, mirror, fdlsync.Options{Refs: repo.RefSelection{Include: []string{"refs/tags/*"}}})
+	rep := mustRun(t, up, mirror, fdlsync.Options{Refs: repo.RefSelection{Include: []string{"refs/tags/*"}}})
 	if !rep.OK() {
 		t.Fatalf("refused: %v", reasons(rep))
 	}
@@ -235,7 +213,7 @@ func TestExcludedBranchAndItsVersionsAreAbsent(t *testing.T) {
 	}
 	tip, only := unrelated(t, up, g.ID)
 	setRefs(t, up, repo.Refs{"refs/heads/experiment": tip})
-	rep := run(t, up, mirror, fdlsync.Options{Refs: repo.RefSelection{Exclude: []string{"refs/heads/experiment"}}})
+	rep := mustRun(t, up, mirror, fdlsync.Options{Refs: repo.RefSelection{Exclude: []string{"refs/heads/experiment"}}})
 	if !rep.OK() {
 		t.Fatalf("refused: %v", reasons(rep))
 	}
@@ -255,14 +233,14 @@ func TestExcludedBranchAndItsVersionsAreAbsent(t *testing.T) {
 func TestRequestRefsOnlyWhenSelected(t *testing.T) {
 	up, mirror, g := chain(t)
 	setRefs(t, up, repo.Refs{"refs/requests/17": g.Versions[1]})
-	rep := run(t, up, mirror, fdlsync.Options{})
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
 	if !rep.OK() {
 		t.Fatalf("refused: %v", reasons(rep))
 	}
 	if refOf(t, mirror, "refs/requests/17") != "" {
 		t.Error("a request ref was mirrored by default")
 	}
-	rep = run(t, up, mirror, fdlsync.Options{Refs: repo.RefSelection{Include: []string{"refs/heads/**", "refs/requests/*"}}})
+	rep = mustRun(t, up, mirror, fdlsync.Options{Refs: repo.RefSelection{Include: []string{"refs/heads/**", "refs/requests/*"}}})
 	if !rep.OK() {
 		t.Fatalf("refused: %v", reasons(rep))
 	}
@@ -280,14 +258,14 @@ func TestUpstreamLastChangeIsRecorded(t *testing.T) {
 	first := st.LastChange()
 	// Nothing changes upstream: the last change stays where it was.
 	time.Sleep(20 * time.Millisecond)
-	rep := run(t, up, mirror, fdlsync.Options{})
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
 	if !rep.UpstreamLastChange.Equal(first) {
 		t.Errorf("no-op run: last change %v, want %v", rep.UpstreamLastChange, first)
 	}
 	if _, err := generate.AddVersion(context.Background(), up, 1, generate.Options{FastParquet: true}); err != nil {
 		t.Fatal(err)
 	}
-	rep = run(t, up, mirror, fdlsync.Options{})
+	rep = mustRun(t, up, mirror, fdlsync.Options{})
 	if !rep.UpstreamLastChange.After(first) {
 		t.Errorf("after main moved: last change %v, not after %v", rep.UpstreamLastChange, first)
 	}
