@@ -306,15 +306,25 @@ func (l *Local) writeTemp(name string, r io.Reader, size int64, sync bool) (stri
 	if !l.rw {
 		return "", fmt.Errorf("%s: %w: read-only", l.dir, backend.ErrNotSupported)
 	}
-	// A name of its own, not name plus a suffix: a data file named near
-	// the file system's limit (255 bytes) must fit here too.
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := hex.EncodeToString(rnd[:])
+	tmp := tempName()
 	f, err := openIn(l.tmpRoot, l.tmpFd, tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644, filepath.Join(l.dir, TempDir, tmp))
 	if err != nil {
 		return "", l.err("write", name, err)
 	}
+	err = copyExactly(f, r, size, sync)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		l.tmpRoot.Remove(tmp)
+		return "", l.err("write", name, err)
+	}
+	return tmp, nil
+}
+
+// copyExactly copies r into f, which must then hold exactly size bytes,
+// and fsyncs f when sync is set.
+func copyExactly(f *os.File, r io.Reader, size int64, sync bool) error {
 	// io.Copy from another *os.File is one copy_file_range(2) in the
 	// kernel (sendfile or splice where that is refused): no byte passes
 	// through this process.
@@ -325,14 +335,16 @@ func (l *Local) writeTemp(name string, r io.Reader, size int64, sync bool) (stri
 	if err == nil && sync {
 		err = syncFile(f)
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		l.tmpRoot.Remove(tmp)
-		return "", l.err("write", name, err)
-	}
-	return tmp, nil
+	return err
+}
+
+// tempName is a new name in the temporary folder: a name of its own, not
+// the file's name plus a suffix, as a data file named near the file
+// system's limit (255 bytes) must fit there too.
+func tempName() string {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	return hex.EncodeToString(rnd[:])
 }
 
 func (l *Local) prepare(name string) error {
@@ -563,24 +575,56 @@ func (l *Local) Put(ctx context.Context, name string, r io.Reader, size int64) e
 	deferred := backend.SyncDeferred(ctx)
 	l.tmpMu.RLock()
 	defer l.tmpMu.RUnlock()
-	tmp, err := l.writeTemp(name, r, size, !deferred)
-	if err != nil {
-		return err
-	}
 	d, err := l.openFolder(name, true)
 	if err != nil {
-		l.tmpRoot.Remove(tmp)
 		return err
 	}
 	defer l.releaseFolder(d)
-	if err := l.renameInto(tmp, d.f, name); err != nil {
-		l.tmpRoot.Remove(tmp)
-		return l.err("rename", name, err)
+	if err := l.put(d, name, r, size, !deferred); err != nil {
+		return err
 	}
 	if deferred {
 		l.deferSync(name, path.Dir(name), d.dev)
 		return nil
 	}
+	return l.syncFolderOf(d, name)
+}
+
+// put writes name in its open folder d, replacing what is there: as an
+// unnamed file linked in place where the file system can (see
+// writeUnnamed), else through the temporary folder; renamed over the old
+// file when there is one, so a reader sees one or the other whole.
+func (l *Local) put(d *folder, name string, r io.Reader, size int64, sync bool) error {
+	f, err := writeUnnamed(d, name, r, size, sync)
+	if err == nil {
+		return nil
+	}
+	var tmp string
+	switch {
+	case errors.Is(err, fs.ErrExist):
+		tmp = tempName()
+		err = l.placeUnnamed(f, tmp)
+		f.Close()
+		if err != nil {
+			return l.err("write", name, err)
+		}
+	case errors.Is(err, errors.ErrUnsupported):
+		if tmp, err = l.writeTemp(name, r, size, sync); err != nil {
+			return err
+		}
+	default:
+		return l.err("write", name, err)
+	}
+	if err := l.renameInto(tmp, d.f, name); err != nil {
+		l.tmpRoot.Remove(tmp)
+		return l.err("rename", name, err)
+	}
+	return nil
+}
+
+// syncFolderOf fsyncs name's open folder d, so that a new name in it
+// survives a power cut.
+func (l *Local) syncFolderOf(d *folder, name string) error {
 	if err := syncDir(d.f); err != nil {
 		return l.err("sync folder of", name, err)
 	}
@@ -598,6 +642,16 @@ func (l *Local) Create(ctx context.Context, name string, r io.Reader, size int64
 		return err
 	}
 	defer l.releaseFolder(d)
+	f, err := writeUnnamed(d, name, r, size, true)
+	switch {
+	case err == nil:
+		return l.syncFolderOf(d, name)
+	case errors.Is(err, fs.ErrExist):
+		f.Close()
+		return fmt.Errorf("%s: create %s: %w", l.dir, name, backend.ErrExist)
+	case !errors.Is(err, errors.ErrUnsupported):
+		return l.err("create", name, err)
+	}
 	tmp, err := l.writeTemp(name, r, size, true)
 	if err != nil {
 		return err
@@ -610,10 +664,7 @@ func (l *Local) Create(ctx context.Context, name string, r io.Reader, size int64
 		}
 		return l.err("create", name, err)
 	}
-	if err := syncDir(d.f); err != nil {
-		return l.err("sync folder of", name, err)
-	}
-	return nil
+	return l.syncFolderOf(d, name)
 }
 
 // Remove deletes the object and fsyncs its folder, so that a power cut
@@ -642,8 +693,5 @@ func (l *Local) Remove(ctx context.Context, name string) error {
 		l.deferSync("", path.Dir(name), d.dev)
 		return nil
 	}
-	if err := syncDir(d.f); err != nil {
-		return l.err("sync folder of", name, err)
-	}
-	return nil
+	return l.syncFolderOf(d, name)
 }
