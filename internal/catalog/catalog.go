@@ -78,6 +78,11 @@ var tablesRead = []string{"ducklake_metadata", "ducklake_schema", "ducklake_tabl
 // and only base tables are read, so no view, macro or generated column of
 // the catalog runs.
 func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) {
+	return read(ctx, file, name, lim, nil)
+}
+
+// read is Read, with a DuckDB instance of pool's where pool is not nil.
+func read(ctx context.Context, file, name string, lim Limits, pool *Pool) (*Catalog, error) {
 	if name == "" {
 		name = file
 	}
@@ -91,21 +96,19 @@ func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) 
 	if err != nil {
 		return nil, r.errf("%v", strings.ReplaceAll(err.Error(), file, name))
 	}
-	if sqlite {
+	switch {
+	case sqlite:
 		r.sqlite = true
 		err = r.openSQLite(file)
-	} else {
+	case pool != nil:
+		err = r.attachPooled(pool, file)
+	default:
 		err = r.open(file)
 	}
 	if err == nil {
 		c, err = r.read()
 	}
-	if r.db != nil {
-		if r.conn != nil {
-			r.conn.Close()
-		}
-		r.db.Close()
-	}
+	r.release(pool, err == nil)
 	if err == nil {
 		return c, nil
 	}
@@ -142,6 +145,9 @@ type reader struct {
 	db     *sql.DB
 	conn   *sql.Conn
 	cols   map[string]map[string]bool // table → column names present
+
+	attached bool      // the catalog is attached as cat (DuckDB)
+	pooled   *instance // the pool's DuckDB the catalog is attached to
 }
 
 // table is how the queries name one of the catalog's tables: the attached
@@ -158,47 +164,104 @@ func (r *reader) errf(format string, args ...any) error {
 	return fmt.Errorf("catalog %s: "+format, append([]any{r.name}, args...)...)
 }
 
-// open starts a private in-memory DuckDB, locks it down, and attaches the
-// catalog. Every setting that keeps the catalog's SQL from reaching
-// anything else is made before ATTACH reads a byte of the file: no
-// extension can load (ATTACH would load one for a SQLite or Postgres
-// file), no file but the catalog (and its WAL name, which DuckDB probes)
-// can be opened, nothing spills to disk, and lock_configuration keeps any
-// statement from undoing it.
+// open starts a private in-memory DuckDB, locked down, that may open the
+// catalog (and its WAL name, which DuckDB probes) and no other file, and
+// attaches the catalog.
 func (r *reader) open(file string) error {
+	inst, err := startDuckDB(r.ctx, r.lim, "SET allowed_paths=["+sqlString(file)+", "+sqlString(file+".wal")+"]")
+	if err != nil {
+		return r.errf("%w", err)
+	}
+	r.db, r.conn = inst.db, inst.conn
+	return r.attach(file)
+}
+
+// instance is a DuckDB locked down by startDuckDB, with its one connection.
+type instance struct {
+	db   *sql.DB
+	conn *sql.Conn
+}
+
+func (in *instance) close() {
+	in.conn.Close()
+	in.db.Close()
+}
+
+// startDuckDB starts an in-memory DuckDB and locks it down. Every setting
+// that keeps a catalog's SQL from reaching anything else is made before
+// ATTACH reads a byte of one: no extension can load (ATTACH would load
+// one for a SQLite or Postgres file), no file but those allow names
+// (a SET of allowed_paths or allowed_directories) can be opened, nothing
+// spills to disk, and lock_configuration keeps any statement from undoing
+// it.
+func startDuckDB(ctx context.Context, lim Limits, allow string) (*instance, error) {
 	db, err := sql.Open("duckdb", "")
 	if err != nil {
-		return r.errf("starting DuckDB: %w", err)
+		return nil, fmt.Errorf("starting DuckDB: %w", err)
 	}
 	db.SetMaxOpenConns(1) // ATTACH and the queries must share one connection
-	conn, err := db.Conn(r.ctx)
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		db.Close()
-		return r.errf("starting DuckDB: %w", err)
+		return nil, fmt.Errorf("starting DuckDB: %w", err)
 	}
-	r.db, r.conn = db, conn
 	setup := []string{
 		"SET autoinstall_known_extensions=false",
 		"SET autoload_known_extensions=false",
 		"SET allow_community_extensions=false",
 		"SET allow_unsigned_extensions=false",
-		fmt.Sprintf("SET threads=%d", r.lim.Threads),
-		fmt.Sprintf("SET memory_limit='%dKiB'", max(r.lim.MemoryLimit>>10, 1)),
+		fmt.Sprintf("SET threads=%d", lim.Threads),
+		fmt.Sprintf("SET memory_limit='%dKiB'", max(lim.MemoryLimit>>10, 1)),
 		"SET temp_directory=''",
 		"SET allowed_directories=[]",
-		"SET allowed_paths=[" + sqlString(file) + ", " + sqlString(file+".wal") + "]",
+		"SET allowed_paths=[]",
+		allow,
 		"SET enable_external_access=false",
 		"SET lock_configuration=true",
 	}
 	for _, q := range setup {
-		if _, err := conn.ExecContext(r.ctx, q); err != nil {
-			return r.errf("locking DuckDB down (%s): %w", q, err)
+		if _, err := conn.ExecContext(ctx, q); err != nil {
+			conn.Close()
+			db.Close()
+			return nil, fmt.Errorf("locking DuckDB down (%s): %w", q, err)
 		}
 	}
-	if _, err := conn.ExecContext(r.ctx, "ATTACH "+sqlString(file)+" AS cat (TYPE duckdb, READ_ONLY)"); err != nil {
+	return &instance{db: db, conn: conn}, nil
+}
+
+// attach attaches the catalog read-only as cat.
+func (r *reader) attach(file string) error {
+	if _, err := r.conn.ExecContext(r.ctx, "ATTACH "+sqlString(file)+" AS cat (TYPE duckdb, READ_ONLY)"); err != nil {
 		return r.errf("not a readable DuckDB database: %w", err)
 	}
+	r.attached = true
 	return nil
+}
+
+// release ends the reader's use of its database: a pooled DuckDB whose
+// read went well detaches the catalog and goes back to the pool; any
+// other is closed.
+func (r *reader) release(pool *Pool, ok bool) {
+	if r.db == nil {
+		return
+	}
+	pooled := r.pooled
+	if pooled == nil {
+		if r.conn != nil {
+			r.conn.Close()
+		}
+		r.db.Close()
+		r.db, r.conn = nil, nil
+		return
+	}
+	r.db, r.conn, r.pooled = nil, nil, nil
+	if r.attached {
+		// A context of its own: the read's may have run out.
+		if _, err := pooled.conn.ExecContext(context.Background(), "DETACH cat"); err != nil {
+			ok = false
+		}
+	}
+	pool.put(pooled, ok)
 }
 
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -348,12 +411,15 @@ func (r *reader) checkObjects() error {
 // author chose) on every read.
 func (r *reader) loadColumns() error {
 	r.cols = map[string]map[string]bool{}
-	var list []string
+	read := map[string]bool{}
 	for _, t := range tablesRead {
-		list = append(list, sqlString(t))
+		read[t] = true
 	}
-	rows, err := r.conn.QueryContext(r.ctx, "SELECT lower(table_name), lower(column_name), column_default IS NOT NULL FROM duckdb_columns() "+
-		"WHERE database_name = 'cat' AND schema_name = 'main' AND lower(table_name) IN ("+strings.Join(list, ", ")+")")
+	// Names are matched here, not in SQL: DuckDB resolves names without
+	// regard to case, and a lower() in the query costs six times the
+	// plain listing of the schema's columns.
+	rows, err := r.conn.QueryContext(r.ctx, "SELECT table_name, column_name, column_default IS NOT NULL FROM duckdb_columns() "+
+		"WHERE database_name = 'cat' AND schema_name = 'main'")
 	if err != nil {
 		return r.errf("reading the columns of its tables: %w", err)
 	}
@@ -363,6 +429,10 @@ func (r *reader) loadColumns() error {
 		var expr bool
 		if err := rows.Scan(&table, &col, &expr); err != nil {
 			return r.errf("reading the columns of its tables: %w", err)
+		}
+		table, col = strings.ToLower(table), strings.ToLower(col)
+		if !read[table] {
+			continue
 		}
 		if expr {
 			return r.errf("column %s.%s has a default or generated expression; DuckLake catalogs have none, and a generated column runs the catalog's own SQL", table, col)

@@ -65,6 +65,15 @@ func readHostile(t *testing.T, p string, lim Limits, want ...string) error {
 	if took > 10*time.Second {
 		t.Errorf("refusing took %s", took)
 	}
+	// A pooled DuckDB refuses it alike, and is not used again after.
+	pool := newTestPool(t, lim)
+	_, perr := pool.Read(context.Background(), copyInto(t, p, pool.Dir()), catalogName)
+	if perr == nil || perr.Error() != msg {
+		t.Errorf("a pooled DuckDB read it as %v, not as Read's %v", perr, err)
+	}
+	if n := pool.idleCount(); n != 0 {
+		t.Errorf("after a refusal the pool keeps %d idle instances, want 0", n)
+	}
 	return err
 }
 

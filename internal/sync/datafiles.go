@@ -107,7 +107,7 @@ func (e *engine) readCatalog(ctx context.Context, id, file string, files map[str
 		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
-	fetched, err := catalog.Fetch(ctx, e.src, catalogName, e.opts.TempDir, lim.MaxSize)
+	fetched, err := e.catalogs.Fetch(ctx, e.src, catalogName)
 	if err != nil {
 		<-e.catalogSlots
 		if backend.IsNotExist(err) {
@@ -124,7 +124,7 @@ func (e *engine) readCatalog(ctx context.Context, id, file string, files map[str
 		return nil, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
 			id, catalogName, fetched.SHA256, wantSHA256)
 	}
-	cat, err := catalog.Read(ctx, fetched.Path, catalogName, lim)
+	cat, err := e.catalogs.Read(ctx, fetched.Path, catalogName)
 	<-e.catalogSlots
 	e.mu.Lock()
 	e.report.CatalogsRead++
@@ -260,12 +260,12 @@ func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catal
 // readSinkFile reads one catalog of a version in the sink.
 func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := catalog.Fetch(ctx, e.dst, name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
+	fetched, err := e.catalogs.Fetch(ctx, e.dst, name)
 	if err != nil {
 		return nil, err
 	}
 	defer fetched.Remove()
-	return catalog.Read(ctx, fetched.Path, name, e.opts.CatalogLimits)
+	return e.catalogs.Read(ctx, fetched.Path, name)
 }
 
 // mirrorDataFiles makes sure the sink has every file the catalog needs,

@@ -30,6 +30,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -67,6 +68,8 @@ type engine struct {
 	source         sourceCheck               // the source on record, for a repository without id (see source.go)
 
 	dur durability // barriers and the record of unsynced files (see durability.go)
+
+	catalogs *catalog.Pool // fetches and reads catalogs, upstream's and the sink's
 
 	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
 	lockLost atomic.Bool
@@ -112,7 +115,15 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		e.dst = guarded{dst, e}
 	}
 	e.ancestry = newAncestry(dst, src)
-	err := e.run(ctx)
+	// As many DuckDB instances as catalogs are read at once, each kept
+	// for the next catalog.
+	pool, err := catalog.NewPool(opts.TempDir, cap(e.catalogSlots), opts.CatalogLimits)
+	if err != nil {
+		return e.report, &FatalError{err}
+	}
+	e.catalogs = pool
+	err = e.run(ctx)
+	pool.Close()
 	// A run that lost its lock says so first, whatever stopped it: the
 	// cancellation the loss caused reaches a step at a time of its own
 	// choosing, and not every step wraps the context's error.

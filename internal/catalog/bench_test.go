@@ -1,0 +1,50 @@
+package catalog
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+)
+
+// BenchmarkRead reads one generated catalog (400 data files) again and
+// again, with a DuckDB of its own each time (Read) and with a Pool's: the
+// fixed cost of a catalog (a DuckDB instance, its lock-down, the checks)
+// is most of it, and a mirror pays it once per version.
+//
+//	go test -run '^$' -bench Read -cpuprofile cpu.out ./internal/catalog/
+func BenchmarkRead(b *testing.B) {
+	dir := b.TempDir()
+	r, err := generate.Generate(context.Background(), dir, generate.Options{Versions: 1, FilesPerVersion: 400, FastParquet: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := filepath.Join(dir, "versions", r.Versions[0], "ducklake.duckdb")
+	b.Run("alone", func(b *testing.B) {
+		for b.Loop() {
+			readOK(b, func() (*Catalog, error) { return Read(context.Background(), p, "", Limits{}) })
+		}
+	})
+	b.Run("pooled", func(b *testing.B) {
+		pool, err := NewPool(b.TempDir(), 1, Limits{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pool.Close()
+		in := copyInto(b, p, pool.Dir())
+		for b.Loop() {
+			readOK(b, func() (*Catalog, error) { return pool.Read(context.Background(), in, "") })
+		}
+	})
+}
+
+func readOK(b *testing.B, read func() (*Catalog, error)) {
+	c, err := read()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(c.Files) != 400 {
+		b.Fatalf("read %d files, want 400", len(c.Files))
+	}
+}

@@ -1,0 +1,116 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	gosync "sync"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+)
+
+// Pool reads many catalogs with a few DuckDB instances, each kept for
+// catalog after catalog: starting, locking down and closing an instance
+// cost about a third of reading a catalog of 400 files (28 ms of 89 on
+// the 2-core test machine), and a mirror reads one per version.
+//
+// A pooled instance may open files in the pool's folder only, a private
+// one (0700) that holds nothing but the catalogs fetched into it with
+// Fetch; where Read opens a catalog alone it may open that one file. The
+// catalogs are attached one at a time, read-only and from base tables
+// only, as by Read, and detached after: no SQL of a catalog ever runs
+// (views and macros named ducklake_* are refused, a generated column
+// too). An instance whose read failed in any way (a refusal, a limit, a
+// cancelled context) is closed, never used again.
+type Pool struct {
+	dir string
+	lim Limits
+
+	mu   gosync.Mutex
+	idle []*instance
+	size int
+}
+
+// NewPool makes the pool's folder in parent (os.TempDir when empty) and
+// keeps up to size instances idle between reads.
+func NewPool(parent string, size int, lim Limits) (*Pool, error) {
+	dir, err := os.MkdirTemp(parent, "catalogs-")
+	if err != nil {
+		return nil, fmt.Errorf("a folder for catalogs: %w", err)
+	}
+	// MkdirTemp makes it 0700 already; made sure, as the instances trust
+	// every file in it.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("a folder for catalogs: %w", err)
+	}
+	return &Pool{dir: dir, lim: lim.WithDefaults(), size: max(size, 1)}, nil
+}
+
+// Dir is the pool's folder.
+func (p *Pool) Dir() string { return p.dir }
+
+// Fetch copies a catalog from r into the pool's folder (see Fetch).
+func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
+	return Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
+}
+
+// Read reads the catalog at file as Read does, with one of the pool's
+// instances when file is in the pool's folder (else with one of its own).
+func (p *Pool) Read(ctx context.Context, file, name string) (*Catalog, error) {
+	if filepath.Dir(file) != p.dir {
+		return Read(ctx, file, name, p.lim)
+	}
+	return read(ctx, file, name, p.lim, p)
+}
+
+// Close closes the idle instances and removes the pool's folder with
+// whatever is left in it.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle, p.size = nil, 0
+	p.mu.Unlock()
+	for _, in := range idle {
+		in.close()
+	}
+	return os.RemoveAll(p.dir)
+}
+
+// get returns an idle instance, or starts one.
+func (p *Pool) get(ctx context.Context) (*instance, error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		in := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return in, nil
+	}
+	p.mu.Unlock()
+	return startDuckDB(ctx, p.lim, "SET allowed_directories=["+sqlString(p.dir+string(filepath.Separator))+"]")
+}
+
+// put takes an instance back after a read; one whose read failed, or
+// beyond the idle ones kept, is closed.
+func (p *Pool) put(in *instance, ok bool) {
+	p.mu.Lock()
+	if ok && len(p.idle) < p.size {
+		p.idle = append(p.idle, in)
+		in = nil
+	}
+	p.mu.Unlock()
+	if in != nil {
+		in.close()
+	}
+}
+
+// attachPooled attaches the catalog to one of pool's instances.
+func (r *reader) attachPooled(pool *Pool, file string) error {
+	in, err := pool.get(r.ctx)
+	if err != nil {
+		return r.errf("%w", err)
+	}
+	r.db, r.conn, r.pooled = in.db, in.conn, in
+	return r.attach(file)
+}
