@@ -37,6 +37,7 @@ type config struct {
 	rclone      string
 	versitygw   string
 	work        string
+	tmpfs       string
 	out         string
 	svg         string
 	keep        bool
@@ -85,7 +86,8 @@ func run(args []string) int {
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the scratch folder")
 	fs.IntVar(&cfg.concurrency, "concurrency", 8, "fdl-mirror --concurrency, rclone --transfers and --checkers")
 	fs.StringVar(&repos, "repos", "small,medium,big", "repositories to run: small, medium, big")
-	fs.StringVar(&stores, "stores", "local,s3", "store pairs to run: local (local→local), s3 (s3→s3)")
+	fs.StringVar(&stores, "stores", "local,tmpfs,s3", "store pairs to run: local (local→local), tmpfs (local→local on the -tmpfs folder, full mirror only), s3 (s3→s3)")
+	fs.StringVar(&cfg.tmpfs, "tmpfs", "/dev/shm", "a folder on a tmpfs, for -stores tmpfs")
 	fs.Var(&cfg.small, "small", "small repository: VERSIONSxFILES per version")
 	fs.Var(&cfg.medium, "medium", "medium repository: VERSIONSxFILES per version")
 	fs.StringVar(&large, "large", "256MiB,256MiB,256MiB", "large data files in the medium repository's first version")
@@ -244,6 +246,9 @@ func newBench(ctx context.Context, cfg config) (*bench, error) {
 	if _, err := os.Stat(b.fdl); err != nil {
 		return nil, fmt.Errorf("fdl-mirror binary: %w (run make build)", err)
 	}
+	if rc, err := exec.LookPath(cfg.rclone); err == nil {
+		evictFromPageCache(b.fdl, rc)
+	}
 	if c, err := runChild(ctx, nil, b.fdl, "version"); err == nil {
 		b.fdlVersion = strings.TrimSpace(c.Stdout)
 	}
@@ -382,8 +387,14 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 			return err
 		}
 	}
-	local := localPair{up: up, fdl: filepath.Join(dir, "fdl"), rclone: filepath.Join(dir, "rclone"), counted: filepath.Join(dir, "counted"),
-		fdlTraced: filepath.Join(dir, "fdl-strace"), rcloneTraced: filepath.Join(dir, "rclone-strace")}
+	local := pairIn(dir, up)
+	if b.cfg.stores["tmpfs"] {
+		// The first full mirror only: on a tmpfs the difference the disk
+		// makes is gone, and what is left is each tool's own work.
+		if err := b.tmpfsFull(ctx, name, up); err != nil {
+			return fmt.Errorf("full %s: %w", tmpfsStores, err)
+		}
+	}
 	for _, scenario := range []string{"full", "no-op", "incremental"} {
 		if scenario == "incremental" {
 			if _, err := generate.AddVersion(ctx, up, b.cfg.newFiles, generate.Options{FastParquet: true}); err != nil {
@@ -395,7 +406,7 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 			label = fmt.Sprintf("incremental (+1 version, %d files)", b.cfg.newFiles)
 		}
 		if b.cfg.stores["local"] {
-			g, err := b.localRun(ctx, name, label, local)
+			g, err := b.localRun(ctx, name, label, localStores, local)
 			if err != nil {
 				return fmt.Errorf("%s local→local: %w", scenario, err)
 			}
@@ -409,6 +420,26 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 			b.add(g)
 		}
 	}
+	return nil
+}
+
+// tmpfsFull copies the upstream at up to a folder on the tmpfs and runs
+// the first full mirror there, both tools alike.
+func (b *bench) tmpfsFull(ctx context.Context, name, up string) error {
+	dir, err := os.MkdirTemp(b.cfg.tmpfs, "fdl-bench-"+name+"-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	tup := filepath.Join(dir, "upstream")
+	if out, err := exec.CommandContext(ctx, "cp", "-a", up, tup).CombinedOutput(); err != nil {
+		return fmt.Errorf("copying the upstream to %s: %v: %s", b.cfg.tmpfs, err, out)
+	}
+	g, err := b.localRun(ctx, name, "full", tmpfsStores, pairIn(dir, tup))
+	if err != nil {
+		return err
+	}
+	b.add(g)
 	return nil
 }
 

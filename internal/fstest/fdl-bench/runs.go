@@ -23,8 +23,21 @@ import (
 // mirror per tool, and the mirror of the in-process counted run.
 type localPair struct{ up, fdl, rclone, counted, fdlTraced, rcloneTraced string }
 
-func (b *bench) localRun(ctx context.Context, repo, scenario string, p localPair) (*group, error) {
-	g := &group{repo: repo, scenario: scenario, stores: "local→local"}
+// pairIn are the folders of the local→local runs below dir, from up.
+func pairIn(dir, up string) localPair {
+	return localPair{up: up, fdl: filepath.Join(dir, "fdl"), rclone: filepath.Join(dir, "rclone"), counted: filepath.Join(dir, "counted"),
+		fdlTraced: filepath.Join(dir, "fdl-strace"), rcloneTraced: filepath.Join(dir, "rclone-strace")}
+}
+
+// Store pairs of local runs: folders on the scratch folder's disk, and on
+// a tmpfs, where writing costs no disk and fsync nothing.
+const (
+	localStores = "local→local"
+	tmpfsStores = "local→local (tmpfs)"
+)
+
+func (b *bench) localRun(ctx context.Context, repo, scenario, stores string, p localPair) (*group, error) {
+	g := &group{repo: repo, scenario: scenario, stores: stores}
 	m, err := b.runFDL(ctx, nil, p.up, p.fdl)
 	if err != nil {
 		return nil, err

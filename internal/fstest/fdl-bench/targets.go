@@ -46,6 +46,11 @@ func (b *bench) targets() string {
 			}
 		}
 	}
+	if f, r := b.find("medium", "full", tmpfsStores, fdl), b.find("medium", "full", tmpfsStores, rc); f != nil && r != nil {
+		x := float64(r.wall) / float64(f.wall)
+		add("full mirror at least 1.5× rclone's speed (medium, %s): fdl-mirror %s, rclone %s (%.2f×): %s",
+			tmpfsStores, seconds(f.wall), seconds(r.wall), x, verdict(x >= 1.5))
+	}
 	for _, stores := range []string{"local→local", "s3→s3"} {
 		s, m := b.find("small", "no-op", stores, fdl), b.find("medium", "no-op", stores, fdl)
 		if s != nil && m != nil && s.srcReq >= 0 && m.srcReq >= 0 {
