@@ -332,8 +332,11 @@ func copyExactly(f *os.File, r io.Reader, size int64, sync bool) error {
 	if err == nil && n != size {
 		err = fmt.Errorf("got %d bytes, want %d", n, size)
 	}
-	if err == nil && sync {
+	switch {
+	case err == nil && sync:
 		err = syncFile(f)
+	case err == nil:
+		startWriteback(f)
 	}
 	return err
 }
