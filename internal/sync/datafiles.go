@@ -272,13 +272,27 @@ func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Ca
 // with the recorded size. Files in known (see knownFromParents) with the
 // recorded size are there already.
 func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
-	var todo []int // indexes into cat.Files of the files to check
+	var todo []int    // indexes into cat.Files of the files to check
+	var parents []int // those a parent has, to confirm
 	for i, f := range cat.Files {
 		name := e.settings.DataDir + f.Path
-		// A parent's file is confirmed in the sink too: a lifecycle rule
-		// or an operator may have removed it since the parent was
-		// published, and a version is published only with every file.
-		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.isDistrusted(name) || !e.confirmInSink(ctx, name, f.Size) {
+		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.isDistrusted(name) {
+			todo = append(todo, i)
+		} else {
+			parents = append(parents, i)
+		}
+	}
+	// A parent's file is confirmed in the sink too: a lifecycle rule or
+	// an operator may have removed it since the parent was published, and
+	// a version is published only with every file. Several at a time: on
+	// a disk each is a stat.
+	gone := make([]bool, len(parents))
+	e.each(len(parents), func(k int) {
+		f := cat.Files[parents[k]]
+		gone[k] = !e.confirmInSink(ctx, e.settings.DataDir+f.Path, f.Size)
+	})
+	for k, i := range parents {
+		if gone[k] {
 			todo = append(todo, i)
 		}
 	}
