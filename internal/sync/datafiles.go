@@ -95,21 +95,16 @@ type versionCatalog struct {
 // reads it: the same limits and path rules for every catalog of a
 // version, and a refusal naming the catalog when it fails.
 func (e *engine) readCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*versionCatalog, error) {
-	select {
-	case e.catalogSlots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
 	catalogName := repo.VersionFile(id, file)
 	lim := e.opts.CatalogLimits.WithDefaults()
 	if size, ok := files[file]; ok && size > lim.MaxSize {
-		<-e.catalogSlots
 		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
+	// Fetched outside catalogSlots: a download waits on the source, and
+	// the versions holding a copy are bounded by versionSlots already.
 	fetched, err := e.catalogs.Fetch(ctx, e.src, catalogName)
 	if err != nil {
-		<-e.catalogSlots
 		if backend.IsNotExist(err) {
 			return nil, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
 		}
@@ -119,10 +114,15 @@ func (e *engine) readCatalog(ctx context.Context, id, file string, files map[str
 		return nil, err
 	}
 	if wantSHA256 != "" && fetched.SHA256 != wantSHA256 {
-		<-e.catalogSlots
 		fetched.Remove()
 		return nil, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
 			id, catalogName, fetched.SHA256, wantSHA256)
+	}
+	select {
+	case e.catalogSlots <- struct{}{}:
+	case <-ctx.Done():
+		fetched.Remove()
+		return nil, ctx.Err()
 	}
 	cat, err := e.catalogs.Read(ctx, fetched.Path, catalogName)
 	<-e.catalogSlots
