@@ -42,9 +42,20 @@ Exit codes: 0 all good, 1 something refused, failed or behind, 2 usage or config
 // run's heap double. DuckDB's own memory is bounded per catalog apart.
 const defaultMemoryLimit = 96 << 20
 
+// defaultGCPercent is the Go heap's growth between collections (GOGC
+// overrides it): half the default's. A mirror between object stores
+// makes garbage fast (an SDK request's worth per file copied), and with
+// the default the heap grew to twice the ~30 MiB it keeps: the medium
+// S3->S3 benchmark peaked at 164.5 MiB RSS with the default, 143.5 MiB
+// with 50, for 2.5 s more CPU over its 20 s.
+const defaultGCPercent = 50
+
 func main() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(defaultMemoryLimit)
+	}
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 	if len(os.Args) < 2 {
 		fmt.Fprint(os.Stderr, usage)
