@@ -90,7 +90,7 @@ func read(ctx context.Context, file, name string, lim Limits, pool *Pool) (*Cata
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
-	r := &reader{ctx: ctx, name: name, lim: lim}
+	r := &reader{ctx: ctx, name: name, lim: lim, file: file, pool: pool}
 	var c *Catalog
 	sqlite, err := isSQLite(file)
 	if err != nil {
@@ -146,8 +146,11 @@ type reader struct {
 	conn   *sql.Conn
 	cols   map[string]map[string]bool // table → column names present
 
+	file     string    // the local copy read
 	attached bool      // the catalog is attached as cat (DuckDB)
 	pooled   *instance // the pool's DuckDB the catalog is attached to
+	pool     *Pool
+	dirty    bool // the pooled DuckDB holds something it should not: not used again
 }
 
 // table is how the queries name one of the catalog's tables: the attached
@@ -261,7 +264,8 @@ func (r *reader) release(pool *Pool, ok bool) {
 			ok = false
 		}
 	}
-	pool.put(pooled, ok)
+	pool.forget(r.file)
+	pool.put(pooled, ok && !r.dirty)
 }
 
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
@@ -386,21 +390,63 @@ func (r *reader) tooManyFiles(n int64) error {
 // path). The system tables listed here describe the catalog without
 // running any of it.
 func (r *reader) checkObjects() error {
-	const where = "database_name = 'cat' AND lower(%s) LIKE 'ducklake%%'"
+	if r.pooled != nil {
+		return r.checkPooledObjects()
+	}
+	found, err := findObjects(r.ctx, r.conn, []string{"cat"})
+	if err != nil {
+		return r.errf("listing the catalog's objects: %w", err)
+	}
+	return r.objectError(found["cat"])
+}
+
+// objectFound is a ducklake_* object of a catalog that is not a table.
+type objectFound struct{ schema, object, kind string }
+
+func (r *reader) objectError(f *objectFound) error {
+	if f == nil {
+		return nil
+	}
+	return r.errf("%s.%s is %s, not a table: a catalog is read from base tables only, and a view or macro would run the catalog's own SQL", f.schema, f.object, f.kind)
+}
+
+// findObjects finds, in each of the attached databases named, a
+// ducklake_* view or macro; databases without one are not in the map.
+// Views first, then macros: listing the macros means listing every
+// function DuckDB has (duckdb_functions(); 32 ms on the test machine),
+// which is why a pool checks several catalogs with one listing.
+func findObjects(ctx context.Context, conn *sql.Conn, databases []string) (map[string]*objectFound, error) {
+	var in []string
+	for _, d := range databases {
+		in = append(in, sqlString(d))
+	}
+	const where = "database_name IN (%s) AND lower(%s) LIKE 'ducklake%%' ORDER BY database_name, schema_name, %s"
+	found := map[string]*objectFound{}
 	for _, q := range []struct{ kind, query string }{
-		{"a view", "SELECT schema_name, view_name FROM duckdb_views() WHERE " + fmt.Sprintf(where, "view_name")},
-		{"a macro", "SELECT schema_name, function_name FROM duckdb_functions() WHERE function_type IN ('macro', 'table_macro') AND " + fmt.Sprintf(where, "function_name")},
+		{"a view", "SELECT database_name, schema_name, view_name FROM duckdb_views() WHERE " + fmt.Sprintf(where, strings.Join(in, ", "), "view_name", "view_name")},
+		{"a macro", "SELECT database_name, schema_name, function_name FROM duckdb_functions() WHERE function_type IN ('macro', 'table_macro') AND " + fmt.Sprintf(where, strings.Join(in, ", "), "function_name", "function_name")},
 	} {
-		var schema, object string
-		err := r.conn.QueryRowContext(r.ctx, q.query+" LIMIT 1").Scan(&schema, &object)
-		if err == nil {
-			return r.errf("%s.%s is %s, not a table: a catalog is read from base tables only, and a view or macro would run the catalog's own SQL", schema, object, q.kind)
+		rows, err := conn.QueryContext(ctx, q.query)
+		if err != nil {
+			return nil, err
 		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return r.errf("listing the catalog's objects: %w", err)
+		for rows.Next() {
+			var db, schema, object string
+			if err := rows.Scan(&db, &schema, &object); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if found[db] == nil {
+				found[db] = &objectFound{schema: schema, object: object, kind: q.kind}
+			}
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, err
 		}
 	}
-	return nil
+	return found, nil
 }
 
 // loadColumns learns the columns of the tables this reader queries, which

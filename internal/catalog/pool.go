@@ -27,10 +27,16 @@ type Pool struct {
 	dir string
 	lim Limits
 
-	mu   gosync.Mutex
-	idle []*instance
-	size int
+	mu      gosync.Mutex
+	idle    []*instance
+	size    int
+	waiting map[string]bool         // fetched into dir, not read yet
+	checked map[string]*objectFound // checked ahead: what checkObjects would find (nil: nothing)
 }
+
+// checkAhead is how many catalogs waiting to be read one check of
+// objects looks at besides the one being read.
+const checkAhead = 7
 
 // NewPool makes the pool's folder in parent (os.TempDir when empty) and
 // keeps up to size instances idle between reads.
@@ -45,7 +51,7 @@ func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 		os.Remove(dir)
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	return &Pool{dir: dir, lim: lim.WithDefaults(), size: max(size, 1)}, nil
+	return &Pool{dir: dir, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, checked: map[string]*objectFound{}}, nil
 }
 
 // Dir is the pool's folder.
@@ -53,7 +59,73 @@ func (p *Pool) Dir() string { return p.dir }
 
 // Fetch copies a catalog from r into the pool's folder (see Fetch).
 func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
-	return Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
+	f, err := Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
+	if err != nil {
+		return nil, err
+	}
+	f.pool = p
+	p.mu.Lock()
+	p.waiting[f.Path] = true
+	p.mu.Unlock()
+	return f, nil
+}
+
+// forget drops what the pool knows of a file it fetched, removed now.
+func (p *Pool) forget(file string) {
+	p.mu.Lock()
+	delete(p.waiting, file)
+	delete(p.checked, file)
+	p.mu.Unlock()
+}
+
+// checkPooledObjects is checkObjects with a pooled DuckDB: a catalog
+// checked ahead with another is not listed again, and the others waiting
+// (fetched, not read yet) are attached beside this one and checked with
+// the same listing. Anything that goes wrong with them leaves them to be
+// checked when they are read.
+func (r *reader) checkPooledObjects() error {
+	p := r.pool
+	p.mu.Lock()
+	found, done := p.checked[r.file]
+	delete(p.waiting, r.file)
+	var ahead []string
+	if !done {
+		for f := range p.waiting {
+			if _, ok := p.checked[f]; !ok && len(ahead) < checkAhead {
+				ahead = append(ahead, f)
+			}
+		}
+	}
+	p.mu.Unlock()
+	if done {
+		return r.objectError(found)
+	}
+	dbs := []string{"cat"}
+	names := map[string]string{}
+	for i, f := range ahead {
+		db := fmt.Sprintf("ahead%d", i)
+		if _, err := r.conn.ExecContext(r.ctx, "ATTACH "+sqlString(f)+" AS "+db+" (TYPE duckdb, READ_ONLY)"); err == nil {
+			dbs = append(dbs, db)
+			names[db] = f
+		}
+	}
+	all, err := findObjects(r.ctx, r.conn, dbs)
+	for db := range names {
+		if _, derr := r.conn.ExecContext(context.Background(), "DETACH "+db); derr != nil {
+			r.dirty = true // not used again
+		}
+	}
+	if err != nil {
+		return r.errf("listing the catalog's objects: %w", err)
+	}
+	p.mu.Lock()
+	for db, f := range names {
+		if p.waiting[f] { // not removed meanwhile
+			p.checked[f] = all[db]
+		}
+	}
+	p.mu.Unlock()
+	return r.objectError(all["cat"])
 }
 
 // Read reads the catalog at file as Read does, with one of the pool's

@@ -5,8 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 )
 
@@ -106,5 +108,70 @@ func TestPooledDuckDBOpensNoFileOutsideItsFolder(t *testing.T) {
 	}
 	if _, err := os.Stat(pool.Dir()); !os.IsNotExist(err) {
 		t.Errorf("Close left the pool's folder: %v", err)
+	}
+}
+
+// fetchInto fetches the catalog file at path into the pool, as the
+// engine fetches an upstream's.
+func fetchInto(t *testing.T, pool *Pool, path string) *Fetched {
+	t.Helper()
+	src, err := local.Open(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	f, err := pool.Fetch(context.Background(), src, filepath.Base(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// The catalogs waiting in a pool are checked for views and macros with
+// the one being read; each is then refused (or read) by its own read as
+// when it is checked alone, with the same message.
+func TestPoolChecksTheCatalogsWaitingWithTheOneRead(t *testing.T) {
+	pool := newTestPool(t, Limits{})
+	clean := fetchInto(t, pool, generatedCatalog(t))
+	hostile := map[string]string{
+		"a macro": generatedCatalog(t, "CREATE MACRO ducklake_files() AS TABLE SELECT * FROM range(1e15::BIGINT)"),
+		"a view":  generatedCatalog(t, dataFileView("range(1e15::BIGINT) t(i)", "'f' || i || '.parquet'")...),
+	}
+	want := map[string]string{}
+	waiting := map[string]*Fetched{}
+	for kind, p := range hostile {
+		_, err := Read(context.Background(), p, catalogName, Limits{})
+		if err == nil || !strings.Contains(err.Error(), "is "+kind) {
+			t.Fatalf("%s: Read alone gives %v", kind, err)
+		}
+		want[kind] = err.Error()
+		waiting[kind] = fetchInto(t, pool, p)
+	}
+	other := fetchInto(t, pool, generatedCatalog(t))
+
+	if _, err := pool.Read(context.Background(), clean.Path, catalogName); err != nil {
+		t.Fatal(err)
+	}
+	pool.mu.Lock()
+	checked := len(pool.checked)
+	pool.mu.Unlock()
+	if checked != 3 {
+		t.Fatalf("reading one catalog checked %d waiting ones ahead, want 3", checked)
+	}
+	for kind, f := range waiting {
+		_, err := pool.Read(context.Background(), f.Path, catalogName)
+		if err == nil || err.Error() != want[kind] {
+			t.Errorf("%s checked ahead: read as %v, want %q", kind, err, want[kind])
+		}
+	}
+	if c, err := pool.Read(context.Background(), other.Path, catalogName); err != nil || len(c.Files) == 0 {
+		t.Errorf("a clean catalog checked ahead: %v", err)
+	}
+	// What a read or Remove is done with is forgotten.
+	other.Remove()
+	pool.mu.Lock()
+	defer pool.mu.Unlock()
+	if len(pool.checked) != 0 || len(pool.waiting) != 0 {
+		t.Errorf("the pool still knows %d checked and %d waiting files", len(pool.checked), len(pool.waiting))
 	}
 }

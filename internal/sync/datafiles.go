@@ -18,12 +18,15 @@ import (
 // copyVersion is the heavy part of mirroring a version, a few versions at
 // a time: each holds its catalog's list of files, which can be long.
 func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles int, err error) {
+	// A version's main catalog is fetched before it takes a version slot,
+	// several versions ahead: the pool then checks the catalogs waiting
+	// together (see catalog.Pool), and downloads overlap reads.
 	select {
-	case e.versionSlots <- struct{}{}:
+	case e.aheadSlots <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	defer func() { <-e.versionSlots }()
+	defer func() { <-e.aheadSlots }()
 	id, raw, rec := n.id, n.raw, n.rec
 	var sig []byte
 	parents := rec.Parents
@@ -46,11 +49,29 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 	// Every catalog is read before any data file is copied: a bad one
 	// refuses the version without a byte of it written.
 	mainFile := repo.MainCatalog(files)
-	main, err := e.readCatalog(ctx, id, mainFile, files, rec.SHA256)
+	var fetched *catalog.Fetched
+	if size, ok := files[mainFile]; ok && size >= 0 && size <= maxAheadCatalog {
+		if fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
+			return 0, err
+		}
+		defer fetched.Remove()
+	}
+	select {
+	case e.versionSlots <- struct{}{}:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	defer func() { <-e.versionSlots }()
+	if fetched == nil {
+		if fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
+			return 0, err
+		}
+		defer fetched.Remove()
+	}
+	main, err := e.readFetched(ctx, id, mainFile, fetched)
 	if err != nil {
 		return 0, err
 	}
-	defer main.fetched.Remove()
 	var alternates []*versionCatalog
 	defer func() {
 		for _, a := range alternates {
@@ -95,14 +116,31 @@ type versionCatalog struct {
 // reads it: the same limits and path rules for every catalog of a
 // version, and a refusal naming the catalog when it fails.
 func (e *engine) readCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*versionCatalog, error) {
+	fetched, err := e.fetchCatalog(ctx, id, file, files, wantSHA256)
+	if err != nil {
+		return nil, err
+	}
+	c, err := e.readFetched(ctx, id, file, fetched)
+	if err != nil {
+		fetched.Remove()
+	}
+	return c, err
+}
+
+// maxAheadCatalog is the largest catalog fetched before its version takes
+// a slot: those copies wait on the disk, up to aheadSlots of them.
+const maxAheadCatalog = 64 << 20
+
+// fetchCatalog fetches one of a version's catalogs into the pool's
+// folder and checks its sha256 where the record gives one.
+func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*catalog.Fetched, error) {
 	catalogName := repo.VersionFile(id, file)
 	lim := e.opts.CatalogLimits.WithDefaults()
 	if size, ok := files[file]; ok && size > lim.MaxSize {
 		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
-	// Fetched outside catalogSlots: a download waits on the source, and
-	// the versions holding a copy are bounded by versionSlots already.
+	// Fetched outside catalogSlots: a download waits on the source.
 	fetched, err := e.catalogs.Fetch(ctx, e.src, catalogName)
 	if err != nil {
 		if backend.IsNotExist(err) {
@@ -118,10 +156,15 @@ func (e *engine) readCatalog(ctx context.Context, id, file string, files map[str
 		return nil, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
 			id, catalogName, fetched.SHA256, wantSHA256)
 	}
+	return fetched, nil
+}
+
+// readFetched reads a fetched catalog, at most catalogSlots at once.
+func (e *engine) readFetched(ctx context.Context, id, file string, fetched *catalog.Fetched) (*versionCatalog, error) {
+	catalogName := repo.VersionFile(id, file)
 	select {
 	case e.catalogSlots <- struct{}{}:
 	case <-ctx.Done():
-		fetched.Remove()
 		return nil, ctx.Err()
 	}
 	cat, err := e.catalogs.Read(ctx, fetched.Path, catalogName)
@@ -130,7 +173,6 @@ func (e *engine) readCatalog(ctx context.Context, id, file string, files map[str
 	e.report.CatalogsRead++
 	e.mu.Unlock()
 	if err != nil {
-		fetched.Remove()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}

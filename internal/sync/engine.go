@@ -45,6 +45,7 @@ type engine struct {
 	copySlots    chan struct{} // bounds file copies across all versions
 	catalogSlots chan struct{} // bounds catalogs fetched and read at once
 	versionSlots chan struct{} // bounds versions holding a catalog's file list
+	aheadSlots   chan struct{} // bounds versions with a catalog fetched, waiting for a version slot
 
 	// Inventories, each read with one listing where the store can list.
 	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
@@ -97,6 +98,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		copySlots:    make(chan struct{}, opts.Concurrency),
 		catalogSlots: make(chan struct{}, 2),
 		versionSlots: make(chan struct{}, 2),
+		aheadSlots:   make(chan struct{}, 8),
 		published:    map[string]bool{},
 		publishedNow: map[string]bool{},
 		refused:      map[string]*refusal{},
