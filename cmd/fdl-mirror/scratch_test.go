@@ -71,7 +71,7 @@ func killDuringCatalogDownload(t *testing.T, tmpdir, place string, whileAlive fu
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		matches, _ := filepath.Glob(filepath.Join(place, "run-*", "catalog-*"))
+		matches, _ := filepath.Glob(filepath.Join(place, "run-*", "catalogs-*", "catalog-*"))
 		if len(matches) > 0 {
 			if st, err := os.Stat(matches[0]); err == nil && st.Size() > 0 {
 				break

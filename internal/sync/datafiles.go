@@ -51,7 +51,17 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 	mainFile := repo.MainCatalog(files)
 	var fetched *catalog.Fetched
 	if size, ok := files[mainFile]; ok && size >= 0 && size <= maxAheadCatalog {
-		if fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
+		// One download ahead at a time: the versions holding slots keep
+		// most of the bandwidth (under bwlimit, eight catalogs fetched
+		// at once held back every data file for a minute).
+		select {
+		case e.aheadFetch <- struct{}{}:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256)
+		<-e.aheadFetch
+		if err != nil {
 			return 0, err
 		}
 		defer fetched.Remove()

@@ -46,6 +46,7 @@ type engine struct {
 	catalogSlots chan struct{} // bounds catalogs fetched and read at once
 	versionSlots chan struct{} // bounds versions holding a catalog's file list
 	aheadSlots   chan struct{} // bounds versions with a catalog fetched, waiting for a version slot
+	aheadFetch   chan struct{} // one catalog download ahead of its version at a time
 
 	// Inventories, each read with one listing where the store can list.
 	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
@@ -99,6 +100,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		catalogSlots: make(chan struct{}, 2),
 		versionSlots: make(chan struct{}, 2),
 		aheadSlots:   make(chan struct{}, 8),
+		aheadFetch:   make(chan struct{}, 1),
 		published:    map[string]bool{},
 		publishedNow: map[string]bool{},
 		refused:      map[string]*refusal{},
