@@ -108,7 +108,7 @@ func read(ctx context.Context, file, name string, lim Limits, pool *Pool) (*Cata
 	if err == nil {
 		c, err = r.read()
 	}
-	r.release(pool, err == nil)
+	r.release(err == nil)
 	if err == nil {
 		return c, nil
 	}
@@ -244,7 +244,7 @@ func (r *reader) attach(file string) error {
 // release ends the reader's use of its database: a pooled DuckDB whose
 // read went well detaches the catalog and goes back to the pool; any
 // other is closed.
-func (r *reader) release(pool *Pool, ok bool) {
+func (r *reader) release(ok bool) {
 	if r.db == nil {
 		return
 	}
@@ -264,8 +264,8 @@ func (r *reader) release(pool *Pool, ok bool) {
 			ok = false
 		}
 	}
-	pool.forget(r.file)
-	pool.put(pooled, ok && !r.dirty)
+	r.pool.forget(r.file)
+	r.pool.put(pooled, ok && !r.dirty)
 }
 
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
