@@ -100,20 +100,30 @@ func (r *reader) checkPooledObjects() error {
 	if done {
 		return r.objectError(found)
 	}
+	// The others' share of the work has a deadline of its own, a quarter
+	// of this read's: a catalog waiting that is slow to attach must not
+	// make this one's read run out of time.
+	actx, cancel := context.WithTimeout(r.ctx, r.lim.Timeout/4)
+	defer cancel()
 	dbs := []string{"cat"}
 	names := map[string]string{}
 	for i, f := range ahead {
 		db := fmt.Sprintf("ahead%d", i)
-		if _, err := r.conn.ExecContext(r.ctx, "ATTACH "+sqlString(f)+" AS "+db+" (TYPE duckdb, READ_ONLY)"); err == nil {
+		if _, err := r.conn.ExecContext(actx, "ATTACH "+sqlString(f)+" AS "+db+" (TYPE duckdb, READ_ONLY)"); err == nil {
 			dbs = append(dbs, db)
 			names[db] = f
 		}
 	}
-	all, err := findObjects(r.ctx, r.conn, dbs)
+	all, err := findObjects(actx, r.conn, dbs)
 	for db := range names {
 		if _, derr := r.conn.ExecContext(context.Background(), "DETACH "+db); derr != nil {
 			r.dirty = true // not used again
 		}
+	}
+	if err != nil && len(names) > 0 {
+		// Without the others, as a read alone checks.
+		names = nil
+		all, err = findObjects(r.ctx, r.conn, []string{"cat"})
 	}
 	if err != nil {
 		return r.errf("listing the catalog's objects: %w", err)
