@@ -114,7 +114,12 @@ func (r *reader) checkPooledObjects() error {
 			names[db] = f
 		}
 	}
-	all, err := findObjects(actx, r.conn, dbs)
+	// Alone, the catalog's own check has all of its read's time.
+	qctx := r.ctx
+	if len(names) > 0 {
+		qctx = actx
+	}
+	all, err := findObjects(qctx, r.conn, dbs)
 	for db := range names {
 		if _, derr := r.conn.ExecContext(context.Background(), "DETACH "+db); derr != nil {
 			r.dirty = true // not used again
