@@ -246,9 +246,11 @@ func newBench(ctx context.Context, cfg config) (*bench, error) {
 	if _, err := os.Stat(b.fdl); err != nil {
 		return nil, fmt.Errorf("fdl-mirror binary: %w (run make build)", err)
 	}
+	binaries := []string{b.fdl}
 	if rc, err := exec.LookPath(cfg.rclone); err == nil {
-		evictFromPageCache(b.fdl, rc)
+		binaries = append(binaries, rc)
 	}
+	evictFromPageCache(binaries...)
 	if c, err := runChild(ctx, nil, b.fdl, "version"); err == nil {
 		b.fdlVersion = strings.TrimSpace(c.Stdout)
 	}
