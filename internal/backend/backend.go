@@ -31,6 +31,7 @@ package backend
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -299,4 +300,29 @@ func WithoutSync(ctx context.Context) context.Context {
 func SyncDeferred(ctx context.Context) bool {
 	v, _ := ctx.Value(withoutSyncKey{}).(bool)
 	return v
+}
+
+type contentSHA256Key struct{}
+
+// WithContentSHA256 returns a context under which a Put writes bytes whose
+// SHA-256 the caller knows (a catalog checked against its record): a
+// store that can have the write checked against the sum does, and then
+// stores nothing but those bytes (S3's x-amz-checksum-sha256); the others
+// ignore it. A sum that is not 64 hex digits is no sum.
+func WithContentSHA256(ctx context.Context, hexSum string) context.Context {
+	return context.WithValue(ctx, contentSHA256Key{}, hexSum)
+}
+
+// ContentSHA256 is the sum given to WithContentSHA256, as 32 bytes; nil
+// when there is none.
+func ContentSHA256(ctx context.Context) []byte {
+	s, _ := ctx.Value(contentSHA256Key{}).(string)
+	if len(s) != 64 {
+		return nil
+	}
+	sum, err := hex.DecodeString(s)
+	if err != nil {
+		return nil
+	}
+	return sum
 }

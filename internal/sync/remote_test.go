@@ -1,18 +1,27 @@
 package sync_test
 
 import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -206,5 +215,43 @@ func TestRunThatCannotCompletePublishesNoIncompleteVersion(t *testing.T) {
 	}
 	if p := fdltest.Complete(t, mirror); len(p) > 0 {
 		t.Errorf("mirror has refs to incomplete versions: %v", p)
+	}
+}
+
+// A catalog goes into an S3 mirror with the SHA-256 its record gives,
+// checked by the store on write: the object the mirror holds is the one
+// that was verified, and the store says so (ChecksumSHA256).
+func TestS3SinkStoresCatalogsWithTheRecordsSHA256(t *testing.T) {
+	srv := testserver.S3(t)
+	_, up, _ := fdltest.Layout(t)
+	g := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 2})
+	bucket := srv.Bucket(t)
+	rep, err := syncAddr(t, up, srv.URL(bucket, "mirror"), fdlsync.Options{})
+	if err != nil || !rep.OK() {
+		t.Fatalf("run: %v; refused %+v", err, rep.Refused)
+	}
+	for _, id := range g.Versions {
+		raw, err := os.ReadFile(filepath.Join(up, "versions", id, "version.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := repo.ParseRecord(id, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := srv.Client().GetObject(context.Background(), &awss3.GetObjectInput{
+			Bucket:       aws.String(bucket),
+			Key:          aws.String("mirror/versions/" + id + "/ducklake.duckdb"),
+			ChecksumMode: types.ChecksumModeEnabled,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Body.Close()
+		sum, err := base64.StdEncoding.DecodeString(aws.ToString(out.ChecksumSHA256))
+		if err != nil || hex.EncodeToString(sum) != rec.SHA256 {
+			t.Errorf("version %s: the stored catalog's SHA-256 checksum is %q (%v), want the record's %s",
+				id, aws.ToString(out.ChecksumSHA256), err, rec.SHA256)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -56,7 +57,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		}
 	}
 	for _, a := range alternates {
-		if err := e.putLocalFile(dctx, a.name, a.fetched.Path, a.fetched.Size); err != nil {
+		if err := e.putCatalog(dctx, a.name, a.fetched); err != nil {
 			return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 		}
 	}
@@ -64,7 +65,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 	if size, ok := have[main.file]; ok && size == cat.Size && e.sinkCatalogIs(ctx, main.name, cat.SHA256) {
 		// Written by an interrupted run from a copy of this record's
 		// catalog (same sha256).
-	} else if err := e.putLocalFile(dctx, main.name, cat.Path, cat.Size); err != nil {
+	} else if err := e.putCatalog(dctx, main.name, cat); err != nil {
 		return refuse(ReasonCopy, id, main.name, "version %s: writing catalog: %v", id, err)
 	}
 	return nil
@@ -133,26 +134,29 @@ func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size 
 	if err := e.mirrorDataFiles(ctx, id, a.cat, nil); err != nil {
 		return listedBy(err, a.name)
 	}
-	if err := e.putLocalFile(ctx, a.name, a.fetched.Path, a.fetched.Size); err != nil {
+	if err := e.putCatalog(ctx, a.name, a.fetched); err != nil {
 		return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 	}
 	return nil
 }
 
-func (e *engine) putLocalFile(ctx context.Context, name, local string, size int64) error {
+// putCatalog writes a fetched catalog from its local copy, with the
+// SHA-256 of the bytes that were read: a store that can check a write
+// against it (S3) stores those bytes or nothing.
+func (e *engine) putCatalog(ctx context.Context, name string, cat *catalog.Fetched) error {
 	if e.opts.DryRun {
 		e.plan(name)
 		return nil
 	}
-	f, err := os.Open(local)
+	f, err := os.Open(cat.Path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := e.dst.Put(ctx, name, f, size); err != nil {
+	if err := e.dst.Put(backend.WithContentSHA256(ctx, cat.SHA256), name, f, cat.Size); err != nil {
 		return err
 	}
-	e.copied(size)
+	e.copied(cat.Size)
 	return nil
 }
 

@@ -24,6 +24,7 @@ package s3
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -39,11 +40,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -556,10 +559,32 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, c
 	if create {
 		in.IfNoneMatch = aws.String("*")
 	}
-	if _, err := s.client.PutObject(ctx, in, s.logRetries(name)); err != nil {
+	optFns := []func(*awss3.Options){s.logRetries(name)}
+	if sum := backend.ContentSHA256(ctx); sum != nil {
+		// The store checks the object against the sum the caller
+		// verified, and the SDK signs with it rather than hashing the
+		// body again (it would, twice, on an http:// endpoint).
+		in.ChecksumSHA256 = aws.String(base64.StdEncoding.EncodeToString(sum))
+		optFns = append(optFns, signWithPayloadHash(hex.EncodeToString(sum)))
+	}
+	if _, err := s.client.PutObject(ctx, in, optFns...); err != nil {
 		return s.err(op, name, err)
 	}
 	return nil
+}
+
+// signWithPayloadHash is a per-request option that gives SigV4 the body's
+// SHA-256 (hex), known beforehand, so the SDK does not read the body to
+// compute it.
+func signWithPayloadHash(hexSum string) func(*awss3.Options) {
+	return func(o *awss3.Options) {
+		o.APIOptions = append(o.APIOptions, func(stack *middleware.Stack) error {
+			return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("fdlPayloadHash",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					return next.HandleFinalize(v4.SetPayloadHash(ctx, hexSum), in)
+				}), middleware.Before)
+		})
+	}
 }
 
 // readPart fills buf, the part of an object of size bytes that starts at

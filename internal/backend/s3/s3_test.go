@@ -9,6 +9,8 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"io"
@@ -26,6 +28,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
@@ -482,4 +485,47 @@ func TestMissingBucketAndBadKeyAreNotAbsentObjects(t *testing.T) {
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong"+srv.SecretKey)
 	check("wrong secret", open(t, srv.URL(bucket, "p"), s3.Options{MaxAttempts: 1}), backend.ErrAccessDenied)
+}
+
+// A Put that carries the SHA-256 its caller verified stores those bytes
+// or nothing: the gateway checks the body against the sum, and a body
+// that differs leaves the object as it was.
+func TestPutWithContentSHA256IsCheckedByTheStore(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	st := open(t, srv.URL(bucket, "m"), s3.Options{})
+	ctx := context.Background()
+	body := []byte("catalog bytes as verified")
+	sum := sha256.Sum256(body)
+	hexSum := hex.EncodeToString(sum[:])
+	if err := st.Put(backend.WithContentSHA256(ctx, hexSum), "cat", bytes.NewReader(body), int64(len(body))); err != nil {
+		t.Fatalf("Put with the body's own sum: %v", err)
+	}
+	out, err := srv.Client().GetObject(ctx, &awss3.GetObjectInput{
+		Bucket: aws.String(bucket), Key: aws.String("m/cat"), ChecksumMode: types.ChecksumModeEnabled,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.Body.Close()
+	if got, want := aws.ToString(out.ChecksumSHA256), base64.StdEncoding.EncodeToString(sum[:]); got != want {
+		t.Fatalf("stored object's SHA-256 checksum = %q, want %q (the sum was not sent)", got, want)
+	}
+
+	other := []byte("other bytes, same length!")
+	if len(other) != len(body) {
+		t.Fatal("test bodies must be of one length")
+	}
+	if err := st.Put(backend.WithContentSHA256(ctx, hexSum), "cat", bytes.NewReader(other), int64(len(other))); err == nil {
+		t.Fatal("Put of bytes other than the sum's succeeded")
+	}
+	if got := backendtest.MustRead(t, st, "cat"); !bytes.Equal(got, body) {
+		t.Fatalf("after the refused Put the object holds %q, want %q", got, body)
+	}
+	if err := st.Put(backend.WithContentSHA256(ctx, hexSum), "absent", bytes.NewReader(other), int64(len(other))); err == nil {
+		t.Fatal("Put of bytes other than the sum's succeeded")
+	}
+	if _, err := st.Stat(ctx, "absent"); !backend.IsNotExist(err) {
+		t.Fatalf("a refused Put left an object: Stat err = %v", err)
+	}
 }
