@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -71,7 +72,8 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	defer func() { <-e.versionSlots }()
+	releaseSlot := sync.OnceFunc(func() { <-e.versionSlots })
+	defer releaseSlot()
 	if fetched == nil {
 		if fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
 			return 0, err
@@ -107,9 +109,18 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 		}
 		dataFiles += len(a.cat.Files)
 	}
+	// The file lists are done with: the next version takes the slot
+	// (and reads its catalog) while this one writes its folder.
+	main.cat = nil
+	for _, a := range alternates {
+		a.cat = nil
+	}
+	releaseSlot()
+	e.log.Debug("data files in the sink", zap.String("version", id), zap.Int("data_files", dataFiles))
 	if err := e.writeVersionFiles(ctx, id, files, main, alternates); err != nil {
 		return 0, err
 	}
+	e.log.Debug("version folder written", zap.String("version", id))
 	return dataFiles, nil
 }
 
@@ -151,7 +162,9 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
 	// Fetched outside catalogSlots: a download waits on the source.
+	start := time.Now()
 	fetched, err := e.catalogs.Fetch(ctx, e.src, catalogName)
+	e.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	if err != nil {
 		if backend.IsNotExist(err) {
 			return nil, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
@@ -177,8 +190,10 @@ func (e *engine) readFetched(ctx context.Context, id, file string, fetched *cata
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	start := time.Now()
 	cat, err := e.catalogs.Read(ctx, fetched.Path, catalogName)
 	<-e.catalogSlots
+	e.log.Debug("catalog read", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	e.mu.Lock()
 	e.report.CatalogsRead++
 	e.mu.Unlock()
