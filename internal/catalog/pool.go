@@ -30,8 +30,9 @@ type Pool struct {
 	mu      gosync.Mutex
 	idle    []*instance
 	size    int
-	waiting map[string]bool         // fetched into dir, not read yet
-	checked map[string]*objectFound // checked ahead: what checkObjects would find (nil: nothing)
+	waiting  map[string]bool          // fetched into dir, not read yet
+	checked  map[string]*objectFound  // checked ahead: what checkObjects would find (nil: nothing)
+	checking map[string]chan struct{} // being checked ahead by a read: closed when that check is over
 }
 
 // checkAhead is how many catalogs waiting to be read one check of
@@ -51,7 +52,7 @@ func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 		os.Remove(dir)
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	return &Pool{dir: dir, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, checked: map[string]*objectFound{}}, nil
+	return &Pool{dir: dir, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, checked: map[string]*objectFound{}, checking: map[string]chan struct{}{}}, nil
 }
 
 // Dir is the pool's folder.
@@ -75,6 +76,7 @@ func (p *Pool) forget(file string) {
 	p.mu.Lock()
 	delete(p.waiting, file)
 	delete(p.checked, file)
+	delete(p.checking, file)
 	p.mu.Unlock()
 }
 
@@ -83,16 +85,32 @@ func (p *Pool) forget(file string) {
 // (fetched, not read yet) are attached beside this one and checked with
 // the same listing. Anything that goes wrong with them leaves them to be
 // checked when they are read.
+//
+// A catalog another read is checking ahead right now waits for that
+// check rather than listing every function a second time (the listing is
+// the costly part, and both instances share the same cores).
 func (r *reader) checkPooledObjects() error {
 	p := r.pool
 	p.mu.Lock()
-	found, done := p.checked[r.file]
 	delete(p.waiting, r.file)
+	if ch := p.checking[r.file]; ch != nil {
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-r.ctx.Done():
+			return r.errf("listing the catalog's objects: %w", r.ctx.Err())
+		}
+		p.mu.Lock()
+	}
+	found, done := p.checked[r.file]
 	var ahead []string
+	batch := make(chan struct{})
 	if !done {
 		for f := range p.waiting {
-			if _, ok := p.checked[f]; !ok && len(ahead) < checkAhead {
+			_, ok := p.checked[f]
+			if !ok && p.checking[f] == nil && len(ahead) < checkAhead {
 				ahead = append(ahead, f)
+				p.checking[f] = batch
 			}
 		}
 	}
@@ -100,6 +118,14 @@ func (r *reader) checkPooledObjects() error {
 	if done {
 		return r.objectError(found)
 	}
+	defer func() {
+		p.mu.Lock()
+		for _, f := range ahead {
+			delete(p.checking, f)
+		}
+		p.mu.Unlock()
+		close(batch)
+	}()
 	// The others' share of the work has a deadline of its own, a quarter
 	// of this read's: a catalog waiting that is slow to attach must not
 	// make this one's read run out of time.
@@ -135,7 +161,7 @@ func (r *reader) checkPooledObjects() error {
 	}
 	p.mu.Lock()
 	for db, f := range names {
-		if p.waiting[f] { // not removed meanwhile
+		if p.checking[f] == batch { // not removed meanwhile
 			p.checked[f] = all[db]
 		}
 	}
