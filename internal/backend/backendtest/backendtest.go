@@ -191,7 +191,37 @@ func failingReaders(size int64) map[string]func() io.Reader {
 		"error": func() io.Reader {
 			return io.MultiReader(newGenerator(3, size/2), errReader{boom})
 		},
+		// Readers that are also io.ReaderAt (a local file, bytes in
+		// memory), which a store may send from where they are.
+		"short-at": func() io.Reader { return bytes.NewReader(generated(3, size-1)) },
+		"long-at":  func() io.Reader { return bytes.NewReader(generated(3, size+1)) },
+		"error-at": func() io.Reader {
+			return io.NewSectionReader(holeReaderAt{generated(3, size), size / 2, boom}, 0, size)
+		},
 	}
+}
+
+// holeReaderAt reads data, but for the byte at hole, which fails with err:
+// its ends read well, the middle does not.
+type holeReaderAt struct {
+	data []byte
+	hole int64
+	err  error
+}
+
+func (h holeReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off >= int64(len(h.data)) {
+		return 0, io.EOF
+	}
+	end := off + int64(len(p))
+	if off <= h.hole && h.hole < end {
+		return copy(p, h.data[off:h.hole]), h.err
+	}
+	n := copy(p, h.data[off:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // failureSizes covers a small object and one above a 16 MiB multipart

@@ -18,7 +18,10 @@
 // PutObject, or by CompleteMultipartUpload above PartSize, never partly.
 // Data is read into part-sized buffers before it is sent, so memory stays
 // bounded (PartSize × Concurrency per store, across its concurrent Puts,
-// counting the parts being read) and each request can be retried.
+// counting the parts being read) and each request can be retried. An
+// object of one part given as an io.ReaderAt (a local file, bytes in
+// memory) is sent from where it is, with no buffer: it can be read again
+// for a retry as it is.
 package s3
 
 import (
@@ -534,26 +537,79 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, c
 	if size > s.opts.PartSize {
 		return s.putMultipart(ctx, name, r, size, create)
 	}
-	// Objects of more than a quarter part count against the store's parts;
-	// smaller ones are held as they are, a few MiB per concurrent Put.
-	var buf []byte
+	if ra, ok := r.(io.ReaderAt); ok {
+		if err := endsAt(ra, size); err != nil {
+			return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+		}
+		return s.putObject(ctx, name, io.NewSectionReader(ra, 0, size), size, create)
+	}
+	held, err := s.readBody(ctx, r, size)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+	}
+	defer held.release()
+	return s.putObject(ctx, name, bytes.NewReader(held.buf), size, create)
+}
+
+// endsAt checks that ra holds exactly size bytes, as readPart does for a
+// stream: an object is never sent cut short or cut off.
+func endsAt(ra io.ReaderAt, size int64) error {
+	var one [1]byte
+	if size > 0 {
+		if n, err := ra.ReadAt(one[:], size-1); n != 1 {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("reading source: fewer than the expected %d bytes", size)
+			}
+			return fmt.Errorf("reading source at byte %d: %w", size-1, err)
+		}
+	}
+	n, err := ra.ReadAt(one[:], size)
+	if n > 0 {
+		return fmt.Errorf("reading source: more than the expected %d bytes", size)
+	}
+	if errors.Is(err, io.EOF) {
+		return nil
+	}
+	return fmt.Errorf("reading source at byte %d: %w", size, err)
+}
+
+// heldBody is an object's bytes read into memory for a single PutObject.
+type heldBody struct {
+	buf     []byte
+	release func()
+}
+
+// readBody reads an object of one part into memory. Objects of more than
+// a quarter part count against the store's parts; smaller ones are held
+// as they are, a few MiB per concurrent Put.
+func (s *Store) readBody(ctx context.Context, r io.Reader, size int64) (*heldBody, error) {
+	h := &heldBody{release: func() {}}
 	if size > s.opts.PartSize/4 {
 		b, err := s.parts.get(ctx, size)
 		if err != nil {
-			return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+			return nil, err
 		}
-		defer s.parts.release(b)
-		buf = b
+		h.buf, h.release = b, func() { s.parts.release(b) }
 	} else {
-		buf = make([]byte, size)
+		h.buf = make([]byte, size)
 	}
-	if err := readPart(r, buf, 0, size); err != nil {
-		return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+	if err := readPart(r, h.buf, 0, size); err != nil {
+		h.release()
+		return nil, err
+	}
+	return h, nil
+}
+
+// putObject sends an object of one part with PutObject.
+func (s *Store) putObject(ctx context.Context, name string, body io.ReadSeeker, size int64, create bool) error {
+	op := "put"
+	if create {
+		op = "create"
 	}
 	in := &awss3.PutObjectInput{
 		Bucket:        aws.String(s.bucket),
 		Key:           aws.String(s.key(name)),
-		Body:          bytes.NewReader(buf),
+		Body:          body,
 		ContentLength: aws.Int64(size),
 	}
 	if create {
