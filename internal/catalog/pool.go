@@ -27,9 +27,9 @@ type Pool struct {
 	dir string
 	lim Limits
 
-	mu      gosync.Mutex
-	idle    []*instance
-	size    int
+	mu       gosync.Mutex
+	idle     []*instance
+	size     int
 	waiting  map[string]bool          // fetched into dir, not read yet
 	checked  map[string]*objectFound  // checked ahead: what checkObjects would find (nil: nothing)
 	checking map[string]chan struct{} // being checked ahead by a read: closed when that check is over
