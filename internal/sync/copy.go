@@ -152,9 +152,14 @@ func (e *sourceError) Permanent() bool { return true }
 // (no byte passes through the mirror to count). A run copying many files
 // (it listed the sink's data_dir rather than asking file by file) takes
 // the sizes from one listing of the source's data_dir: a page per thousand
-// files instead of a request per file.
+// files instead of a request per file. It asks file by file first, as many
+// times as that listing would take pages (guessed from the sink's, which
+// holds most of the same files): a run adding ten files to a mirror of
+// twenty thousand asks ten times rather than listing twenty pages, and
+// one copying everything pays at most twice the cheaper way.
 func (e *engine) sourceSize(ctx context.Context, name string) (int64, error) {
-	if e.dstData.loaded.Load() && e.src.Properties().CanList && strings.HasPrefix(name, e.settings.DataDir) {
+	if e.dstData.loaded.Load() && e.src.Properties().CanList && strings.HasPrefix(name, e.settings.DataDir) &&
+		(e.srcData.loaded.Load() || e.srcStats.Add(1) > int64(len(e.dstData.files)/listPage+1)) {
 		files, err := e.srcData.load(ctx, e.src, e.settings.DataDir)
 		if size, ok := files[name]; ok && err == nil {
 			return size, nil
@@ -164,6 +169,10 @@ func (e *engine) sourceSize(ctx context.Context, name string) (int64, error) {
 	fi, err := e.src.Stat(ctx, name)
 	return fi.Size, err
 }
+
+// listPage is how many names a list request returns (S3's and GCS's
+// default page).
+const listPage = 1000
 
 func sizeRefusal(name string, got, want int64) *refusal {
 	return refuse(ReasonSizeMismatch, "", name, "data file %s has %d bytes upstream, the catalog records %d", name, got, want)

@@ -3,8 +3,11 @@ package sync_test
 import (
 	"context"
 	"net/url"
+	"slices"
+	"sync"
 	"testing"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
@@ -71,5 +74,73 @@ func TestSyncCopiesServerSideWithinOneS3Endpoint(t *testing.T) {
 	if rep, err := fdlsync.Run(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
 		t.Fatalf("s3 back to local: %v %+v", err, rep)
 	}
+	fdltest.AssertMirrored(t, up, back, nil)
+}
+
+// listedPrefixes records the prefixes a store was asked to list.
+type listedPrefixes struct {
+	backend.Reader
+	mu       sync.Mutex
+	prefixes []string
+}
+
+func (l *listedPrefixes) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	l.mu.Lock()
+	l.prefixes = append(l.prefixes, prefix)
+	l.mu.Unlock()
+	return l.Reader.List(ctx, prefix, fn)
+}
+
+func (l *listedPrefixes) Unwrap() backend.Reader { return l.Reader }
+
+// A server-side copy checks the source file's size first. A run adding
+// a few files asks for those sizes one by one; only a run copying as many
+// files as a listing of the source's data_dir has pages lists it.
+func TestFewServerSideCopiesAskSizesOneByOne(t *testing.T) {
+	srv := testserver.S3(t)
+	up := t.TempDir()
+	ctx := context.Background()
+	if _, err := generate.Generate(ctx, up, generate.Options{Versions: 2, FilesPerVersion: 10, FastParquet: true}); err != nil {
+		t.Fatal(err)
+	}
+	a := openS3(t, srv.URL(srv.Bucket(t), "a"))
+	b := openS3(t, srv.URL(srv.Bucket(t), "b"))
+	lsrc, _ := local.Open(up)
+	mustRun := func(src backend.Reader, dst backend.Backend) {
+		t.Helper()
+		if rep, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{}); err != nil || !rep.OK() {
+			t.Fatalf("run: %v %+v", err, rep)
+		}
+	}
+	mustRun(lsrc, a)
+	first := &listedPrefixes{Reader: a}
+	counted := counting.Wrap(first)
+	mustRun(counted, b)
+	if !slices.Contains(first.prefixes, "data/") {
+		t.Errorf("a first mirror of 20 files listed %v, not data/: a size request per file", first.prefixes)
+	}
+	if n := counted.Counts().Stat; n > 1 {
+		t.Errorf("a first mirror asked for %d sizes one by one; want at most one before listing", n)
+	}
+
+	if _, err := generate.AddVersion(ctx, up, 1, generate.Options{FastParquet: true}); err != nil {
+		t.Fatal(err)
+	}
+	mustRun(lsrc, a)
+	next := &listedPrefixes{Reader: a}
+	counted = counting.Wrap(next)
+	rep, err := fdlsync.Run(ctx, counted, counting.WrapBackend(b), fdlsync.Options{})
+	if err != nil || !rep.OK() || rep.FilesCopied == 0 {
+		t.Fatalf("incremental: %v %+v", err, rep)
+	}
+	if slices.Contains(next.prefixes, "data/") {
+		t.Errorf("adding one data file listed the source's data/ (%v)", next.prefixes)
+	}
+	if n := counted.Counts().Stat; n != 1 {
+		t.Errorf("adding one data file asked for %d source sizes, want 1", n)
+	}
+	back := t.TempDir()
+	lback, _ := local.Create(back)
+	mustRun(b, lback)
 	fdltest.AssertMirrored(t, up, back, nil)
 }

@@ -53,6 +53,7 @@ type engine struct {
 	dstVersions map[string]map[string]int64
 	dstData     lazyListing // the sink's data_dir, listed only when a version needs it
 	srcData     lazyListing // the source's data_dir, listed for many server-side copies
+	srcStats    atomic.Int64 // source files asked for their size one by one (see sourceSize)
 
 	mu             sync.Mutex
 	report         *Report
