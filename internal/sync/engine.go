@@ -51,8 +51,8 @@ type engine struct {
 	// Inventories, each read with one listing where the store can list.
 	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
 	dstVersions map[string]map[string]int64
-	dstData     lazyListing // the sink's data_dir, listed only when a version needs it
-	srcData     lazyListing // the source's data_dir, listed for many server-side copies
+	dstData     lazyListing  // the sink's data_dir, listed only when a version needs it
+	srcData     lazyListing  // the source's data_dir, listed for many server-side copies
 	srcStats    atomic.Int64 // source files asked for their size one by one (see sourceSize)
 
 	mu             sync.Mutex
