@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -300,6 +301,42 @@ func WithoutSync(ctx context.Context) context.Context {
 func SyncDeferred(ctx context.Context) bool {
 	v, _ := ctx.Value(withoutSyncKey{}).(bool)
 	return v
+}
+
+type listBoundsKey struct{}
+
+// WithListBounds returns a context under which List may list a prefix in
+// parts at once, split at these names: a guess of where its names lie,
+// from what the caller knew of it before (last run's refs, a catalog's
+// files). Every name is listed once, whatever the bounds say; a store
+// whose listing is in name order and can start after a name (S3) lists
+// the parts at once, the others ignore the bounds.
+func WithListBounds(ctx context.Context, bounds []string) context.Context {
+	return context.WithValue(ctx, listBoundsKey{}, bounds)
+}
+
+// ListBounds is what WithListBounds gave, nil when nothing.
+func ListBounds(ctx context.Context) []string {
+	b, _ := ctx.Value(listBoundsKey{}).([]string)
+	return b
+}
+
+// SplitBounds picks bounds for WithListBounds from names the caller
+// expects under a prefix: one every perPart names, at most maxParts-1 of
+// them, in order; nil when there are too few names to be worth a split.
+func SplitBounds(names []string, perPart, maxParts int) []string {
+	if perPart <= 0 || len(names) < 2*perPart || maxParts < 2 {
+		return nil
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	parts := min(maxParts, len(sorted)/perPart)
+	var bounds []string
+	for i := 1; i < parts; i++ {
+		bounds = append(bounds, sorted[len(sorted)*i/parts])
+	}
+	return bounds
 }
 
 type contentSHA256Key struct{}

@@ -38,6 +38,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend) {
 		{"ListRecursiveByPrefix", testList},
 		{"ListMissingPrefix", testListMissingPrefix},
 		{"ListStopsOnCallbackError", testListCallbackError},
+		{"ListInPartsListsEverythingOnce", testListInParts},
 		{"ListSkipsReserved", testListSkipsReserved},
 		{"NotExist", testNotExist},
 		{"InvalidNamesRefusedBeforeIO", testInvalidNames},
@@ -353,6 +354,67 @@ func testList(t *testing.T, b backend.Backend) {
 	}
 }
 
+// testListInParts lists with bounds (backend.WithListBounds) of every
+// kind a caller's guess can be: names present and absent, out of order,
+// repeated, outside the prefix, past the end. The listing is the plain
+// one each time, every name once, across more than one page (1,000).
+func testListInParts(t *testing.T, b backend.Backend) {
+	if !b.Properties().CanList {
+		t.Skip("store cannot list")
+	}
+	const n = 1050
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("p/%04d", i)
+	}
+	slots := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, name := range append(names, "a", "p0", "q/x") {
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if err := b.Put(context.Background(), name, bytes.NewReader([]byte(name)), int64(len(name))); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	want, err := listAllCtx(context.Background(), b, "p/")
+	if err != nil || len(want) != n {
+		t.Fatalf("plain List p/: %d names, %v; want %d", len(want), err, n)
+	}
+	for _, bounds := range [][]string{
+		backend.SplitBounds(names, 100, 8),
+		{"p/0100", "p/0500", "p/0999"},
+		{"p/0500x", "p/07"},
+		{"p/0900", "p/0100", "p/0100"},
+		{"a", "p/", "p/0001", "z"},
+		{"p/9999"},
+	} {
+		got, err := listAllCtx(backend.WithListBounds(context.Background(), bounds), b, "p/")
+		if err != nil {
+			t.Fatalf("List p/ with bounds %v: %v", bounds, err)
+		}
+		checkListing(t, fmt.Sprintf("p/ with bounds %v", bounds), got, want)
+	}
+	stop := errors.New("stop here")
+	calls := 0
+	err = b.List(backend.WithListBounds(context.Background(), []string{"p/0300", "p/0600"}), "p/", func(backend.FileInfo) error {
+		calls++
+		if calls == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || calls != 3 {
+		t.Fatalf("List in parts went on after fn failed: %d calls, err %v", calls, err)
+	}
+}
+
 func testListMissingPrefix(t *testing.T, b backend.Backend) {
 	if !b.Properties().CanList {
 		t.Skip("store cannot list")
@@ -587,9 +649,13 @@ type errReader struct{ err error }
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 func listAll(r backend.Reader, prefix string) (map[string]int64, error) {
+	return listAllCtx(context.Background(), r, prefix)
+}
+
+func listAllCtx(ctx context.Context, r backend.Reader, prefix string) (map[string]int64, error) {
 	got := map[string]int64{}
 	var mu sync.Mutex
-	err := r.List(context.Background(), prefix, func(fi backend.FileInfo) error {
+	err := r.List(ctx, prefix, func(fi backend.FileInfo) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if _, dup := got[fi.Name]; dup {

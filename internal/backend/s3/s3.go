@@ -488,10 +488,108 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 	if err := backend.CheckPrefix(prefix); err != nil {
 		return err
 	}
-	pages := awss3.NewListObjectsV2Paginator(s.client, &awss3.ListObjectsV2Input{
+	bounds := s.usableBounds(prefix, backend.ListBounds(ctx))
+	if len(bounds) == 0 {
+		return s.listRange(ctx, prefix, "", "", false, fn)
+	}
+	// The parts at once, each in order; what they found is handed to fn
+	// after, part by part, from one goroutine as a plain listing would.
+	found := make([][]backend.FileInfo, len(bounds)+1)
+	errs := make([]error, len(found))
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range found {
+		after, last := "", ""
+		if i > 0 {
+			after = bounds[i-1]
+		}
+		if i < len(bounds) {
+			last = bounds[i]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.listRange(pctx, prefix, after, last, true, func(fi backend.FileInfo) error {
+				found[i] = append(found[i], fi)
+				return nil
+			})
+			if errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if errors.Is(err, errUnordered) {
+			// A store that does not list in name order (a directory
+			// bucket, a gateway of its own kind): the plain way.
+			s.log.Debug("listing not in name order; listing again in one part", zap.String("prefix", s.addr(prefix)))
+			return s.listRange(ctx, prefix, "", "", false, fn)
+		}
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, part := range found {
+		for _, fi := range part {
+			if err := fn(fi); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// maxListBounds bounds the parts of one listing (one more than bounds).
+const maxListBounds = 15
+
+// usableBounds keeps the bounds under prefix, in strictly increasing
+// order; none on a directory bucket (S3 Express), which neither lists in
+// name order nor takes StartAfter.
+func (s *Store) usableBounds(prefix string, bounds []string) []string {
+	if strings.HasSuffix(s.bucket, "--x-s3") {
+		return nil
+	}
+	var keep []string
+	for _, b := range bounds {
+		if strings.HasPrefix(b, prefix) && b != prefix && (len(keep) == 0 || b > keep[len(keep)-1]) {
+			keep = append(keep, b)
+		}
+	}
+	if len(keep) > maxListBounds {
+		keep = keep[:maxListBounds]
+	}
+	return keep
+}
+
+// errUnordered is a listing whose keys did not come in increasing order.
+var errUnordered = errors.New("listing is not in name order")
+
+// listRange lists the names under prefix after after (from the start
+// when empty) up to and including last (to the end when empty); with
+// inOrder, it also checks that they come in increasing order, as a part
+// of a split listing relies on.
+func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrder bool, fn func(backend.FileInfo) error) error {
+	in := &awss3.ListObjectsV2Input{
 		Bucket: aws.String(s.bucket),
 		Prefix: aws.String(s.key(prefix)),
-	})
+	}
+	prev := ""
+	if after != "" {
+		prev = s.key(after)
+		in.StartAfter = aws.String(prev)
+	}
+	lastKey := ""
+	if last != "" {
+		lastKey = s.key(last)
+	}
+	pages := awss3.NewListObjectsV2Paginator(s.client, in)
 	for pages.HasMorePages() {
 		page, err := pages.NextPage(ctx, s.logRetries(prefix))
 		if err != nil {
@@ -501,7 +599,15 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 			return fmt.Errorf("%s: listing: %w", s.addr(prefix), err)
 		}
 		for _, obj := range page.Contents {
-			name := strings.TrimPrefix(aws.ToString(obj.Key), s.prefix)
+			key := aws.ToString(obj.Key)
+			if inOrder && prev != "" && key <= prev {
+				return errUnordered
+			}
+			prev = key
+			if lastKey != "" && key > lastKey {
+				return nil
+			}
+			name := strings.TrimPrefix(key, s.prefix)
 			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
 				continue
 			}
