@@ -453,9 +453,14 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 // tens of thousands of files and their stacks alone would pass the memory
 // budget.
 func (e *engine) each(n int, fn func(k int)) {
+	e.eachOf(e.opts.Concurrency, n, fn)
+}
+
+// eachOf is each with width goroutines.
+func (e *engine) eachOf(width, n int, fn func(k int)) {
 	var wg sync.WaitGroup
 	var next atomic.Int64
-	for range min(e.opts.Concurrency, n) {
+	for range min(width, n) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -15,6 +15,7 @@ import (
 func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head string, inv *inventory) error {
 	sinkRefs := inv.refs
 	refWriteFailed := false // a ref file may hold what refs.json will not say
+	var writes []*refWrite
 	for _, name := range upstream.Names() {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -69,24 +70,42 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 					zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.String("relation", rel))
 			}
 		}
+		writes = append(writes, &refWrite{name: name, id: id, from: cur, rewound: rewound})
+	}
+	if len(writes) > 0 {
 		if err := e.startMovingRefs(ctx, inv); err != nil {
-			r := refuse(ReasonCopy, id, name, "ref %s not moved: writing %s%s first: %v", name, backend.ReservedPrefix, RefsMovingFile, err)
-			r.Ref = name
-			e.addRefusal(r)
-			continue
+			for _, w := range writes {
+				r := refuse(ReasonCopy, w.id, w.name, "ref %s not moved: writing %s%s first: %v", w.name, backend.ReservedPrefix, RefsMovingFile, err)
+				r.Ref = w.name
+				e.addRefusal(r)
+			}
+			writes = nil
 		}
-		if err := e.putBytes(ctx, name, repo.RefFileContent(id)); err != nil {
+	}
+	// The ref files at once: each names a version complete in the sink,
+	// so their order among themselves does not matter (refs.json comes
+	// after all of them). One at a time, a first mirror of 20,000 tags
+	// took 40 s on the test gateway.
+	e.eachOf(repo.RefReaders, len(writes), func(k int) {
+		w := writes[k]
+		w.err = e.putBytes(ctx, w.name, repo.RefFileContent(w.id))
+	})
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for _, w := range writes {
+		if w.err != nil {
 			refWriteFailed = true
-			r := refuse(ReasonCopy, id, name, "ref %s: %v", name, err)
-			r.Ref = name
+			r := refuse(ReasonCopy, w.id, w.name, "ref %s: %v", w.name, w.err)
+			r.Ref = w.name
 			e.addRefusal(r)
 			continue
 		}
 		e.mu.Lock()
-		e.report.RefsMoved = append(e.report.RefsMoved, RefMove{Ref: name, From: cur, To: id, Rewound: rewound})
+		e.report.RefsMoved = append(e.report.RefsMoved, RefMove{Ref: w.name, From: w.from, To: w.id, Rewound: w.rewound})
 		e.mu.Unlock()
-		e.log.Info("ref moved", zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.Bool("dry_run", e.opts.DryRun))
-		sinkRefs[name] = id
+		e.log.Info("ref moved", zap.String("ref", w.name), zap.String("from", w.from), zap.String("to", w.id), zap.Bool("dry_run", e.opts.DryRun))
+		sinkRefs[w.name] = w.id
 	}
 	for _, name := range sinkRefs.Names() {
 		if _, ok := upstream[name]; !ok {
@@ -148,6 +167,12 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 		}
 	}
 	return nil
+}
+
+// refWrite is a ref file stage two writes, and how the write went.
+type refWrite struct {
+	name, id, from, rewound string
+	err                     error
 }
 
 // rewindAllowed says whether the operator lets branch name follow a move
