@@ -55,6 +55,11 @@ type engine struct {
 	srcData     lazyListing  // the source's data_dir, listed for many server-side copies
 	srcStats    atomic.Int64 // source files asked for their size one by one (see sourceSize)
 
+	// upstreamRead is every upstream ref as this run last read it, for
+	// its second read after taking the lock: a ref file whose listed MD5
+	// is that of the value read is not read again.
+	upstreamRead repo.Refs
+
 	mu             sync.Mutex
 	report         *Report
 	published      map[string]bool           // versions complete in the sink, before or now

@@ -108,11 +108,18 @@ func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
 	if e.src.Properties().CanList {
 		var files []backend.FileInfo
 		if files, err = repo.ListRefFiles(ctx, e.src); err == nil {
-			seen := e.upstreamState.loaded.Refs
+			seen, read := e.upstreamState.loaded.Refs, e.upstreamRead
 			refs, bad, err = repo.ReadRefFiles(ctx, e.src, files, func(fi backend.FileInfo) (string, bool) {
-				s, ok := seen[fi.Name]
-				return s.Version, ok && repo.ListingHolds(fi, s.Version)
+				if s, ok := seen[fi.Name]; ok && repo.ListingHolds(fi, s.Version) {
+					return s.Version, true
+				}
+				// What this run read before it took the lock.
+				id, ok := read[fi.Name]
+				return id, ok && repo.ListingHolds(fi, id)
 			})
+			if err == nil {
+				e.upstreamRead = refs
+			}
 		}
 	} else {
 		refs, bad, err = repo.ReadRefs(ctx, e.src)
