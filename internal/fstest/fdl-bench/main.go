@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
 type config struct {
@@ -49,6 +50,7 @@ type config struct {
 	large       []int64
 	bigSize     int64
 	newFiles    int
+	tags        int
 	bigRuns     int
 	fullRuns    int
 	rcloneTuned bool
@@ -85,7 +87,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.svg, "svg", "", "also write a chart of the times (fdl-mirror and rclone copy per scenario) to this SVG `file`")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the scratch folder")
 	fs.IntVar(&cfg.concurrency, "concurrency", 8, "fdl-mirror --concurrency, rclone --transfers and --checkers")
-	fs.StringVar(&repos, "repos", "small,medium,big", "repositories to run: small, medium, big")
+	fs.StringVar(&repos, "repos", "small,medium,big,refs", "repositories to run: small, medium, big, refs (the small one with -tags tags)")
 	fs.StringVar(&stores, "stores", "local,tmpfs,s3", "store pairs to run: local (local→local), tmpfs (local→local on the -tmpfs folder, full mirror only), s3 (s3→s3)")
 	fs.StringVar(&cfg.tmpfs, "tmpfs", "/dev/shm", "a folder on a tmpfs, for -stores tmpfs")
 	fs.Var(&cfg.small, "small", "small repository: VERSIONSxFILES per version")
@@ -93,6 +95,7 @@ func run(args []string) int {
 	fs.StringVar(&large, "large", "256MiB,256MiB,256MiB", "large data files in the medium repository's first version")
 	fs.StringVar(&big, "big", "2GiB", "size of the one large file of the big repository")
 	fs.IntVar(&cfg.newFiles, "new-files", 10, "data files of the incremental run's new version")
+	fs.IntVar(&cfg.tags, "tags", 20000, "tags of the refs repository (3 versions of 2 files)")
 	fs.BoolVar(&cfg.rcloneTuned, "rclone-tuned", true, "on S3, also run rclone copy --fast-list --checksum")
 	fs.IntVar(&cfg.fullRuns, "full-runs", 2, "runs of each tool's first full mirror (the best time is kept)")
 	fs.IntVar(&cfg.bigRuns, "big-runs", 3, "runs of each tool on the big repository (the best time is kept)")
@@ -314,13 +317,15 @@ func (b *bench) run(ctx context.Context) error {
 		var err error
 		switch name {
 		case "small":
-			err = b.repoScenarios(ctx, "small", b.cfg.small, nil)
+			err = b.repoScenarios(ctx, "small", b.cfg.small, nil, 0)
 		case "medium":
-			err = b.repoScenarios(ctx, "medium", b.cfg.medium, b.cfg.large)
+			err = b.repoScenarios(ctx, "medium", b.cfg.medium, b.cfg.large, 0)
+		case "refs":
+			err = b.repoScenarios(ctx, "refs", shape{3, 2}, nil, b.cfg.tags)
 		case "big":
 			err = b.bigFile(ctx)
 		default:
-			err = fmt.Errorf("unknown repository %q (small, medium, big)", name)
+			err = fmt.Errorf("unknown repository %q (small, medium, big, refs)", name)
 		}
 		if err != nil {
 			// The other repositories are still measured; the report says
@@ -348,8 +353,9 @@ func (b *bench) add(g *group) {
 }
 
 // repoScenarios runs the full mirror, the no-op rerun and the incremental
-// run on one generated repository, on every store pair asked for.
-func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large []int64) error {
+// run on one generated repository, with tags tags besides main, on every
+// store pair asked for.
+func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large []int64, tags int) error {
 	dir := filepath.Join(b.work, name)
 	up := filepath.Join(dir, "upstream")
 	var s3 *s3Pair
@@ -377,7 +383,15 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 			total += fi.Size()
 		}
 	}
+	if tags > 0 {
+		if err := addTags(up, r.Versions, tags); err != nil {
+			return fmt.Errorf("adding tags: %w", err)
+		}
+	}
 	desc := fmt.Sprintf("%d versions, %d data files, %s", len(r.Versions), len(r.DataFiles), mib(total))
+	if tags > 0 {
+		desc += fmt.Sprintf(", %d refs", tags+1)
+	}
 	if len(large) > 0 {
 		desc += fmt.Sprintf(" (%d of them large: %s)", len(large), sizesString(large))
 	}
@@ -390,7 +404,7 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 		}
 	}
 	local := pairIn(dir, up)
-	if b.cfg.stores["tmpfs"] {
+	if b.cfg.stores["tmpfs"] && tags == 0 {
 		// The first full mirror only: on a tmpfs the difference the disk
 		// makes is gone, and what is left is each tool's own work.
 		if err := b.tmpfsFull(ctx, name, up); err != nil {
@@ -423,6 +437,30 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 		}
 	}
 	return nil
+}
+
+// addTags gives the repository at dir n tags (refs/tags/t000000…) over
+// its versions, in ref files and refs.json.
+func addTags(dir string, versions []string, n int) error {
+	raw, err := os.ReadFile(filepath.Join(dir, repo.RefsFile))
+	if err != nil {
+		return err
+	}
+	refs, _, err := repo.ParseRefsJSON(raw)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "refs", "tags"), 0o755); err != nil {
+		return err
+	}
+	for i := range n {
+		name := fmt.Sprintf("refs/tags/t%06d", i)
+		refs[name] = versions[i%len(versions)]
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), repo.RefFileContent(refs[name]), 0o644); err != nil {
+			return err
+		}
+	}
+	return os.WriteFile(filepath.Join(dir, repo.RefsFile), repo.RefsJSON(refs), 0o644)
 }
 
 // tmpfsFull copies the upstream at up to a folder on the tmpfs and runs

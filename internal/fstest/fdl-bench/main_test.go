@@ -1,12 +1,17 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
 // The local file-system calls of the report are strace's summary: the
@@ -53,5 +58,42 @@ func TestStraceSummaryOfARealRun(t *testing.T) {
 	}
 	if total != want || sum != total || total < 5 {
 		t.Errorf("parsed total %d, strace's %d, breakdown sums to %d (%s); ls -l of 5 files stats each", total, want, sum, detail)
+	}
+}
+
+// The refs repository is a valid one with its tags: ref files and
+// refs.json agree, and the repository's reader sees every tag.
+func TestAddTagsMakesRefsEveryReaderSees(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "up")
+	r, err := generate.Generate(context.Background(), dir, generate.Options{Versions: 3, FilesPerVersion: 1, FastParquet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := addTags(dir, r.Versions, 25); err != nil {
+		t.Fatal(err)
+	}
+	st, err := local.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFiles, bad, err := repo.ReadRefs(context.Background(), st)
+	if err != nil || len(bad) != 0 {
+		t.Fatalf("reading refs: %v %v", err, bad)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, repo.RefsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromJSON, _, err := repo.ParseRefsJSON(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fromJSON) != 26 || fromJSON["refs/tags/t000024"] != r.Versions[24%3] || fromJSON["refs/heads/main"] == "" {
+		t.Fatalf("refs.json holds %d refs: %v", len(fromJSON), fromJSON)
+	}
+	for name, id := range fromJSON {
+		if fromFiles[name] != id {
+			t.Errorf("%s: refs.json says %s, the reader %s", name, id, fromFiles[name])
+		}
 	}
 }

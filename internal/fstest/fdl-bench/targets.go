@@ -80,6 +80,23 @@ func (b *bench) targets() string {
 		}
 	}
 
+	// The same leads with 20,000 refs (issue 14).
+	for _, stores := range []string{"local→local", "s3→s3"} {
+		want := 10.0
+		if stores == "s3→s3" {
+			want = 100
+		}
+		for _, scenario := range []string{"no-op", "incremental"} {
+			f, r := b.find("refs", scenario, stores, fdl), b.find("refs", scenario, stores, rc)
+			if f == nil || r == nil {
+				continue
+			}
+			x := float64(r.wall) / float64(f.wall)
+			add("%s at least %.0f× faster than rclone with %d refs (%s): fdl-mirror %s, rclone %s: %.1f×: %s",
+				scenario, want, b.cfg.tags+1, stores, seconds(f.wall), seconds(r.wall), x, verdict(x >= want))
+		}
+	}
+
 	var worst *measure
 	var where string
 	for _, g := range b.groups {
