@@ -86,7 +86,11 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 	// so their order among themselves does not matter (refs.json comes
 	// after all of them). One at a time, a first mirror of 20,000 tags
 	// took 40 s on the test gateway.
-	e.eachOf(repo.RefReaders, len(writes), func(k int) {
+	width := repo.RefReaders
+	if e.opts.DryRun {
+		width = 1 // the plan lists them in name order; nothing is written
+	}
+	e.eachOf(width, len(writes), func(k int) {
 		w := writes[k]
 		w.err = e.putBytes(ctx, w.name, repo.RefFileContent(w.id))
 	})

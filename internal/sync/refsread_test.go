@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -399,5 +400,29 @@ func TestRefFilesAreWrittenConcurrently(t *testing.T) {
 		if rep.RefsMoved[i-1].Ref >= rep.RefsMoved[i].Ref {
 			t.Fatalf("refs moved not reported in name order: %s before %s", rep.RefsMoved[i-1].Ref, rep.RefsMoved[i].Ref)
 		}
+	}
+}
+
+// A dry run plans the ref files in name order, as a run writes them
+// (several at once) and reports them.
+func TestDryRunPlansRefsInNameOrder(t *testing.T) {
+	dir, _ := manyRefs(t, 40)
+	dst, err := local.Create(filepath.Join(t.TempDir(), "mirror"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	rep, err := fdlsync.Run(context.Background(), mustOpen(t, dir), dst, fdlsync.Options{DryRun: true})
+	if err != nil || !rep.OK() {
+		t.Fatalf("dry run: %v %+v", err, rep.Refused)
+	}
+	var refs []string
+	for _, name := range rep.Planned {
+		if strings.HasPrefix(name, repo.RefsDir) {
+			refs = append(refs, name)
+		}
+	}
+	if len(refs) != 41 || !slices.IsSorted(refs) {
+		t.Fatalf("dry run planned %d ref files, in this order: %v; want 41 in name order", len(refs), refs)
 	}
 }
