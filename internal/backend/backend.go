@@ -38,6 +38,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 )
 
 var (
@@ -306,19 +307,22 @@ func SyncDeferred(ctx context.Context) bool {
 type listBoundsKey struct{}
 
 // WithListBounds returns a context under which List may list a prefix in
-// parts at once, split at these names: a guess of where its names lie,
-// from what the caller knew of it before (last run's refs, a catalog's
-// files). Every name is listed once, whatever the bounds say; a store
-// whose listing is in name order and can start after a name (S3) lists
-// the parts at once, the others ignore the bounds.
-func WithListBounds(ctx context.Context, bounds []string) context.Context {
-	return context.WithValue(ctx, listBoundsKey{}, bounds)
+// parts at once, split at the names bounds returns: a guess of where its
+// names lie, from what the caller knew of it before (a catalog's files).
+// Every name is listed once, whatever the bounds say; a store whose
+// listing is in name order and can start after a name (S3) lists the
+// parts at once, the others ignore the bounds and never call bounds
+// (computed once, by the first store that asks).
+func WithListBounds(ctx context.Context, bounds func() []string) context.Context {
+	return context.WithValue(ctx, listBoundsKey{}, sync.OnceValue(bounds))
 }
 
 // ListBounds is what WithListBounds gave, nil when nothing.
 func ListBounds(ctx context.Context) []string {
-	b, _ := ctx.Value(listBoundsKey{}).([]string)
-	return b
+	if bounds, _ := ctx.Value(listBoundsKey{}).(func() []string); bounds != nil {
+		return bounds()
+	}
+	return nil
 }
 
 // SplitBounds picks bounds for WithListBounds from names the caller

@@ -341,12 +341,15 @@ func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Ca
 func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
 	if len(cat.Files) >= 2*listPart && (!e.dstData.loaded.Load() || !e.srcData.loaded.Load()) {
 		// Where data_dir is listed for this version, in parts split
-		// among the files its catalog names.
-		names := make([]string, len(cat.Files))
-		for i, f := range cat.Files {
-			names[i] = e.settings.DataDir + f.Path
-		}
-		ctx = backend.WithListBounds(ctx, backend.SplitBounds(names, listPart, maxListParts))
+		// among the files its catalog names (worked out only by a store
+		// that lists in parts).
+		ctx = backend.WithListBounds(ctx, func() []string {
+			names := make([]string, len(cat.Files))
+			for i, f := range cat.Files {
+				names[i] = e.settings.DataDir + f.Path
+			}
+			return backend.SplitBounds(names, listPart, maxListParts)
+		})
 	}
 	var todo []int    // indexes into cat.Files of the files to check
 	var parents []int // those a parent has, to confirm

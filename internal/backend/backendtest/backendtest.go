@@ -395,7 +395,7 @@ func testListInParts(t *testing.T, b backend.Backend) {
 		{"a", "p/", "p/0001", "z"},
 		{"p/9999"},
 	} {
-		got, err := listAllCtx(backend.WithListBounds(context.Background(), bounds), b, "p/")
+		got, err := listAllCtx(backend.WithListBounds(context.Background(), func() []string { return bounds }), b, "p/")
 		if err != nil {
 			t.Fatalf("List p/ with bounds %v: %v", bounds, err)
 		}
@@ -403,7 +403,7 @@ func testListInParts(t *testing.T, b backend.Backend) {
 	}
 	stop := errors.New("stop here")
 	calls := 0
-	err = b.List(backend.WithListBounds(context.Background(), []string{"p/0300", "p/0600"}), "p/", func(backend.FileInfo) error {
+	err = b.List(backend.WithListBounds(context.Background(), func() []string { return []string{"p/0300", "p/0600"} }), "p/", func(backend.FileInfo) error {
 		calls++
 		if calls == 3 {
 			return stop
