@@ -368,6 +368,13 @@ func (b *builder) describe(ctx context.Context, c *catalog, id string) (map[stri
 	return map[string][]byte{"dataset.json": append(dataset, '\n'), "files.json": append(files, '\n')}, nil
 }
 
+// SetRefs writes refs (ref name → version ID) into the repository in dir
+// as the generator writes its own: the ref files, then refs.json naming
+// every ref under refs/, then HEAD. It returns every ref.
+func SetRefs(dir string, refs repo.Refs) (repo.Refs, error) {
+	return (&builder{dir: dir}).writeRefs(refs)
+}
+
 // writeRefs writes ref files, then refs.json (every ref under refs/), then
 // HEAD, in the order readers rely on.
 func (b *builder) writeRefs(changed repo.Refs) (repo.Refs, error) {

@@ -442,25 +442,12 @@ func (b *bench) repoScenarios(ctx context.Context, name string, sh shape, large 
 // addTags gives the repository at dir n tags (refs/tags/t000000…) over
 // its versions, in ref files and refs.json.
 func addTags(dir string, versions []string, n int) error {
-	raw, err := os.ReadFile(filepath.Join(dir, repo.RefsFile))
-	if err != nil {
-		return err
-	}
-	refs, _, err := repo.ParseRefsJSON(raw)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "refs", "tags"), 0o755); err != nil {
-		return err
-	}
+	tags := repo.Refs{}
 	for i := range n {
-		name := fmt.Sprintf("refs/tags/t%06d", i)
-		refs[name] = versions[i%len(versions)]
-		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), repo.RefFileContent(refs[name]), 0o644); err != nil {
-			return err
-		}
+		tags[fmt.Sprintf("refs/tags/t%06d", i)] = versions[i%len(versions)]
 	}
-	return os.WriteFile(filepath.Join(dir, repo.RefsFile), repo.RefsJSON(refs), 0o644)
+	_, err := generate.SetRefs(dir, tags)
+	return err
 }
 
 // tmpfsFull copies the upstream at up to a folder on the tmpfs and runs
