@@ -633,10 +633,7 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, c
 	if err := backend.CheckName(name); err != nil {
 		return err
 	}
-	op := "put"
-	if create {
-		op = "create"
-	}
+	op := putOp(create)
 	if size < 0 {
 		return fmt.Errorf("%s: %s: negative size %d", s.addr(name), op, size)
 	}
@@ -655,6 +652,14 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, c
 	}
 	defer held.release()
 	return s.putObject(ctx, name, bytes.NewReader(held.buf), size, create)
+}
+
+// putOp names a Put or a Create in messages.
+func putOp(create bool) string {
+	if create {
+		return "create"
+	}
+	return "put"
 }
 
 // endsAt checks that ra holds exactly size bytes, as readPart does for a
@@ -708,10 +713,7 @@ func (s *Store) readBody(ctx context.Context, r io.Reader, size int64) (*heldBod
 
 // putObject sends an object of one part with PutObject.
 func (s *Store) putObject(ctx context.Context, name string, body io.ReadSeeker, size int64, create bool) error {
-	op := "put"
-	if create {
-		op = "create"
-	}
+	op := putOp(create)
 	in := &awss3.PutObjectInput{
 		Bucket:        aws.String(s.bucket),
 		Key:           aws.String(s.key(name)),
@@ -783,10 +785,7 @@ func readPart(r io.Reader, buf []byte, off, size int64) error {
 // failure aborts the upload, so that nothing is published and the parts
 // do not linger (and cost) in the bucket.
 func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size int64, create bool) (err error) {
-	op := "put"
-	if create {
-		op = "create"
-	}
+	op := putOp(create)
 	partSize := max(s.opts.PartSize, (size+maxParts-1)/maxParts)
 	nparts := int((size + partSize - 1) / partSize)
 
