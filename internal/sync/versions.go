@@ -203,6 +203,13 @@ func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
 			return ctx.Err()
 		}
 	}
+	// A parent that gave up because the run was stopped is settled too,
+	// and select picks either of two ready cases: without this, a child
+	// whose copies ended after the stop could be published above a parent
+	// no later run would look for.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := e.publishVersion(ctx, id, n.raw, n.sig); err != nil {
 		return err
 	}
