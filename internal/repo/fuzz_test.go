@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"path"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -136,6 +137,11 @@ func FuzzParseHead(f *testing.F) {
 func FuzzParseRefsJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, content []byte) {
 		refs, bad, err := ParseRefsJSON(content)
+		// The one-pass way for flat objects decides as the entry-by-entry
+		// way does.
+		if r2, b2, err2 := parseRefsJSONByEntry(content); !reflect.DeepEqual(refs, r2) || !reflect.DeepEqual(bad, b2) || (err == nil) != (err2 == nil) {
+			t.Fatalf("%q: one pass %v, %v, %v; entry by entry %v, %v, %v", content, refs, bad, err, r2, b2, err2)
+		}
 		if err != nil {
 			if refs != nil || bad != nil || !strings.HasPrefix(err.Error(), RefsFile+": ") {
 				t.Fatalf("error %v with refs %v, bad %v", err, refs, bad)

@@ -59,10 +59,25 @@ const (
 	MaxCatalogFormats = 16
 )
 
-var (
-	versionIDRe  = regexp.MustCompile(`^[0-9a-z-]+$`)
-	refSegmentRe = regexp.MustCompile(`^[a-z0-9._-]+$`)
-)
+// isVersionIDByte and isRefSegmentByte are the characters of a version ID
+// ([0-9a-z-]) and of a ref name's segment ([a-z0-9._-]). Byte tests, not
+// regular expressions: a run with 20,000 refs checks every name and ID a
+// few times over, and the expressions were a tenth of such a no-op's CPU.
+func isVersionIDByte(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || c == '-'
+}
+
+func isRefSegmentByte(c byte) bool { return isVersionIDByte(c) || c == '.' || c == '_' }
+
+// allOf says whether s is not empty and each of its bytes passes ok.
+func allOf(s string, ok func(byte) bool) bool {
+	for i := 0; i < len(s); i++ {
+		if !ok(s[i]) {
+			return false
+		}
+	}
+	return s != ""
+}
 
 // VersionDir is the directory of a version, ending in "/".
 func VersionDir(id string) string { return VersionsDir + id + "/" }
@@ -72,7 +87,7 @@ func VersionFile(id, file string) string { return VersionsDir + id + "/" + file 
 
 // CheckVersionID enforces the project rule: one path segment of [0-9a-z-].
 func CheckVersionID(id string) error {
-	if !versionIDRe.MatchString(id) {
+	if !allOf(id, isVersionIDByte) {
 		return fmt.Errorf("version ID %q is not one path segment of [0-9a-z-]", id)
 	}
 	return nil
@@ -108,13 +123,13 @@ func CheckRefName(name string) (RefKind, error) {
 	if rest == "" {
 		return 0, fmt.Errorf("ref %q has no name after its prefix", name)
 	}
-	for _, seg := range strings.Split(rest, "/") {
+	for seg := range strings.SplitSeq(rest, "/") {
 		switch {
 		case seg == "":
 			return 0, fmt.Errorf("ref %q has an empty segment", name)
 		case seg == "." || seg == "..":
 			return 0, fmt.Errorf("ref %q has a %q segment", name, seg)
-		case !refSegmentRe.MatchString(seg):
+		case !allOf(seg, isRefSegmentByte):
 			return 0, fmt.Errorf("ref %q has a segment outside [a-z0-9._-]", name)
 		}
 	}
@@ -161,6 +176,20 @@ func (e *RefError) Unwrap() error { return e.Err }
 // optionally nested under "refs". Malformed JSON is an error for the whole
 // file; a bad name or ID refuses that ref only, and the rest are returned.
 func ParseRefsJSON(content []byte) (Refs, []*RefError, error) {
+	// Most are a flat object of strings, decoded in one pass (half the
+	// time of the entry-by-entry way below, with 20,000 refs).
+	var flat map[string]string
+	if json.Unmarshal(content, &flat) == nil {
+		if _, nested := flat["refs"]; !nested {
+			return checkRefEntries(flat, nil)
+		}
+	}
+	return parseRefsJSONByEntry(content)
+}
+
+// parseRefsJSONByEntry is ParseRefsJSON for any shape: the nested form,
+// values that are not strings.
+func parseRefsJSONByEntry(content []byte) (Refs, []*RefError, error) {
 	var top map[string]json.RawMessage
 	if err := json.Unmarshal(content, &top); err != nil {
 		return nil, nil, fmt.Errorf("%s: malformed JSON: %w", RefsFile, err)
@@ -171,7 +200,7 @@ func ParseRefsJSON(content []byte) (Refs, []*RefError, error) {
 			top = inner
 		}
 	}
-	refs := Refs{}
+	entries := make(map[string]string, len(top))
 	var bad []*RefError
 	for name, raw := range top {
 		var id string
@@ -179,6 +208,16 @@ func ParseRefsJSON(content []byte) (Refs, []*RefError, error) {
 			bad = append(bad, &RefError{name, fmt.Errorf("%s: ref %q: value is not a string", RefsFile, name)})
 			continue
 		}
+		entries[name] = id
+	}
+	return checkRefEntries(entries, bad)
+}
+
+// checkRefEntries keeps the entries of refs.json whose name and ID follow
+// the rules and refuses the others, added to bad.
+func checkRefEntries(entries map[string]string, bad []*RefError) (Refs, []*RefError, error) {
+	refs := make(Refs, len(entries))
+	for name, id := range entries {
 		if _, err := CheckRefName(name); err != nil {
 			bad = append(bad, &RefError{name, fmt.Errorf("%s: %w", RefsFile, err)})
 			continue
@@ -205,20 +244,38 @@ func RefsJSONLimit(refs Refs) int64 {
 // RefsJSON renders refs as refs.json, keys sorted, ending in a newline.
 func RefsJSON(refs Refs) []byte {
 	var b bytes.Buffer
+	b.Grow(len(refs) * 64)
 	b.WriteString("{")
 	for i, n := range refs.Names() {
 		if i > 0 {
 			b.WriteString(",")
 		}
-		k, _ := json.Marshal(n)
-		v, _ := json.Marshal(refs[n])
-		fmt.Fprintf(&b, "\n  %s: %s", k, v)
+		b.WriteString("\n  ")
+		writeJSONString(&b, n)
+		b.WriteString(": ")
+		writeJSONString(&b, refs[n])
 	}
 	if len(refs) > 0 {
 		b.WriteString("\n")
 	}
 	b.WriteString("}\n")
 	return b.Bytes()
+}
+
+// writeJSONString writes s as json.Marshal does: as it is between quotes
+// where json.Marshal would escape none of it (any checked ref name or
+// version ID), else through json.Marshal.
+func writeJSONString(b *bytes.Buffer, s string) {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			b.Write(q)
+			return
+		}
+	}
+	b.WriteByte('"')
+	b.WriteString(s)
+	b.WriteByte('"')
 }
 
 // ParseHead reads HEAD: "ref: refs/heads/<name>" and an optional newline.
