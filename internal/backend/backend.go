@@ -343,6 +343,24 @@ func SplitBounds(names []string, perPart, maxParts int) []string {
 	return bounds
 }
 
+type checkedReadKey struct{}
+
+// WithCheckedRead returns a context under which the caller of Open checks
+// every byte it reads against a digest it trusts (a catalog against its
+// record's SHA-256): a store may then leave out a check of its own over
+// the same bytes (the S3 SDK's CRC64 of each response, a tenth of the CPU
+// of fetching a catalog). A read whose bytes came out wrong is then found
+// by the caller's check instead of failing as it is read.
+func WithCheckedRead(ctx context.Context) context.Context {
+	return context.WithValue(ctx, checkedReadKey{}, true)
+}
+
+// CheckedRead says whether ctx is from WithCheckedRead.
+func CheckedRead(ctx context.Context) bool {
+	b, _ := ctx.Value(checkedReadKey{}).(bool)
+	return b
+}
+
 type contentSHA256Key struct{}
 
 // WithContentSHA256 returns a context under which a Put writes bytes whose

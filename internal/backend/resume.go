@@ -166,9 +166,17 @@ func (r *ResumingReader) Read(p []byte) (int, error) {
 				return 0, r.err
 			}
 			if r.size >= 0 && r.off == r.size && err != nil {
-				// Every byte arrived; whatever broke after does not matter.
-				r.err = io.EOF
-				return n, io.EOF
+				// Every byte arrived. An idle timer that fired after
+				// the last one does not matter; any other error does:
+				// the S3 SDK and the GCS client check their checksum
+				// of the transfer as the body ends, and say so here.
+				if err == io.EOF || r.stalled.Load() {
+					r.err = io.EOF
+					return n, io.EOF
+				}
+				r.stop()
+				r.err = fmt.Errorf("%s: %w", r.what, err)
+				return n, r.err
 			}
 			if err == io.EOF && r.size < 0 {
 				r.err = io.EOF

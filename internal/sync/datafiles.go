@@ -161,25 +161,49 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
-	// Fetched outside catalogSlots: a download waits on the source.
-	start := time.Now()
-	fetched, err := e.catalogs.Fetch(ctx, e.src, catalogName)
-	e.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
-	if err != nil {
-		if backend.IsNotExist(err) {
-			return nil, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
+	// Fetched outside catalogSlots: a download waits on the source. A
+	// catalog with a sum on record is checked against it, byte for byte,
+	// so the store need not check the transfer too; where the sums differ
+	// it is fetched once more with the store's check, so that bytes damaged
+	// on the way fail as a read instead of passing for the upstream's. A
+	// failed read is tried again as a data file's copy is.
+	checked := wantSHA256 != ""
+	for attempt := 1; ; attempt++ {
+		fetchCtx := ctx
+		if checked {
+			fetchCtx = backend.WithCheckedRead(ctx)
 		}
-		if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
-			return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
+		start := time.Now()
+		fetched, err := e.catalogs.Fetch(fetchCtx, e.src, catalogName)
+		e.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
+		if err != nil {
+			if backend.IsNotExist(err) {
+				return nil, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
+			}
+			if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
+				return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
+			}
+			if backend.IsPermanent(err) || ctx.Err() != nil || attempt >= CopyAttempts {
+				return nil, err
+			}
+			e.log.Warn("catalog fetch failed; retrying", zap.String("file", catalogName), zap.Int("attempt", attempt), zap.Error(err))
+			select {
+			case <-time.After(time.Duration(attempt) * CopyRetryWait):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
 		}
-		return nil, err
-	}
-	if wantSHA256 != "" && fetched.SHA256 != wantSHA256 {
+		if wantSHA256 == "" || fetched.SHA256 == wantSHA256 {
+			return fetched, nil
+		}
 		fetched.Remove()
-		return nil, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
-			id, catalogName, fetched.SHA256, wantSHA256)
+		if !checked {
+			return nil, refuse(ReasonSHA256, id, catalogName, "version %s: catalog sha256 mismatch: %s has %s, version.json records %s",
+				id, catalogName, fetched.SHA256, wantSHA256)
+		}
+		checked = false
 	}
-	return fetched, nil
 }
 
 // readFetched reads a fetched catalog, at most catalogSlots at once.

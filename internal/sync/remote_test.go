@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,6 +170,78 @@ func TestRunCompletesThroughFaults(t *testing.T) {
 		}
 		fdltest.AssertMirrored(t, up, back, nil)
 	})
+}
+
+// Bytes damaged on the way from an object store are never published. A
+// proxy flips a bit in the first answer for every data file and catalog:
+// the store's checksum of a data file's transfer (the S3 SDK's, the GCS
+// client's) fails that copy, which is tried again; a catalog, read
+// without that check since its record's SHA-256 checks every byte, is
+// fetched again with it when the sums differ. Before the stores' checksum
+// errors were heeded, the damaged data files were published.
+func TestDamagedTransfersAreNotPublished(t *testing.T) {
+	for _, store := range []string{"s3", "gcs"} {
+		t.Run(store, func(t *testing.T) {
+			_, up, mirror := fdltest.Layout(t)
+			fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 4})
+			var upstream string
+			var proxy *testserver.FaultProxy
+			if store == "s3" {
+				srv := testserver.S3(t)
+				upstream = srv.URL(srv.Bucket(t), "up")
+				seed(t, up, upstream)
+				proxy = testserver.NewFaultProxy(t, srv.Endpoint)
+				upstream = strings.Replace(upstream, url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+			} else {
+				srv := testserver.GCS(t)
+				upstream = srv.URL(srv.Bucket(t), "up")
+				seed(t, up, upstream)
+				proxy = testserver.NewFaultProxy(t, srv.Endpoint)
+				proxy.TargetHost = true
+				t.Setenv("STORAGE_EMULATOR_HOST", strings.TrimPrefix(proxy.URL, "http://"))
+			}
+			proxy.CutAfter = 64
+			var mu sync.Mutex
+			damaged := map[string]bool{}
+			proxy.SetSchedule(func(_ int64, r *http.Request) testserver.Fault {
+				p := r.URL.Path
+				if r.Method != http.MethodGet || !(strings.Contains(p, "/up/data/") || strings.HasSuffix(p, "/ducklake.duckdb")) {
+					return testserver.Pass
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if damaged[p] {
+					return testserver.Pass
+				}
+				damaged[p] = true
+				return testserver.FlipByte
+			})
+			rep, err := syncAddr(t, upstream, mirror, fdlsync.Options{})
+			if err != nil || !rep.OK() {
+				t.Fatalf("run: %v; refused %+v", err, rep.Refused)
+			}
+			mu.Lock()
+			catalogs := 0
+			for p := range damaged {
+				if strings.HasSuffix(p, "/ducklake.duckdb") {
+					catalogs++
+				}
+			}
+			mu.Unlock()
+			if proxy.Faults() < 8 || catalogs < 2 {
+				t.Fatalf("the proxy damaged %d answers (%d catalogs), want every data file's and catalog's first", proxy.Faults(), catalogs)
+			}
+			fdltest.AssertMirrored(t, up, mirror, nil)
+		})
+	}
+}
+
+// seed mirrors the local repository up into the store at addr.
+func seed(t *testing.T, up, addr string) {
+	t.Helper()
+	if rep, err := syncAddr(t, up, addr, fdlsync.Options{}); err != nil || !rep.OK() {
+		t.Fatalf("seeding %s: %v; refused %+v", addr, err, rep.Refused)
+	}
 }
 
 // An upstream that fails every data file after the mirror has an older

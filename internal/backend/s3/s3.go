@@ -390,13 +390,19 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	}
 	var etag string
 	var size int64
+	optFns := []func(*awss3.Options){s.logRetries(name)}
+	if backend.CheckedRead(ctx) {
+		optFns = append(optFns, func(o *awss3.Options) {
+			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		})
+	}
 	open := func(ctx context.Context, off int64) (backend.Response, error) {
 		in := &awss3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.key(name))}
 		if off > 0 {
 			in.Range = aws.String("bytes=" + strconv.FormatInt(off, 10) + "-")
 			in.IfMatch = aws.String(etag)
 		}
-		out, err := s.client.GetObject(ctx, in, s.logRetries(name))
+		out, err := s.client.GetObject(ctx, in, optFns...)
 		if err != nil {
 			if off > 0 {
 				// A 412 here means the object was replaced under us.

@@ -529,3 +529,55 @@ func TestPutWithContentSHA256IsCheckedByTheStore(t *testing.T) {
 		t.Fatalf("a refused Put left an object: Stat err = %v", err)
 	}
 }
+
+// A read under backend.WithCheckedRead leaves the transfer's check to the
+// caller: through a proxy that flips a byte of every object body, a plain
+// read fails on the SDK's checksum of the response, and a checked read
+// returns the bytes as they came (the caller's digest then refuses them).
+func TestCheckedReadLeavesTheTransferCheckToTheCaller(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	direct := open(t, srv.URL(bucket, "p"), s3.Options{})
+	ctx := context.Background()
+	content := bytes.Repeat([]byte("catalog "), 4096)
+	if err := direct.Put(ctx, "cat", bytes.NewReader(content), int64(len(content))); err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(srv.Endpoint)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.Method == http.MethodGet && resp.StatusCode == http.StatusOK && resp.Request.URL.Query().Get("list-type") == "" {
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				return err
+			}
+			body[len(body)/2] ^= 1
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		return nil
+	}
+	proxy := httptest.NewServer(rp)
+	t.Cleanup(proxy.Close)
+	addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+	st := open(t, addr, s3.Options{MaxAttempts: 1})
+
+	read := func(ctx context.Context) ([]byte, error) {
+		rc, err := st.Open(ctx, "cat")
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
+	}
+	if got, err := read(ctx); err == nil || !strings.Contains(err.Error(), "checksum did not match") {
+		t.Fatalf("a plain read of a damaged body: %d bytes (equal to what was written: %v), error %v; want the SDK's checksum error", len(got), bytes.Equal(got, content), err)
+	}
+	got, err := read(backend.WithCheckedRead(ctx))
+	if err != nil {
+		t.Fatalf("checked read: %v", err)
+	}
+	if len(got) != len(content) || bytes.Equal(got, content) {
+		t.Fatalf("checked read returned %d bytes, equal to what was written: %v; want the damaged body", len(got), bytes.Equal(got, content))
+	}
+}

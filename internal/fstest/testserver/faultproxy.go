@@ -35,10 +35,14 @@ const (
 	// StallBody forwards the request and CutAfter bytes of the body, then
 	// waits StallFor and closes the connection.
 	StallBody
+	// FlipByte forwards the request and the whole response with one bit
+	// of the body's byte after CutAfter bytes flipped: a transfer that
+	// damages bytes and keeps their number.
+	FlipByte
 )
 
 func (f Fault) String() string {
-	return [...]string{"pass", "drop", "500", "503", "stall", "cut-body", "stall-body"}[f]
+	return [...]string{"pass", "drop", "500", "503", "stall", "cut-body", "stall-body", "flip-byte"}[f]
 }
 
 // Schedule decides the fault for the n-th request (counting from 1).
@@ -132,9 +136,9 @@ func (p *FaultProxy) FailAll(f Fault) {
 // Requests is the number of requests received.
 func (p *FaultProxy) Requests() int64 { return p.requests.Load() }
 
-// Faults is the number of faults injected. A CutBody or StallBody fault
-// counts only when there was a body longer than CutAfter to cut (a HEAD
-// request has none).
+// Faults is the number of faults injected. A CutBody, StallBody or
+// FlipByte fault counts only when there was a body longer than CutAfter
+// to cut or damage (a HEAD request has none).
 func (p *FaultProxy) Faults() int64 { return p.faults.Load() }
 
 func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -145,7 +149,7 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f = p.schedule(n, r)
 	}
 	p.mu.Unlock()
-	if f != Pass && f != CutBody && f != StallBody {
+	if f != Pass && f != CutBody && f != StallBody && f != FlipByte {
 		p.faults.Add(1)
 	}
 	switch f {
@@ -172,8 +176,39 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.proxy.ServeHTTP(rw, r)
 		return
+	case FlipByte:
+		p.proxy.ServeHTTP(&flipWriter{ResponseWriter: w, left: p.CutAfter, flipped: &p.faults}, r)
+		return
 	}
 	p.proxy.ServeHTTP(w, r)
+}
+
+// flipWriter writes the body with one bit flipped in the byte after the
+// first left bytes.
+type flipWriter struct {
+	http.ResponseWriter
+	left    int64 // -1 once flipped
+	flipped *atomic.Int64
+}
+
+func (f *flipWriter) Write(b []byte) (int, error) {
+	if f.left >= 0 && int64(len(b)) > f.left {
+		d := append([]byte(nil), b...)
+		d[f.left] ^= 0x20
+		f.left = -1
+		f.flipped.Add(1)
+		return f.ResponseWriter.Write(d)
+	}
+	if f.left >= 0 {
+		f.left -= int64(len(b))
+	}
+	return f.ResponseWriter.Write(b)
+}
+
+func (f *flipWriter) Flush() {
+	if fl, ok := f.ResponseWriter.(http.Flusher); ok {
+		fl.Flush()
+	}
 }
 
 func (p *FaultProxy) sleep(r *http.Request) {
