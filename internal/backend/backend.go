@@ -218,7 +218,7 @@ func CheckName(name string) error {
 	if name == "" || strings.HasPrefix(name, "/") || strings.ContainsAny(name, "\\\x00") {
 		return fmt.Errorf("%w: %q", ErrInvalidName, name)
 	}
-	for _, seg := range strings.Split(name, "/") {
+	for seg := range strings.SplitSeq(name, "/") {
 		if seg == "" || seg == "." || seg == ".." {
 			return fmt.Errorf("%w: %q", ErrInvalidName, name)
 		}

@@ -151,6 +151,8 @@ type reader struct {
 	pooled   *instance // the pool's DuckDB the catalog is attached to
 	pool     *Pool
 	dirty    bool // the pooled DuckDB holds something it should not: not used again
+
+	fileRows int64 // rows of ducklake_data_file and ducklake_delete_file, as counted
 }
 
 // table is how the queries name one of the catalog's tables: the attached
@@ -302,8 +304,18 @@ func (r *reader) read() (*Catalog, error) {
 		return nil, err
 	}
 	res := &resolver{dataPath: c.DataPath, schemas: schemas, tables: tables}
-	seen := map[string]int{}
+	// Sized by the rows counted, up to a bound: a catalog of 20,000 files
+	// grew the map and the slice a dozen times, and a catalog of millions
+	// of rows that name one file must not get room for millions.
+	hint := min(r.fileRows, maxSizeHint)
+	seen := make(map[string]int, hint)
+	c.Files = make([]File, 0, hint)
 	var rowsRead int64
+	// One set of destinations for every row: declared in the loop, each
+	// escaped to the heap, seven allocations a row.
+	var tableID, begin, size, footerSize sql.NullInt64
+	var p, fileFormat sql.NullString
+	var rel sql.NullBool
 	for _, kind := range []struct {
 		table  string
 		delete bool
@@ -334,9 +346,6 @@ func (r *reader) read() (*Catalog, error) {
 				rows.Close()
 				return nil, r.ctx.Err()
 			}
-			var tableID, begin, size, footerSize sql.NullInt64
-			var p, fileFormat sql.NullString
-			var rel sql.NullBool
 			if err := rows.Scan(&tableID, &begin, &p, &rel, &size, &footerSize, &fileFormat); err != nil {
 				rows.Close()
 				return nil, r.errf("reading %s: %w", kind.table, err)
@@ -378,6 +387,10 @@ func (r *reader) read() (*Catalog, error) {
 	sort.Slice(c.Files, func(i, j int) bool { return c.Files[i].Path < c.Files[j].Path })
 	return c, nil
 }
+
+// maxSizeHint bounds the room made for a catalog's files before they are
+// read.
+const maxSizeHint = 1 << 16
 
 func (r *reader) tooManyFiles(n int64) error {
 	return &LimitError{Catalog: r.name, Key: KeyMaxFiles,
@@ -514,6 +527,7 @@ func (r *reader) checkRowCounts() error {
 			if files += n; files > r.lim.MaxFiles {
 				return r.tooManyFiles(files)
 			}
+			r.fileRows = files
 		default:
 			if n > r.lim.MaxFiles {
 				return &LimitError{Catalog: r.name, Key: KeyMaxFiles,
@@ -599,6 +613,14 @@ type resolver struct {
 	dataPath string
 	schemas  map[int64][]place
 	tables   map[int64][]place
+	bases    map[baseKey]string // base of relative file paths, by table and snapshot
+}
+
+// baseKey is what a relative file path's base depends on: its table and
+// the snapshot it began in.
+type baseKey struct {
+	table int64
+	begin sql.NullInt64
 }
 
 // at picks the row of a schema or table that was live at snapshot s (a
@@ -636,12 +658,22 @@ func join(base string, p place) string {
 func (r *resolver) resolve(tableID, begin sql.NullInt64, filePath string, relative bool) (string, error) {
 	full := filePath
 	if relative {
-		base := r.dataPath
-		if t, ok := at(r.tables[tableID.Int64], begin); ok {
-			if s, ok := at(r.schemas[t.parent], begin); ok {
-				base = join(base, s)
+		// The files of a table and snapshot share a base: worked out
+		// once, not for each of them.
+		key := baseKey{tableID.Int64, begin}
+		base, ok := r.bases[key]
+		if !ok {
+			base = r.dataPath
+			if t, ok := at(r.tables[tableID.Int64], begin); ok {
+				if s, ok := at(r.schemas[t.parent], begin); ok {
+					base = join(base, s)
+				}
+				base = join(base, t)
 			}
-			base = join(base, t)
+			if r.bases == nil {
+				r.bases = map[baseKey]string{}
+			}
+			r.bases[key] = base
 		}
 		full = base + filePath
 	}

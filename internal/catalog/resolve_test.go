@@ -44,6 +44,10 @@ func TestResolveJoinsTheRelativeParts(t *testing.T) {
 		{1, "a.parquet", true, "main/events/a.parquet"},
 		{6, "a.parquet", true, "main/events2/a.parquet"},
 		{1, "/var/lib/pub/data/x/b.parquet", false, "x/b.parquet"},
+		// Bases are kept by table and snapshot: asked again, each
+		// snapshot's is its own.
+		{1, "c.parquet", true, "main/events/c.parquet"},
+		{6, "c.parquet", true, "main/events2/c.parquet"},
 	} {
 		got, err := r.resolve(sql.NullInt64{Int64: 7, Valid: true}, sql.NullInt64{Int64: tc.begin, Valid: true}, tc.file, tc.relative)
 		if err != nil || got != tc.want {
