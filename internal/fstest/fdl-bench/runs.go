@@ -88,8 +88,8 @@ func (b *bench) localRun(ctx context.Context, repo, scenario, stores string, p l
 			return nil, err
 		}
 		for i := 2; i <= b.cfg.fullRuns; i++ {
-			os.RemoveAll(fmt.Sprintf("%s-%d", p.fdl, i))
-			os.RemoveAll(fmt.Sprintf("%s-%d", p.rclone, i))
+			b.discard(fmt.Sprintf("%s-%d", p.fdl, i))
+			b.discard(fmt.Sprintf("%s-%d", p.rclone, i))
 		}
 	}
 	g.rows = append(g.rows, m, &r.measure)
