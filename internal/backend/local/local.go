@@ -115,21 +115,36 @@ func (l *Local) openTemp() error {
 			return err
 		}
 	}
-	if err := l.root.MkdirAll(TempDir, 0o755); err != nil {
-		return fmt.Errorf("%s: creating %s: %w", l.dir, TempDir, err)
+	// Another run on the folder that holds the mirror's lock may clear the
+	// temporary folder (ClearTemp) between making it and opening it here:
+	// then it is made again. Both handles are of the one folder opened.
+	// (os.Root's MkdirAll says it exists when it went between its mkdir
+	// and its check of what is there.)
+	for attempt := 1; ; attempt++ {
+		op := "creating"
+		err := l.root.MkdirAll(TempDir, 0o755)
+		if err == nil {
+			op = "opening"
+			var tr *os.Root
+			if tr, err = l.root.OpenRoot(TempDir); err == nil {
+				var td *os.File
+				if td, err = tr.Open("."); err == nil {
+					l.tmpRoot, l.tmpDir, l.tmpFd = tr, td, int(td.Fd())
+					return nil
+				}
+				tr.Close()
+			}
+		}
+		gone := errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrExist)
+		if !gone || attempt == openTempAttempts {
+			return fmt.Errorf("%s: %s %s: %w", l.dir, op, TempDir, err)
+		}
 	}
-	tr, err := l.root.OpenRoot(TempDir)
-	if err != nil {
-		return fmt.Errorf("%s: opening %s: %w", l.dir, TempDir, err)
-	}
-	td, err := l.root.Open(TempDir)
-	if err != nil {
-		tr.Close()
-		return fmt.Errorf("%s: opening %s: %w", l.dir, TempDir, err)
-	}
-	l.tmpRoot, l.tmpDir, l.tmpFd = tr, td, int(td.Fd())
-	return nil
 }
+
+// openTempAttempts bounds how many times openTemp makes the temporary
+// folder again after it went before it could be opened.
+const openTempAttempts = 10
 
 // checkPlainFolder refuses name when it exists as anything but a folder
 // (checked without following a final symbolic link).
