@@ -543,22 +543,9 @@ func TestCheckedReadLeavesTheTransferCheckToTheCaller(t *testing.T) {
 	if err := direct.Put(ctx, "cat", bytes.NewReader(content), int64(len(content))); err != nil {
 		t.Fatal(err)
 	}
-	u, _ := url.Parse(srv.Endpoint)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.ModifyResponse = func(resp *http.Response) error {
-		if resp.Request.Method == http.MethodGet && resp.StatusCode == http.StatusOK && resp.Request.URL.Query().Get("list-type") == "" {
-			body, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil {
-				return err
-			}
-			body[len(body)/2] ^= 1
-			resp.Body = io.NopCloser(bytes.NewReader(body))
-		}
-		return nil
-	}
-	proxy := httptest.NewServer(rp)
-	t.Cleanup(proxy.Close)
+	proxy := testserver.NewFaultProxy(t, srv.Endpoint)
+	proxy.CutAfter = int64(len(content) / 2)
+	proxy.FailAll(testserver.FlipByte)
 	addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
 	st := open(t, addr, s3.Options{MaxAttempts: 1})
 
