@@ -634,6 +634,11 @@ type resolver struct {
 	bases    map[baseKey]string // base of relative file paths, by table and snapshot
 }
 
+// maxBases bounds the bases a resolver keeps: a catalog has a few per
+// table (one per snapshot that added files), and one whose rows each name
+// a snapshot of their own must not double what reading it holds.
+const maxBases = 4096
+
 // baseKey is what a relative file path's base depends on: its table and
 // the snapshot it began in.
 type baseKey struct {
@@ -691,7 +696,9 @@ func (r *resolver) resolve(tableID, begin sql.NullInt64, filePath string, relati
 			if r.bases == nil {
 				r.bases = map[baseKey]string{}
 			}
-			r.bases[key] = base
+			if len(r.bases) < maxBases {
+				r.bases[key] = base
+			}
 		}
 		full = base + filePath
 	}

@@ -122,3 +122,23 @@ func FuzzResolve(f *testing.F) {
 		}
 	})
 }
+
+// A catalog whose rows each begin in a snapshot of their own resolves as
+// any other, and its resolver keeps no more than maxBases bases.
+func TestResolverKeepsBoundedBases(t *testing.T) {
+	r := fuzzResolver("/var/lib/pub/data/", "main/", true, "events/", true, "events2/")
+	for i := range 3 * maxBases {
+		begin := int64(i)
+		want := "main/events/f.parquet"
+		if begin >= 5 {
+			want = "main/events2/f.parquet"
+		}
+		got, err := r.resolve(sql.NullInt64{Int64: 7, Valid: true}, sql.NullInt64{Int64: begin, Valid: true}, "f.parquet", true)
+		if err != nil || got != want {
+			t.Fatalf("snapshot %d: %q, %v; want %q", begin, got, err, want)
+		}
+	}
+	if len(r.bases) > maxBases {
+		t.Fatalf("%d bases kept, more than %d", len(r.bases), maxBases)
+	}
+}
