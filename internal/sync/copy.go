@@ -48,17 +48,28 @@ func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 			e.copied(n)
 			return nil
 		}
-		if backend.IsPermanent(err) || ctx.Err() != nil || attempt == CopyAttempts {
+		if err := e.waitToRetry(ctx, "copy failed; retrying", name, attempt, err); err != nil {
 			return err
-		}
-		e.log.Warn("copy failed; retrying", zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
-		select {
-		case <-time.After(time.Duration(attempt) * CopyRetryWait):
-		case <-ctx.Done():
-			return ctx.Err()
 		}
 	}
 	return err
+}
+
+// waitToRetry decides whether a failed try (number attempt, failed with
+// err) of a copy or a catalog's fetch is tried again: not after a
+// permanent error, a stopped run or the last of CopyAttempts. It returns
+// the error to give up with, or nil once it has waited for the next try.
+func (e *engine) waitToRetry(ctx context.Context, msg, name string, attempt int, err error) error {
+	if backend.IsPermanent(err) || ctx.Err() != nil || attempt >= CopyAttempts {
+		return err
+	}
+	e.log.Warn(msg, zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
+	select {
+	case <-time.After(time.Duration(attempt) * CopyRetryWait):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {

@@ -183,14 +183,8 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
 				return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
 			}
-			if backend.IsPermanent(err) || ctx.Err() != nil || attempt >= CopyAttempts {
+			if err := e.waitToRetry(ctx, "catalog fetch failed; retrying", catalogName, attempt, err); err != nil {
 				return nil, err
-			}
-			e.log.Warn("catalog fetch failed; retrying", zap.String("file", catalogName), zap.Int("attempt", attempt), zap.Error(err))
-			select {
-			case <-time.After(time.Duration(attempt) * CopyRetryWait):
-			case <-ctx.Done():
-				return nil, ctx.Err()
 			}
 			continue
 		}
