@@ -79,4 +79,3 @@ func TestSyncAForgedAncestorDoesNotProveAForwardMove(t *testing.T) {
 	assertNotPublished(t, sink, x)
 	assertVerifies(t, sink, flags...)
 }
-
