@@ -391,7 +391,8 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 	var etag string
 	var size int64
 	optFns := []func(*awss3.Options){s.logRetries(name)}
-	if backend.CheckedRead(ctx) {
+	checked := backend.CheckedRead(ctx)
+	if checked {
 		optFns = append(optFns, func(o *awss3.Options) {
 			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		})
@@ -412,7 +413,12 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 		}
 		if off == 0 {
 			etag, size = aws.ToString(out.ETag), aws.ToInt64(out.ContentLength)
-			return backend.Response{Body: out.Body, Size: size, Pinned: etag != ""}, nil
+			resp := backend.Response{Body: out.Body, Size: size, Pinned: etag != ""}
+			if !checked {
+				// The caller of a checked read checks every byte itself.
+				resp.Digest = objectDigest(out)
+			}
+			return resp, nil
 		}
 		if want := fmt.Sprintf("bytes %d-%d/%d", off, size-1, size); aws.ToString(out.ContentRange) != want {
 			out.Body.Close()
