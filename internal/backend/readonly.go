@@ -28,7 +28,9 @@ func (r readOnly) Remove(_ context.Context, name string) error {
 
 func (r readOnly) Properties() Properties {
 	p := r.Reader.Properties()
-	p.CanWrite, p.AtomicCreate = false, false
+	// No ConditionalWrite: ConditionalOf then finds no way past this
+	// wrapper to the store's conditional writes.
+	p.CanWrite, p.AtomicCreate, p.ConditionalWrite = false, false, false
 	return p
 }
 
