@@ -124,7 +124,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if opts.Lock != nil {
 		e.dst = guarded{dst, e}
 	}
-	e.ancestry = newAncestry(dst, src)
+	e.ancestry = newAncestry(dst, src, opts.Trust)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
 	pool, err := catalog.NewPool(opts.TempDir, cap(e.catalogSlots), opts.CatalogLimits)
