@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -132,38 +130,11 @@ func cmdSync(args []string) int {
 // finishSync prints a run's summary and returns its exit code; shared by
 // plain sync and sync --config.
 func finishSync(w io.Writer, job mirror.Job, report *fdlsync.Report, err error, jsonOut bool, log *zap.Logger) int {
-	code := exitOK
-	var cfg *mirror.ConfigError
-	switch {
-	case errors.As(err, &cfg):
-		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
-		return exitUsage
-	case err != nil:
-		log.Error("sync stopped", zap.Error(err))
-		code = exitRefused
-	case !report.OK():
-		code = exitRefused
+	var rep any = report
+	if report == nil {
+		rep = &fdlsync.Report{Source: job.Source, Sink: job.Sink}
 	}
-	if jsonOut {
-		out := struct {
-			Mirror string `json:"mirror,omitempty"`
-			OK     bool   `json:"ok"`
-			Error  string `json:"error,omitempty"`
-			*fdlsync.Report
-		}{Mirror: job.Name, OK: code == exitOK, Report: report}
-		if err != nil {
-			out.Error = err.Error()
-		}
-		if out.Report == nil {
-			out.Report = &fdlsync.Report{Source: job.Source, Sink: job.Sink}
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
-		return code
-	}
-	printSummary(w, job, report, err)
-	return code
+	return finishRun(w, "sync", job.Name, rep, report != nil && !report.OK(), err, jsonOut, log, func() { printSummary(w, job, report, err) })
 }
 
 func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
@@ -184,7 +155,7 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		}
 	}
 	fmt.Fprintf(w, "%s%s -> %s: %s %d files, %s, in %s\n", name, r.Source, r.Sink, verb,
-		r.FilesCopied, humanBytes(r.BytesCopied), r.Duration.Round(time.Millisecond))
+		r.FilesCopied, mirror.HumanBytes(r.BytesCopied), r.Duration.Round(time.Millisecond))
 	fmt.Fprintf(w, "  versions published: %d\n", len(r.VersionsPublished))
 	for _, m := range r.RefsMoved {
 		from := m.From
@@ -211,17 +182,4 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 	if err != nil {
 		fmt.Fprintf(w, "  STOPPED: %v\n", err)
 	}
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

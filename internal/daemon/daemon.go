@@ -36,7 +36,7 @@ import (
 // RunFunc runs one mirror once; mirror.Run in production.
 type RunFunc func(ctx context.Context, job mirror.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
 
-// PruneFunc prunes one mirror once; prune.RunJob in production.
+// PruneFunc prunes one mirror once; mirror.Prune in production.
 type PruneFunc func(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error)
 
 // DefaultStopTimeout is how long a stop waits for running syncs to reach a
@@ -55,7 +55,7 @@ type Options struct {
 	// Run runs one mirror; nil means mirror.Run.
 	Run RunFunc
 	// Prune prunes a mirror configured with prune: true after each
-	// successful run; nil means prune.RunJob.
+	// successful run; nil means mirror.Prune.
 	Prune PruneFunc
 	// StopTimeout bounds the wait for running syncs at a stop; 0 means
 	// DefaultStopTimeout.
@@ -101,7 +101,7 @@ func New(opts Options) (*Daemon, error) {
 		opts.Run = mirror.Run
 	}
 	if opts.Prune == nil {
-		opts.Prune = prune.RunJob
+		opts.Prune = mirror.Prune
 	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = DefaultStopTimeout

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"go.uber.org/zap"
 )
@@ -74,7 +75,7 @@ var stateText = map[string]string{
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"when":      when,
 	"ago":       ago,
-	"bytes":     humanBytes,
+	"bytes":     mirror.HumanBytes,
 	"seconds":   humanSeconds,
 	"stateText": func(s string) string { return stateText[s] },
 	"subject":   refusalSubject,
@@ -226,19 +227,6 @@ func ago(t time.Time) string {
 		return fmt.Sprintf("%.1f h ago", d.Hours())
 	}
 	return fmt.Sprintf("%d days ago", int(d.Hours()/24))
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func humanSeconds(s float64) string {
