@@ -303,16 +303,20 @@ type Copier interface {
 	CopyFrom(ctx context.Context, src Reader, srcName, dstName string, size int64) (ok bool, err error)
 }
 
-// CopierOf returns the Copier of a store, looking through wrappers that
-// do not forward it; nil when the store underneath cannot copy.
-func CopierOf(r Reader) Copier {
+// As returns the first store, from r down through its wrappers, that is a
+// T: an optional interface (Copier, Barrier) or a concrete store
+// (*local.Local), as restic's AsBackend finds a backend under its
+// wrappers. A wrapper that must hide what it wraps (ReadOnly hides the
+// Copier) implements T itself, and is found first.
+func As[T any](r Reader) (T, bool) {
 	for {
-		if c, ok := r.(Copier); ok {
-			return c
+		if t, ok := r.(T); ok {
+			return t, true
 		}
 		u, ok := r.(Unwrapper)
 		if !ok {
-			return nil
+			var zero T
+			return zero, false
 		}
 		r = u.Unwrap()
 	}
@@ -395,21 +399,6 @@ const ReservedPrefix = ".fdl-mirror/"
 // when it is acknowledged, and WithoutSync changes nothing there.
 type Barrier interface {
 	Barrier(ctx context.Context) error
-}
-
-// BarrierOf returns the Barrier of a store, looking through wrappers;
-// nil when every write to it is durable when it returns.
-func BarrierOf(r Reader) Barrier {
-	for {
-		if b, ok := r.(Barrier); ok {
-			return b
-		}
-		u, ok := r.(Unwrapper)
-		if !ok {
-			return nil
-		}
-		r = u.Unwrap()
-	}
 }
 
 type withoutSyncKey struct{}

@@ -34,7 +34,7 @@ func (r readOnly) Properties() Properties {
 	return p
 }
 
-// CanCopyFrom is false: CopierOf finds this wrapper before the store
+// CanCopyFrom is false: As[Copier] finds this wrapper before the store
 // underneath, so a server-side copy is never tried through it.
 func (r readOnly) CanCopyFrom(Reader) bool { return false }
 

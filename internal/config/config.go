@@ -35,6 +35,13 @@ type Config struct {
 	// Listen is the host:port of /metrics, /healthz and /readyz; "" serves none.
 	Listen  string
 	Mirrors []Mirror
+	// TriggerTokenFile holds the bearer token of POST /mirrors/{name}/sync
+	// (TriggerToken); "" serves no trigger.
+	TriggerTokenFile string
+	TriggerToken     Secret
+	// Notify are the receivers of every mirror's notifications; each
+	// mirror's Notify starts with them.
+	Notify []NotifyTarget
 }
 
 // Mirror is one upstream repository and where to mirror it.
@@ -99,6 +106,9 @@ type Mirror struct {
 	// ids was made from, and records it (sync --force): for a repository
 	// that moved. Default false.
 	Force bool
+	// Notify are the receivers of this mirror's notifications: the
+	// top-level ones, then the mirror's own.
+	Notify []NotifyTarget
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -180,9 +190,10 @@ func Parse(data []byte, file string, lookupEnv func(string) (string, bool)) (*Co
 }
 
 type parser struct {
-	file      string
-	lookupEnv func(string) (string, bool)
-	problems  Problems
+	file        string
+	lookupEnv   func(string) (string, bool)
+	problems    Problems
+	triggerLine int
 }
 
 func (p *parser) addf(line int, format string, args ...any) {
@@ -230,6 +241,10 @@ func (p *parser) parse(data []byte, cfg *Config) {
 		case "mirrors":
 			sawMirrors = true
 			p.mirrors(v, cfg)
+		case "trigger_token_file":
+			p.triggerToken(v, cfg)
+		case "notify":
+			cfg.Notify = p.notifyTargets(v, "notify")
 		default:
 			return false
 		}
@@ -238,6 +253,7 @@ func (p *parser) parse(data []byte, cfg *Config) {
 	if !sawMirrors {
 		p.addf(root.Line, "no mirrors: list")
 	}
+	p.finishNotify(cfg)
 }
 
 // fields walks a mapping, reporting duplicate keys, and unknown ones (those
@@ -445,6 +461,8 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 				}
 				m.LockTTL = d
 			}
+		case "notify":
+			m.Notify = p.notifyTargets(v, where+".notify")
 		default:
 			return false
 		}

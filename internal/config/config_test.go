@@ -77,6 +77,17 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	signers := writeFile(t, t.TempDir(), "towns.allowed_signers", "")
 	data = []byte(strings.Replace(string(data), examplePath, signers, 1))
+	// And its secret files at files of the same names, readable by their
+	// owner only.
+	secrets := map[string]string{}
+	for _, name := range []string{"trigger.token", "hooks.secret", "towns-ci.secret"} {
+		path := writeSecret(t, t.TempDir(), name, name+"-0123456789abcdef")
+		if n := strings.Count(string(data), "/etc/fdl-mirror/"+name); n != 1 {
+			t.Fatalf("example names /etc/fdl-mirror/%s %d times, want 1", name, n)
+		}
+		data = []byte(strings.Replace(string(data), "/etc/fdl-mirror/"+name, path, 1))
+		secrets[name] = path
+	}
 
 	cfg, err := Parse(data, "config.example.yaml", env(map[string]string{"TOWNS_TOKEN": "s3cret"}))
 	if err != nil {
@@ -84,6 +95,13 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	if cfg.Listen != "127.0.0.1:9464" {
 		t.Errorf("listen = %q", cfg.Listen)
+	}
+	if cfg.TriggerTokenFile != secrets["trigger.token"] || cfg.TriggerToken.Reveal() != "trigger.token-0123456789abcdef" {
+		t.Errorf("trigger token from %q", cfg.TriggerTokenFile)
+	}
+	hooks := NotifyTarget{URL: "https://hooks.example.org/fdl", SecretFile: secrets["hooks.secret"], Secret: "hooks.secret-0123456789abcdef", Line: notifyLine(t, data, "https://hooks.example.org/fdl")}
+	if !reflect.DeepEqual(cfg.Notify, []NotifyTarget{hooks}) {
+		t.Errorf("notify = %+v", cfg.Notify)
 	}
 	if got := cfg.Names(); !reflect.DeepEqual(got, []string{"towns", "rivers"}) {
 		t.Fatalf("mirrors = %v", got)
@@ -115,7 +133,9 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		AllowRewind:        []string{"refs/heads/scratch"},
 		MaxUpstreamAge:     72 * time.Hour,
 		Repair:             true,
-		Line:               towns.Line,
+		Notify: []NotifyTarget{hooks, {URL: "https://ci.example.org/hooks/towns", SecretFile: secrets["towns-ci.secret"],
+			Secret: "towns-ci.secret-0123456789abcdef", Line: notifyLine(t, data, "https://ci.example.org/hooks/towns")}},
+		Line: towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {
 		t.Errorf("towns =\n%+v\nwant\n%+v", towns, want)
@@ -137,7 +157,8 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	rivers := cfg.Mirrors[1]
 	if rivers.Source != "/srv/fdl/rivers" || rivers.Sink != "gs://mirror-bucket/rivers/" ||
-		rivers.Schedule != "0 * * * *" || rivers.Concurrency != 0 || rivers.TrustedSigners != "" {
+		rivers.Schedule != "0 * * * *" || rivers.Concurrency != 0 || rivers.TrustedSigners != "" ||
+		!reflect.DeepEqual(rivers.Notify, []NotifyTarget{hooks}) {
 		t.Errorf("rivers = %+v", rivers)
 	}
 }

@@ -36,7 +36,7 @@ import (
 // RunFunc runs one mirror once; mirror.Run in production.
 type RunFunc func(ctx context.Context, job mirror.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
 
-// PruneFunc prunes one mirror once; prune.RunJob in production.
+// PruneFunc prunes one mirror once; mirror.Prune in production.
 type PruneFunc func(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error)
 
 // DefaultStopTimeout is how long a stop waits for running syncs to reach a
@@ -55,11 +55,14 @@ type Options struct {
 	// Run runs one mirror; nil means mirror.Run.
 	Run RunFunc
 	// Prune prunes a mirror configured with prune: true after each
-	// successful run; nil means prune.RunJob.
+	// successful run; nil means mirror.Prune.
 	Prune PruneFunc
 	// StopTimeout bounds the wait for running syncs at a stop; 0 means
 	// DefaultStopTimeout.
 	StopTimeout time.Duration
+	// Notify tunes the delivery of notifications; the zero value is the
+	// production default.
+	Notify NotifyOptions
 }
 
 // Daemon schedules the mirrors of one config file.
@@ -80,8 +83,12 @@ type Daemon struct {
 	gen      int // bumped at every reload; ticks of an older schedule are ignored
 	sched    *cron.Cron
 	running  map[string]bool
+	queued   map[string]bool // a trigger came during the run (trigger.go)
 	stopping bool
 	runs     sync.WaitGroup
+
+	trig   *triggers // POST /mirrors/{name}/sync (trigger.go)
+	notify *Notifier // events after runs (notify.go)
 }
 
 // New loads the config and prepares the daemon. A config that does not
@@ -94,7 +101,7 @@ func New(opts Options) (*Daemon, error) {
 		opts.Run = mirror.Run
 	}
 	if opts.Prune == nil {
-		opts.Prune = prune.RunJob
+		opts.Prune = mirror.Prune
 	}
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = DefaultStopTimeout
@@ -112,6 +119,8 @@ func New(opts Options) (*Daemon, error) {
 		running: map[string]bool{},
 	}
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
+	d.trig = newTriggers(d.metrics.Registry)
+	d.notify = NewNotifier(d.log, d.metrics.Registry, opts.Notify)
 	for _, m := range cfg.Mirrors {
 		d.track(m)
 	}
@@ -171,6 +180,7 @@ func (d *Daemon) Handler() http.Handler {
 		Registry:          d.metrics.Registry,
 		EnableOpenMetrics: true,
 	}))
+	d.handleTriggers(mux)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
@@ -225,6 +235,13 @@ wait:
 
 	d.ready.Store(false)
 	d.stop()
+	// Notifications still queued go out while the server shuts down.
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		d.notify.Close(NotifyWaitAtStop)
+	}()
+	defer func() { <-notified }()
 	if srv != nil {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -355,18 +372,7 @@ func (d *Daemon) tick(gen int, name string) {
 	d.running[name] = true
 	d.runs.Add(1)
 	d.mu.Unlock()
-
-	defer d.runs.Done()
-	d.runOnce(m)
-
-	d.mu.Lock()
-	delete(d.running, name)
-	if _, still := d.cfg.Mirror(name); !still {
-		// Removed by a reload while it ran.
-		d.metrics.RemoveMirror(name)
-		d.board.remove(name)
-	}
-	d.mu.Unlock()
+	d.runThenQueued(m)
 }
 
 // runOnce runs a mirror and records the outcome. A panic in the run is
@@ -398,6 +404,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
 	}
 	d.board.finished(m.Name, start, end, result, rep, err)
+	d.notify.AfterRun(m, rep)
 
 	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}
 	if rep != nil {

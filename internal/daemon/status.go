@@ -65,6 +65,8 @@ type MirrorStatus struct {
 	// RefsCompared is when the refs were compared (the end of the last run
 	// that went to the end).
 	RefsCompared *time.Time `json:"refs_compared,omitempty"`
+	// LastTrigger is the last POST /mirrors/{name}/sync (trigger.go).
+	LastTrigger *TriggerStatus `json:"last_trigger,omitempty"`
 }
 
 // RunStatus is one finished run.

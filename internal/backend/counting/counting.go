@@ -2,7 +2,7 @@
 // by kind and bytes moved, to see how many requests a sync costs.
 //
 // Its counts are read by the benchmarks and by tests, never in production:
-// fdl-bench (internal/fstest/fdl-bench) runs the engine in-process through
+// fdl-bench (cmd/fdl-bench) runs the engine in-process through
 // it for the request counts of its local runs; internal/sync's Benchmark*
 // report them per run (src-calls/op, sink-calls/op); and tests assert with
 // them that a copy was server-side, or that a store was not asked at all.

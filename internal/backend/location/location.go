@@ -39,49 +39,34 @@ type Options struct {
 // that exists, file://, s3://, gs://, http:// or https://. The returned
 // close function releases it.
 func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func() error, error) {
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	scheme, rest := Scheme(addr)
-	switch scheme {
-	case "file":
-		l, err := local.Open(rest)
-		if err != nil {
-			return nil, nil, err
-		}
-		return l, l.Close, nil
-	case "s3", "gs":
-		return openObjectStore(ctx, addr, opts)
-	case "http", "https":
-		u, err := url.Parse(addr)
-		if err != nil {
-			// The address may hold user:password; url.Error would print it.
-			var uerr *url.Error
-			if errors.As(err, &uerr) {
-				err = uerr.Err
-			}
-			return nil, nil, fmt.Errorf("invalid %s:// address: %w", scheme, err)
-		}
-		st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, AllowRedirects: opts.HTTPAllowRedirects, Logger: opts.Logger, RetryMax: opts.Retries})
-		if err != nil {
-			return nil, nil, err
-		}
-		return st, st.Close, nil
-	}
-	return nil, nil, fmt.Errorf("%s: unsupported address scheme %q", addr, scheme)
+	return open(ctx, addr, opts, false)
 }
 
 // OpenWritable returns a store to write a mirror at addr: a local folder
 // (made if absent), file://, s3:// or gs://. HTTP(S) is read-only and
 // refused.
 func OpenWritable(ctx context.Context, addr string, opts Options) (backend.Backend, func() error, error) {
+	st, closeSt, err := open(ctx, addr, opts, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return st.(backend.Backend), closeSt, nil
+}
+
+// open is Open and OpenWritable: the one switch over the protocols. A
+// writable store is a Backend, and its local folder is made if absent.
+func open(ctx context.Context, addr string, opts Options, writable bool) (backend.Reader, func() error, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
 	scheme, rest := Scheme(addr)
 	switch scheme {
 	case "file":
-		l, err := local.Create(rest)
+		openLocal := local.Open
+		if writable {
+			openLocal = local.Create
+		}
+		l, err := openLocal(rest)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -89,9 +74,30 @@ func OpenWritable(ctx context.Context, addr string, opts Options) (backend.Backe
 	case "s3", "gs":
 		return openObjectStore(ctx, addr, opts)
 	case "http", "https":
-		return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", addr)
+		if writable {
+			return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", addr)
+		}
+		return openHTTP(ctx, scheme, addr, opts)
 	}
 	return nil, nil, fmt.Errorf("%s: unsupported address scheme %q", addr, scheme)
+}
+
+// openHTTP opens an http:// or https:// source.
+func openHTTP(ctx context.Context, scheme, addr string, opts Options) (backend.Reader, func() error, error) {
+	u, err := url.Parse(addr)
+	if err != nil {
+		// The address may hold user:password; url.Error would print it.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, nil, fmt.Errorf("invalid %s:// address: %w", scheme, err)
+	}
+	st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, AllowRedirects: opts.HTTPAllowRedirects, Logger: opts.Logger, RetryMax: opts.Retries})
+	if err != nil {
+		return nil, nil, err
+	}
+	return st, st.Close, nil
 }
 
 // OpenReadOnly returns the mirror at addr for a run that must write
