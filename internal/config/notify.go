@@ -45,9 +45,11 @@ type NotifyTarget struct {
 	Line       int
 }
 
-// ReadSecretFile reads a secret file: one token, refused where group or
-// others may read or write the file (as ssh refuses a private key), and
-// where it is empty, too short or holds more than one token.
+// ReadSecretFile reads a secret file: one token, refused where others may
+// read the file or anyone but its owner change it, and where it is empty,
+// too short or holds more than one token. Group read is allowed: a file
+// of root's that the service's group reads (systemd), or a Kubernetes
+// Secret mounted with fsGroup (0440), is how services get their secrets.
 func ReadSecretFile(path string) (Secret, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -56,8 +58,8 @@ func ReadSecretFile(path string) (Secret, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s: not a regular file", path)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("%s: mode %04o lets group or others read or change the secret; chmod 600 it", path, perm)
+	if perm := fi.Mode().Perm(); perm&0o004 != 0 || perm&0o022 != 0 {
+		return "", fmt.Errorf("%s: mode %04o lets others read the secret, or someone other than its owner change it; chmod 600 it (640 for a group only the daemon's user is in)", path, perm)
 	}
 	f, err := os.Open(path)
 	if err != nil {
