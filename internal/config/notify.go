@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 // Secret is a token or a key read from a secret file. It prints as
@@ -100,6 +102,8 @@ func (p *parser) secretFile(v *yaml.Node, where string) (string, Secret) {
 	if err != nil {
 		p.addf(v.Line, "%s: %v", where, err)
 	}
+	// Masked in every message, should any quote it.
+	redact.Secret(s.Reveal())
 	return path, s
 }
 
@@ -139,6 +143,7 @@ func (p *parser) notifyTargets(v *yaml.Node, where string) []NotifyTarget {
 		} else if err := checkNotifyURL(t.URL); err != nil {
 			p.addf(urlNode.Line, "%s.url: %v", w, err)
 		}
+		redact.AddressSecrets(t.URL)
 		if secretNode == nil {
 			p.addf(item.Line, "%s: no secret_file; every notification is signed with its secret", w)
 		}
