@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
@@ -78,4 +81,58 @@ func TestSyncAForgedAncestorDoesNotProveAForwardMove(t *testing.T) {
 	}
 	assertNotPublished(t, sink, x)
 	assertVerifies(t, sink, flags...)
+}
+
+// Case 2. The record of files written without a barrier names a
+// published data file (which upstream has since grown by 50 bytes) and
+// the mirror's main (which upstream has rewound), with no size: neither
+// is replayed, the data file keeps the bytes its catalog records, and
+// main stays.
+func TestSyncReplaysNeitherRefsNorUnconfirmedFilesFromTheUnsyncedRecord(t *testing.T) {
+	_, up, sink := layout(t)
+	g := gen(t, up, generate.Options{Versions: 2, FastParquet: true})
+	if res := run(t, "sync", up, sink); res.code != 0 {
+		t.Fatalf("first sync: exit %d\n%s", res.code, res.stderr)
+	}
+	data := g.DataFiles[0]
+	before, err := os.ReadFile(filepath.Join(sink, data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fdltest.Append(t, filepath.Join(up, data), make([]byte, 50))
+	moveRef(t, up, generate.MainRef, g.Versions[0])
+	names := []string{data, generate.MainRef, "refs.json", "HEAD", "versions/" + g.Versions[1] + "/version.json"}
+	raw, _ := json.Marshal(map[string]any{"files": names})
+	writeFile(t, filepath.Join(sink, backend.ReservedPrefix+fdlsync.UnsyncedFile), string(raw))
+
+	rep, res := syncJSON(t, up, sink)
+	if res.code != 1 || !refusedFor(rep, generate.MainRef, "", fdlsync.ReasonRewound) {
+		t.Errorf("exit %d, refused %+v; want main refused %s", res.code, rep.Refused, fdlsync.ReasonRewound)
+	}
+	if got := readRef(t, sink, generate.MainRef); got != g.Versions[1] {
+		t.Errorf("the record replayed upstream's rewound main into the mirror: main = %s", got)
+	}
+	after, _ := os.ReadFile(filepath.Join(sink, data))
+	if string(after) != string(before) {
+		t.Errorf("%s: %d bytes after the replay, the catalog records %d", data, len(after), len(before))
+	}
+	record := filepath.Join(sink, backend.ReservedPrefix+fdlsync.UnsyncedFile)
+	if left, err := os.ReadFile(record); err == nil && strings.Contains(string(left), "refs/") {
+		t.Errorf("the record still names refs after the run: %s", left)
+	}
+	assertVerifies(t, sink)
+
+	// A record as this release writes it, with the size the catalog
+	// records: the file is copied again only at that size, and upstream's
+	// grown file is not.
+	raw, _ = json.Marshal(map[string]any{"files": []map[string]any{{"name": data, "size": len(before)}}})
+	writeFile(t, record, string(raw))
+	if _, res = syncJSON(t, up, sink); res.code != 1 {
+		t.Errorf("second sync: exit %d, want 1 (main still rewound upstream)", res.code)
+	}
+	after, _ = os.ReadFile(filepath.Join(sink, data))
+	if string(after) != string(before) {
+		t.Errorf("%s: %d bytes after the sized replay, the catalog records %d", data, len(after), len(before))
+	}
+	assertVerifies(t, sink)
 }
