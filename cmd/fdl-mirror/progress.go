@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 )
 
 // progressInterval is the least time between two updates of the display.
@@ -91,5 +93,5 @@ func (p *progress) update(files, bytes int64) {
 	if elapsed := now.Sub(p.start).Seconds(); elapsed > 0 {
 		rate = float64(p.bytes) / elapsed
 	}
-	stderrOut.show(fmt.Sprintf("%d files, %s, %s/s", p.files, humanBytes(p.bytes), humanBytes(int64(rate))))
+	stderrOut.show(fmt.Sprintf("%d files, %s, %s/s", p.files, mirror.HumanBytes(p.bytes), mirror.HumanBytes(int64(rate))))
 }

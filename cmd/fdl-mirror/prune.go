@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 )
 
@@ -26,7 +25,7 @@ func cmdPrune(args []string) int {
 	maxDelete := fs.Int("max-delete", prune.DefaultMaxDelete, "refuse, removing nothing, when more than `N` objects would be removed")
 	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
 	configPath := fs.String("config", "", "prune the mirrors of this config `file`")
-	mirror := fs.String("mirror", "", "with --config: only this mirror")
+	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
@@ -69,7 +68,7 @@ func cmdPrune(args []string) int {
 			printConfigError(os.Stderr, "prune", *configPath, err)
 			return exitUsage
 		}
-		mirrors, ok := selectMirrors(os.Stderr, "prune", cfg, *mirror)
+		mirrors, ok := selectMirrors(os.Stderr, "prune", cfg, *onlyMirror)
 		if !ok {
 			return exitUsage
 		}
@@ -98,7 +97,7 @@ func cmdPrune(args []string) int {
 			code = max(code, exitRefused)
 			continue
 		}
-		rep, err := prune.RunJob(ctx, job, log)
+		rep, err := mirror.Prune(ctx, job, log)
 		code = max(code, finishPrune(os.Stdout, job, rep, err, *jsonOut, log))
 	}
 	return code
@@ -128,36 +127,11 @@ func catalogFlagsSet(visit func(func(*flag.Flag))) bool {
 
 // finishPrune prints a prune's summary and returns its exit code.
 func finishPrune(w io.Writer, job prune.Job, rep *prune.Report, err error, jsonOut bool, log *zap.Logger) int {
-	var cfg *prune.ConfigError
-	if errors.As(err, &cfg) {
-		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", err)
-		return exitUsage
+	var report any = rep
+	if rep == nil {
+		report = &prune.Report{Source: job.Source, Sink: job.Sink}
 	}
-	code := exitOK
-	if err != nil {
-		log.Error("prune stopped", zap.Error(err))
-		code = exitRefused
-	}
-	if jsonOut {
-		out := struct {
-			Mirror string `json:"mirror,omitempty"`
-			OK     bool   `json:"ok"`
-			Error  string `json:"error,omitempty"`
-			*prune.Report
-		}{Mirror: job.Name, OK: code == exitOK, Report: rep}
-		if err != nil {
-			out.Error = err.Error()
-		}
-		if out.Report == nil {
-			out.Report = &prune.Report{Source: job.Source, Sink: job.Sink}
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
-		return code
-	}
-	printPrune(w, job, rep, err)
-	return code
+	return finishRun(w, "prune", job.Name, report, false, err, jsonOut, log, func() { printPrune(w, job, rep, err) })
 }
 
 func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -132,9 +131,7 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 		if err != nil {
 			out.Error = err.Error()
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
+		writeJSON(w, out)
 		return code
 	}
 	name := ""

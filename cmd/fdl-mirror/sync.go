@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -41,6 +39,7 @@ func cmdSync(args []string) int {
 	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
 	configPath := fs.String("config", "", "run the mirrors of this config `file` once")
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
+	notifyWait := fs.Duration("notify-wait", 30*time.Second, "with --config: how long to wait at exit for notifications still being sent")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
 	repair := fs.Bool("repair", false, "re-check every complete version's data files in the sink and copy back what is missing or of another size")
@@ -90,7 +89,7 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, bwlimit, refs, exclude_refs and allow_rewind in the config")
 			return exitUsage
 		}
-		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *force, *jsonOut, log)
+		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *force, *jsonOut, *notifyWait, log)
 	}
 	if len(pos) != 2 {
 		fs.Usage()
@@ -131,38 +130,11 @@ func cmdSync(args []string) int {
 // finishSync prints a run's summary and returns its exit code; shared by
 // plain sync and sync --config.
 func finishSync(w io.Writer, job mirror.Job, report *fdlsync.Report, err error, jsonOut bool, log *zap.Logger) int {
-	code := exitOK
-	var cfg *mirror.ConfigError
-	switch {
-	case errors.As(err, &cfg):
-		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
-		return exitUsage
-	case err != nil:
-		log.Error("sync stopped", zap.Error(err))
-		code = exitRefused
-	case !report.OK():
-		code = exitRefused
+	var rep any = report
+	if report == nil {
+		rep = &fdlsync.Report{Source: job.Source, Sink: job.Sink}
 	}
-	if jsonOut {
-		out := struct {
-			Mirror string `json:"mirror,omitempty"`
-			OK     bool   `json:"ok"`
-			Error  string `json:"error,omitempty"`
-			*fdlsync.Report
-		}{Mirror: job.Name, OK: code == exitOK, Report: report}
-		if err != nil {
-			out.Error = err.Error()
-		}
-		if out.Report == nil {
-			out.Report = &fdlsync.Report{Source: job.Source, Sink: job.Sink}
-		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(out)
-		return code
-	}
-	printSummary(w, job, report, err)
-	return code
+	return finishRun(w, "sync", job.Name, rep, report != nil && !report.OK(), err, jsonOut, log, func() { printSummary(w, job, report, err) })
 }
 
 func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
@@ -183,7 +155,7 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		}
 	}
 	fmt.Fprintf(w, "%s%s -> %s: %s %d files, %s, in %s\n", name, r.Source, r.Sink, verb,
-		r.FilesCopied, humanBytes(r.BytesCopied), r.Duration.Round(time.Millisecond))
+		r.FilesCopied, mirror.HumanBytes(r.BytesCopied), r.Duration.Round(time.Millisecond))
 	fmt.Fprintf(w, "  versions published: %d\n", len(r.VersionsPublished))
 	for _, m := range r.RefsMoved {
 		from := m.From
@@ -210,17 +182,4 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 	if err != nil {
 		fmt.Fprintf(w, "  STOPPED: %v\n", err)
 	}
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -30,6 +30,7 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -53,6 +54,13 @@ var (
 	ErrNotSupported = errors.New("operation not supported by this store")
 	// ErrInvalidName is returned for a name that could leave the root.
 	ErrInvalidName = errors.New("invalid object name")
+	// ErrPreconditionFailed is wrapped by the error of a conditional
+	// write or removal (see Conditional) that the store refused: the
+	// object is no longer the version the caller read, or is there when
+	// the caller read it absent. Another writer changed it: for a run that
+	// writes under a lease, it lost the lease, and must stop. It is
+	// permanent: trying again cannot make the object what was read.
+	ErrPreconditionFailed = errors.New("object changed since it was read (write condition refused by the store)")
 )
 
 // ErrNoBucket and ErrAccessDenied tell a wrong address or refused
@@ -71,9 +79,14 @@ var (
 // IsNotExist reports whether err says an object is absent.
 func IsNotExist(err error) bool { return errors.Is(err, ErrNotExist) }
 
+// IsPreconditionFailed reports whether err is a refused write condition
+// (ErrPreconditionFailed).
+func IsPreconditionFailed(err error) bool { return errors.Is(err, ErrPreconditionFailed) }
+
 // IsPermanent reports whether trying again cannot change the outcome of
 // what failed with err: an absent or existing object, a bad name, an
-// unsupported operation, a missing bucket, refused credentials, or an
+// unsupported operation, a missing bucket, refused credentials, a refused
+// write condition, or an
 // error that says so itself with a method Permanent() bool (an HTTP
 // redirect refused by policy, the engine's refusals). Cancellation is not
 // in the list: the caller knows its own context.
@@ -81,7 +94,7 @@ func IsPermanent(err error) bool {
 	if err == nil {
 		return false
 	}
-	for _, target := range []error{ErrNotExist, ErrExist, ErrNotSupported, ErrInvalidName, ErrNoBucket, ErrAccessDenied} {
+	for _, target := range []error{ErrNotExist, ErrExist, ErrNotSupported, ErrInvalidName, ErrNoBucket, ErrAccessDenied, ErrPreconditionFailed} {
 		if errors.Is(err, target) {
 			return true
 		}
@@ -115,6 +128,11 @@ type FileInfo struct {
 	// form and is not the digest: compare MD5 with a digest of content you
 	// hold (repo.ListingHolds), never take it for one.
 	MD5 string
+	// Version is the token that names this version of the object for a
+	// conditional write or removal (see Conditional): S3's ETag, GCS's
+	// generation. "" where the store has none (a local folder, HTTP).
+	// Stat and List give it on the stores that have it.
+	Version string
 }
 
 // Properties say what a store can do, so the engine can choose the cheap way.
@@ -128,6 +146,12 @@ type Properties struct {
 	// conditional write such as If-None-Match: * or link(2)). Stores
 	// without it emulate Create with Stat then Put.
 	AtomicCreate bool
+	// ConditionalWrite: the store implements Conditional, and evaluates
+	// its conditions atomically with the write (S3 If-Match, GCS
+	// generation preconditions). A store without it cannot refuse a
+	// writer that lost its lease: a local folder needs none (its lock is
+	// flock(2), which the kernel holds through any pause of its holder).
+	ConditionalWrite bool
 }
 
 // Reader is the read half of a store. Every method is safe for concurrent use.
@@ -168,6 +192,105 @@ type Backend interface {
 	Remove(ctx context.Context, name string) error
 }
 
+// Conditional is implemented by stores that can make a write or a removal
+// conditional on the version of the object the caller read (restic's
+// properties, the "fencing" of Kleppmann's "How to do distributed
+// locking"): a run whose lease on the mirror lapsed while it was paused
+// can check its lock before a write, and still be paused between the
+// check and the write; only the store can refuse such a write. A refused
+// condition is an error wrapping ErrPreconditionFailed, and nothing is
+// written or removed.
+type Conditional interface {
+	// OpenVersion is Open that also says which version was opened: the
+	// returned FileInfo's Version is the token of exactly the bytes the
+	// body yields.
+	OpenVersion(ctx context.Context, name string) (io.ReadCloser, FileInfo, error)
+	// PutIfMatch is Put only if the object's current version is version
+	// (If-Match on S3, ifGenerationMatch on GCS).
+	PutIfMatch(ctx context.Context, name string, r io.Reader, size int64, version string) error
+	// RemoveIfMatch removes the object only if its current version is
+	// version. An object already absent is not an error (the removal
+	// such a caller wants is done), as with Remove.
+	RemoveIfMatch(ctx context.Context, name, version string) error
+}
+
+// ConditionalOf returns the Conditional of a store, looking through
+// wrappers that do not implement it; nil when the store underneath has
+// none (a local folder, HTTP). A wrapper that must refuse writes (a dry
+// run's) implements it itself, so that it is found first.
+func ConditionalOf(r Reader) Conditional {
+	if !r.Properties().ConditionalWrite {
+		return nil
+	}
+	for {
+		if c, ok := r.(Conditional); ok {
+			return c
+		}
+		u, ok := r.(Unwrapper)
+		if !ok {
+			return nil
+		}
+		r = u.Unwrap()
+	}
+}
+
+// ReadAllVersion is ReadAll that also returns the version token of the
+// bytes read ("" on a store without Conditional), for a later
+// ReplaceIfUnchanged. An absent object is an error wrapping ErrNotExist.
+func ReadAllVersion(ctx context.Context, r Reader, name string, limit int64) ([]byte, string, error) {
+	c := ConditionalOf(r)
+	if c == nil {
+		b, err := ReadAll(ctx, r, name, limit)
+		return b, "", err
+	}
+	rc, fi, err := c.OpenVersion(ctx, name)
+	if err != nil {
+		return nil, "", err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: reading %s: %w", r.Location(), name, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, "", fmt.Errorf("%s: %s is larger than %d bytes: %w", r.Location(), name, limit, ErrTooLarge)
+	}
+	return b, fi.Version, nil
+}
+
+// ReplaceIfUnchanged writes data to name only if the object is still what
+// the caller read: version is the token it read (ReadAllVersion, Stat,
+// List), or "" for an object it found absent, which is then created
+// only if still absent. A changed object fails with an error wrapping
+// ErrPreconditionFailed, and nothing is written. On a store without
+// ConditionalWrite it is a plain Put: the store cannot refuse, and the
+// caller's lock is all that guards the write (see Properties).
+func ReplaceIfUnchanged(ctx context.Context, b Backend, name string, data []byte, version string) error {
+	c := ConditionalOf(b)
+	switch {
+	case c == nil:
+		return b.Put(ctx, name, bytes.NewReader(data), int64(len(data)))
+	case version == "":
+		err := b.Create(ctx, name, bytes.NewReader(data), int64(len(data)))
+		if errors.Is(err, ErrExist) {
+			return fmt.Errorf("%w: %w", ErrPreconditionFailed, err)
+		}
+		return err
+	default:
+		return c.PutIfMatch(ctx, name, bytes.NewReader(data), int64(len(data)), version)
+	}
+}
+
+// RemoveIfUnchanged removes name only if it is still the version the
+// caller read (List or Stat gave it), where the store can make removals
+// conditional; elsewhere, or without a version, it is Remove.
+func RemoveIfUnchanged(ctx context.Context, b Backend, name, version string) error {
+	if c := ConditionalOf(b); c != nil && version != "" {
+		return c.RemoveIfMatch(ctx, name, version)
+	}
+	return b.Remove(ctx, name)
+}
+
 // Copier is implemented by backends that can copy an object from another
 // store without the bytes passing through this process (S3 CopyObject
 // within one endpoint, GCS rewrite). CopyFrom returns ok=false, and does
@@ -180,16 +303,20 @@ type Copier interface {
 	CopyFrom(ctx context.Context, src Reader, srcName, dstName string, size int64) (ok bool, err error)
 }
 
-// CopierOf returns the Copier of a store, looking through wrappers that
-// do not forward it; nil when the store underneath cannot copy.
-func CopierOf(r Reader) Copier {
+// As returns the first store, from r down through its wrappers, that is a
+// T: an optional interface (Copier, Barrier) or a concrete store
+// (*local.Local), as restic's AsBackend finds a backend under its
+// wrappers. A wrapper that must hide what it wraps (ReadOnly hides the
+// Copier) implements T itself, and is found first.
+func As[T any](r Reader) (T, bool) {
 	for {
-		if c, ok := r.(Copier); ok {
-			return c
+		if t, ok := r.(T); ok {
+			return t, true
 		}
 		u, ok := r.(Unwrapper)
 		if !ok {
-			return nil
+			var zero T
+			return zero, false
 		}
 		r = u.Unwrap()
 	}
@@ -272,21 +399,6 @@ const ReservedPrefix = ".fdl-mirror/"
 // when it is acknowledged, and WithoutSync changes nothing there.
 type Barrier interface {
 	Barrier(ctx context.Context) error
-}
-
-// BarrierOf returns the Barrier of a store, looking through wrappers;
-// nil when every write to it is durable when it returns.
-func BarrierOf(r Reader) Barrier {
-	for {
-		if b, ok := r.(Barrier); ok {
-			return b
-		}
-		u, ok := r.(Unwrapper)
-		if !ok {
-			return nil
-		}
-		r = u.Unwrap()
-	}
 }
 
 type withoutSyncKey struct{}

@@ -28,11 +28,13 @@ func (r readOnly) Remove(_ context.Context, name string) error {
 
 func (r readOnly) Properties() Properties {
 	p := r.Reader.Properties()
-	p.CanWrite, p.AtomicCreate = false, false
+	// No ConditionalWrite: ConditionalOf then finds no way past this
+	// wrapper to the store's conditional writes.
+	p.CanWrite, p.AtomicCreate, p.ConditionalWrite = false, false, false
 	return p
 }
 
-// CanCopyFrom is false: CopierOf finds this wrapper before the store
+// CanCopyFrom is false: As[Copier] finds this wrapper before the store
 // underneath, so a server-side copy is never tried through it.
 func (r readOnly) CanCopyFrom(Reader) bool { return false }
 

@@ -1,9 +1,11 @@
 package backend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"math/rand/v2"
 	"sync/atomic"
@@ -33,6 +35,20 @@ type Response struct {
 	// Without it a cut-off body is an error. Only the first answer's is
 	// read.
 	Pinned bool
+	// Digest is the store's own checksum of the whole object, when the
+	// first answer gives one: a read that needed a resumption is checked
+	// against it at its end (a store's client checks only what one
+	// answer carried, and a Range answer carries no checksum of the
+	// object). Only the first answer's is read.
+	Digest *ObjectDigest
+}
+
+// ObjectDigest is a store's checksum of a whole object and a fresh hash
+// that computes it.
+type ObjectDigest struct {
+	Name string // for messages: "CRC32C", "MD5 (ETag)"
+	Hash hash.Hash
+	Want []byte
 }
 
 // OpenFunc asks for an object from byte off on: off is 0 for the first
@@ -70,6 +86,7 @@ type ResumingReader struct {
 	stalled atomic.Bool
 	size    int64
 	pinned  bool
+	digest  *ObjectDigest
 	off     int64
 	resumes int
 	pending error // met after bytes that were returned first
@@ -93,7 +110,7 @@ func OpenResuming(ctx context.Context, what string, open OpenFunc, opts ResumeOp
 	if err != nil {
 		return nil, err
 	}
-	r.size, r.pinned = resp.Size, resp.Pinned
+	r.size, r.pinned, r.digest = resp.Size, resp.Pinned, resp.Digest
 	return r, nil
 }
 
@@ -156,6 +173,9 @@ func (r *ResumingReader) Read(p []byte) (int, error) {
 			if r.idle != nil {
 				r.idle.Stop()
 			}
+			if r.digest != nil {
+				r.digest.Hash.Write(p[:n])
+			}
 			r.off += int64(n)
 			if err != nil && r.stalled.Load() {
 				err = fmt.Errorf("no data for %v: %w", r.opts.IdleTimeout, err)
@@ -171,6 +191,11 @@ func (r *ResumingReader) Read(p []byte) (int, error) {
 				// the S3 SDK and the GCS client check their checksum
 				// of the transfer as the body ends, and say so here.
 				if err == io.EOF || r.stalled.Load() {
+					if derr := r.checkDigest(); derr != nil {
+						r.stop()
+						r.err = derr
+						return n, derr
+					}
 					r.err = io.EOF
 					return n, io.EOF
 				}
@@ -199,6 +224,20 @@ func (r *ResumingReader) Read(p []byte) (int, error) {
 			return 0, rerr
 		}
 	}
+}
+
+// checkDigest compares a resumed read's bytes with the store's checksum
+// of the object. A read in one answer is left to the store's client,
+// which checks the answer's own checksum where it carries one.
+func (r *ResumingReader) checkDigest() error {
+	if r.digest == nil || r.resumes == 0 {
+		return nil
+	}
+	if got := r.digest.Hash.Sum(nil); !bytes.Equal(got, r.digest.Want) {
+		return fmt.Errorf("%s: read in %d answers, the bytes have %s %x where the store's checksum of the object is %x: damaged in transfer",
+			r.what, r.resumes+1, r.digest.Name, got, r.digest.Want)
+	}
+	return nil
 }
 
 // resume asks for the rest of the object after the read error cause.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"go.uber.org/zap"
 )
@@ -74,7 +75,7 @@ var stateText = map[string]string{
 var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 	"when":      when,
 	"ago":       ago,
-	"bytes":     humanBytes,
+	"bytes":     mirror.HumanBytes,
 	"seconds":   humanSeconds,
 	"stateText": func(s string) string { return stateText[s] },
 	"subject":   refusalSubject,
@@ -108,6 +109,9 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 <dt>Last run</dt><dd>none yet</dd>
 {{- end}}
 <dt>Last success</dt><dd>{{with .LastSuccess}}{{when .}} ({{ago .}}){{else}}none yet{{end}}</dd>
+{{- with .LastTrigger}}
+<dt>Last trigger</dt><dd>{{when .At}} ({{ago .At}}): {{.Result}}</dd>
+{{- end}}
 </dl>
 {{- with .Error}}
 <p class="error">Error: {{.}}</p>
@@ -173,7 +177,9 @@ func summary(st Status) string {
 
 // Status returns what the status page shows.
 func (d *Daemon) Status() Status {
-	return d.board.snapshot(d.Config(), time.Now())
+	st := d.board.snapshot(d.Config(), time.Now())
+	d.trig.addToStatus(&st)
+	return st
 }
 
 // servePage serves the status page: HTML made on the server, no script.
@@ -221,19 +227,6 @@ func ago(t time.Time) string {
 		return fmt.Sprintf("%.1f h ago", d.Hours())
 	}
 	return fmt.Sprintf("%d days ago", int(d.Hours()/24))
-}
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 func humanSeconds(s float64) string {

@@ -115,7 +115,7 @@ func Lock(ctx context.Context, b backend.Backend, opts Options) (*Held, error) {
 	}
 	var h *Held
 	var err error
-	if l, ok := backend.Innermost(b).(*local.Local); ok {
+	if l, ok := backend.As[*local.Local](b); ok {
 		h, err = lockLocal(ctx, l, opts)
 	} else {
 		h, err = lockObject(ctx, b, opts)
@@ -132,6 +132,26 @@ func Lock(ctx context.Context, b backend.Backend, opts Options) (*Held, error) {
 // Lost is closed when the lock could not be renewed or was taken by
 // another run. A local folder's lock is never lost.
 func (h *Held) Lost() <-chan struct{} { return h.lost }
+
+// ErrLost is the cause (context.Cause) of a context from Watch that was
+// cancelled because the lock was lost.
+var ErrLost = errors.New("lost the mirror's lock")
+
+// Watch returns ctx, cancelled with the cause ErrLost when the lock is
+// lost, so that a run (a sync, a prune) stops at its next safe point; stop
+// ends the watch. The one watch of every run that writes.
+func (h *Held) Watch(ctx context.Context) (watched context.Context, stop func()) {
+	watched, cancel := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-h.lost:
+			h.log.Error("lost the mirror's lock; stopping at a safe point")
+			cancel(ErrLost)
+		case <-watched.Done():
+		}
+	}()
+	return watched, func() { cancel(context.Canceled) }
+}
 
 // Check reads the lock object back and fails (wrapping ErrLocked) when it
 // no longer carries this run's token: another run took it over, or it was

@@ -22,7 +22,7 @@ import (
 
 // ReadState returns the content of a state file; nil when there is none.
 func ReadState(ctx context.Context, b backend.Reader, name string, limit int64) ([]byte, error) {
-	if l, ok := backend.Innermost(b).(*local.Local); ok {
+	if l, ok := backend.As[*local.Local](b); ok {
 		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
 		data, err := os.ReadFile(p)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -45,7 +45,7 @@ func ReadState(ctx context.Context, b backend.Reader, name string, limit int64) 
 
 // WriteState replaces a state file, atomically.
 func WriteState(ctx context.Context, b backend.Backend, name string, data []byte) error {
-	if l, ok := backend.Innermost(b).(*local.Local); ok {
+	if l, ok := backend.As[*local.Local](b); ok {
 		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
@@ -78,7 +78,7 @@ func WriteState(ctx context.Context, b backend.Backend, name string, data []byte
 // RemoveState removes a state file, durably; removing an absent one is
 // not an error.
 func RemoveState(ctx context.Context, b backend.Backend, name string) error {
-	if l, ok := backend.Innermost(b).(*local.Local); ok {
+	if l, ok := backend.As[*local.Local](b); ok {
 		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
 		if err := os.Remove(p); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {

@@ -25,21 +25,16 @@ func AbortStaleUploads(ctx context.Context, b backend.Backend, ttl time.Duration
 	if ttl <= 0 {
 		ttl = DefaultTTL
 	}
-	for r := backend.Reader(b); ; {
-		if a, ok := r.(staleUploadAborter); ok {
-			n, err := a.AbortStaleUploads(ctx, ttl)
-			if err != nil && ctx.Err() == nil {
-				log.Warn("aborting incomplete uploads of earlier runs failed", zap.String("sink", b.Location()), zap.Error(err))
-			}
-			if n > 0 {
-				log.Info("aborted incomplete uploads of earlier runs", zap.String("sink", b.Location()), zap.Int("uploads", n))
-			}
-			return n
-		}
-		u, ok := r.(backend.Unwrapper)
-		if !ok {
-			return 0
-		}
-		r = u.Unwrap()
+	a, ok := backend.As[staleUploadAborter](b)
+	if !ok {
+		return 0
 	}
+	n, err := a.AbortStaleUploads(ctx, ttl)
+	if err != nil && ctx.Err() == nil {
+		log.Warn("aborting incomplete uploads of earlier runs failed", zap.String("sink", b.Location()), zap.Error(err))
+	}
+	if n > 0 {
+		log.Info("aborted incomplete uploads of earlier runs", zap.String("sink", b.Location()), zap.Int("uploads", n))
+	}
+	return n
 }

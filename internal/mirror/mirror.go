@@ -1,8 +1,13 @@
-// Package mirror is one mirror job as the command line or the config file
-// gives it (addresses, trust, lock wait): it opens the stores by their
-// addresses, loads the trust policy, takes the mirror's lock when the
-// engine asks for it, and runs the engine (internal/sync), which itself
-// knows only the store interface.
+// Package mirror is the composition of a job as the command line or the
+// config file gives it (addresses, trust, lock wait): it opens the stores
+// by their addresses, loads the trust policy, takes the mirror's lock, and
+// runs a sync (internal/sync, which takes the lock when it knows it has
+// something to write) or a prune (internal/prune), which themselves know
+// only the store interface.
+//
+// Files: mirror.go (Job, Run: a sync; Status, Pending), prune.go (Prune),
+// stores.go (opening a job's stores, taking the lock, ConfigError, the
+// one way both kinds of run do it), format.go (HumanBytes, for printers).
 package mirror
 
 import (
@@ -55,13 +60,6 @@ func (j Job) sourceOptions(log *zap.Logger) location.Options {
 	return location.Options{HTTPHeaders: j.HTTPHeaders, HTTPAllowRedirects: j.HTTPAllowRedirects, Retries: j.Retries, Logger: log}
 }
 
-// ConfigError is a problem with the job itself (an address, a trust file):
-// the command line calls it a usage error.
-type ConfigError struct{ Err error }
-
-func (e *ConfigError) Error() string { return e.Err.Error() }
-func (e *ConfigError) Unwrap() error { return e.Err }
-
 // Policy loads the job's trust policy; nil when it checks no signatures.
 func (j Job) Policy() (*verify.Policy, error) {
 	if j.TrustedSigners == "" {
@@ -100,39 +98,23 @@ func TrustOf(p *verify.Policy) fdlsync.Trust {
 // Cancelling ctx stops the run at a safe point: never a ref to an
 // incomplete version.
 func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error) {
-	if log == nil {
-		log = zap.NewNop()
-	}
-	if job.Name != "" {
-		log = log.With(zap.String("mirror", job.Name))
-	}
+	log = jobLogger(log, job.Name)
 	policy, err := job.Policy()
 	if err != nil {
 		return nil, err
 	}
-	src, closeSrc, err := location.Open(ctx, job.Source, job.sourceOptions(log))
+	st, err := openStores(ctx, job.Source, job.sourceOptions(log), job.Sink, location.Options{Retries: job.Retries, Logger: log}, job.DryRun, false)
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
+		return nil, err
 	}
-	defer closeSrc()
+	defer st.close()
+	src := st.src
 	if job.BWLimit > 0 {
 		// Every byte the run writes is read from the source first: one
 		// limit there counts each byte of every transfer once.
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
-	openSink := location.OpenWritable
-	if job.DryRun {
-		// A dry run writes nothing at all: the sink read-only, a local
-		// one not made when missing (it reads as empty), no temporary
-		// folder, no lock.
-		openSink = location.OpenReadOnly
-	}
-	dst, closeDst, err := openSink(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
-	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
-	}
-	defer closeDst()
-	tmp, err := scratchFor(dst, job.DryRun)
+	tmp, err := scratchFor(st.dst, job.DryRun)
 	if err != nil {
 		return nil, err
 	}
@@ -141,28 +123,23 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
 		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair, Source: location.Clean(job.Source), Force: job.Force}
 	if job.DryRun {
-		return fdlsync.Run(ctx, src, dst, opts)
+		return fdlsync.Run(ctx, src, st.dst, opts)
 	}
 	var held *lock.Held
 	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
-	opts.Lock = func(ctx context.Context) (func(), <-chan struct{}, error) {
-		var err error
-		held, err = lock.Lock(ctx, dst, lock.Options{Wait: job.LockWait, TTL: job.LockTTL, Logger: log})
+	opts.Lock = func(ctx context.Context) (context.Context, func(), error) {
+		locked, h, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
 		if err != nil {
-			return nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
+			return nil, nil, err
 		}
+		held = h
 		// Uploads older than the lock's lifetime were started by runs
 		// that no longer hold it (killed mid-upload): nothing else
 		// removes them.
-		lock.AbortStaleUploads(ctx, dst, job.LockTTL, log)
-		unlock := func() {
-			if err := held.Release(context.WithoutCancel(ctx)); err != nil {
-				log.Warn("releasing the sink's lock", zap.Error(err))
-			}
-		}
-		return unlock, held.Lost(), nil
+		lock.AbortStaleUploads(locked, st.dst, job.LockTTL, log)
+		return locked, release, nil
 	}
-	return fdlsync.Run(ctx, src, dst, opts)
+	return fdlsync.Run(ctx, src, st.dst, opts)
 }
 
 // scratchFor makes the run's folder for the catalogs it reads: in a local
@@ -170,7 +147,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 // otherwise in $TMPDIR/fdl-mirror-<uid>/. Either way the next run in the
 // same place removes it if this one is killed.
 func scratchFor(dst backend.Reader, dryRun bool) (*scratch.Dir, error) {
-	if l, ok := backend.Innermost(dst).(*local.Local); ok && !dryRun {
+	if l, ok := backend.As[*local.Local](dst); ok && !dryRun {
 		return scratch.InMirror(l.Dir())
 	}
 	return scratch.Private()
@@ -178,9 +155,7 @@ func scratchFor(dst backend.Reader, dryRun bool) (*scratch.Dir, error) {
 
 // Status reads the refs upstream and in the mirror, copying nothing.
 func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus, error) {
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = jobLogger(log, "")
 	src, closeSrc, err := location.Open(ctx, job.Source, job.sourceOptions(log))
 	if err != nil {
 		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
@@ -203,9 +178,7 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 // Pending reads the versions a mirror has kept to retry (see
 // fdlsync.PendingVersion); none for a mirror not made yet.
 func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVersion, error) {
-	if log == nil {
-		log = zap.NewNop()
-	}
+	log = jobLogger(log, "")
 	dst, closeDst, err := location.Open(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

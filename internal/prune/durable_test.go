@@ -32,7 +32,8 @@ func (j *journal) Barrier(ctx context.Context) error {
 	j.mu.Lock()
 	j.events = append(j.events, "barrier")
 	j.mu.Unlock()
-	return backend.BarrierOf(j.Backend).Barrier(ctx)
+	b, _ := backend.As[backend.Barrier](j.Backend)
+	return b.Barrier(ctx)
 }
 
 func (j *journal) Unwrap() backend.Reader { return j.Backend }

@@ -64,7 +64,7 @@ type Options struct {
 	// and its version stays.
 	Selected func(ref string) bool
 	// TempDir holds catalogs while they are read; "" is os.TempDir
-	// (RunJob gives each prune a folder the next run cleans, see
+	// (mirror.Prune gives each prune a folder the next run cleans, see
 	// internal/scratch).
 	TempDir string
 	// CatalogLimits bound reading each of the mirror's catalogs (zero
@@ -80,7 +80,7 @@ type Options struct {
 }
 
 // Run prunes dst against src. The caller holds the mirror's lock (see
-// RunJob). The error says why nothing, or not everything, was removed; the
+// mirror.Prune). The error says why nothing, or not everything, was removed; the
 // report says what was (or, in a dry run, would be).
 func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Options) (*Report, error) {
 	if opts.MaxDelete <= 0 {
@@ -141,7 +141,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	// only once its folder is fsynced): a power cut must not bring back a
 	// ref whose version is gone, or a version.json whose files are.
 	dctx := ctx
-	barrier := backend.BarrierOf(dst)
+	barrier, _ := backend.As[backend.Barrier](dst)
 	if barrier != nil {
 		dctx = backend.WithoutSync(ctx)
 	}

@@ -82,7 +82,26 @@ func (s RefSelection) Selects(name string) bool {
 	if len(include) == 0 {
 		include = DefaultRefPatterns
 	}
+	if strings.HasPrefix(name, requestsPrefix) {
+		// The host's workflow, not published state: a wildcard over all
+		// refs (refs/**, **) does not take it, only a pattern that names it.
+		include = namingRequests(include)
+	}
 	return matchAny(include, name) && !matchAny(s.Exclude, name)
+}
+
+// requestsPrefix is where a host keeps its changes awaiting approval.
+const requestsPrefix = "refs/requests/"
+
+// namingRequests keeps the patterns that name refs/requests/ literally.
+func namingRequests(patterns []string) []string {
+	var out []string
+	for _, p := range patterns {
+		if strings.HasPrefix(p, requestsPrefix) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func matchAny(patterns []string, name string) bool {

@@ -41,8 +41,19 @@ func TestRefSelectionDefault(t *testing.T) {
 		}
 	}
 	s = RefSelection{Include: []string{"refs/**"}, Exclude: []string{"refs/heads/wip/**"}}
-	if !s.Selects("refs/requests/17") || s.Selects("refs/heads/wip/x") || !s.Selects("refs/heads/main") {
+	if s.Selects("refs/requests/17") || s.Selects("refs/heads/wip/x") || !s.Selects("refs/heads/main") {
 		t.Errorf("include refs/** exclude wip: wrong selection")
+	}
+	// Only a pattern that names refs/requests/ takes it (README).
+	for _, inc := range [][]string{{"**"}, {"refs/**"}, {"refs/*/17"}, {"refs/**/17"}} {
+		if (RefSelection{Include: inc}).Selects("refs/requests/17") {
+			t.Errorf("include %v takes refs/requests/17; only a pattern naming refs/requests/ may", inc)
+		}
+	}
+	for _, inc := range [][]string{{"refs/requests/**"}, {"refs/requests/*"}, {"refs/heads/**", "refs/requests/17"}} {
+		if !(RefSelection{Include: inc}).Selects("refs/requests/17") {
+			t.Errorf("include %v does not take refs/requests/17", inc)
+		}
 	}
 }
 

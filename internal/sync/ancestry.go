@@ -19,18 +19,25 @@ const (
 )
 
 // ancestry answers questions about the version graph, reading each
-// version's parents once: from the records this run read, else from the
-// mirror's record (a complete version's, checked when it was published),
-// else from upstream's. A version neither side has has no parents known:
-// ancestry through it cannot be shown, and a move to it is refused.
+// version's parents once, only from records that pass the run's policy:
+// the mirror's published record (checked when it was published), else
+// upstream's when it passes Trust (its signature, where one is required)
+// and names its own folder. A record that fails proves nothing: an
+// upstream could otherwise forge an unsigned record of a version the
+// mirror lacks, naming the mirror's branch as its parent, and so pass a
+// rewind off as a forward move. A version with no such record has no
+// parents known: ancestry through it cannot be shown, and a move to it
+// is refused.
 type ancestry struct {
-	stores  []backend.Reader // where records are read, in order
+	sink    backend.Reader // nil: a mirror not made yet
+	src     backend.Reader
+	trust   Trust // nil: no signature policy
 	mu      sync.Mutex
 	parents map[string][]string
 }
 
-func newAncestry(stores ...backend.Reader) *ancestry {
-	return &ancestry{stores: stores, parents: map[string][]string{}}
+func newAncestry(sink, src backend.Reader, trust Trust) *ancestry {
+	return &ancestry{sink: sink, src: src, trust: trust, parents: map[string][]string{}}
 }
 
 // relation says how version to relates to version from through parents.
@@ -73,22 +80,45 @@ func (a *ancestry) parentsOf(ctx context.Context, id string) []string {
 	if ok {
 		return ps
 	}
-	name := repo.VersionFile(id, repo.RecordFile)
-	for _, store := range a.stores {
-		raw, err := backend.ReadAll(ctx, store, name, repo.MaxRecordFile)
-		if err != nil {
-			continue
-		}
-		if rec, err := repo.ParseRecord(id, raw); err == nil {
-			ps = rec.Parents
-			break
-		}
-	}
+	ps = a.readParents(ctx, id)
 	a.note(id, ps)
 	return ps
 }
 
-// note remembers a version's parents, as read from its record.
+// readParents reads a version's parents from the mirror's published
+// record, else from upstream's record where it passes the policy; nil
+// when neither does.
+func (a *ancestry) readParents(ctx context.Context, id string) []string {
+	name := repo.VersionFile(id, repo.RecordFile)
+	if a.sink != nil {
+		if raw, err := backend.ReadAll(ctx, a.sink, name, repo.MaxRecordFile); err == nil {
+			if rec, err := repo.ParseRecord(id, raw); err == nil {
+				return rec.Parents
+			}
+		}
+	}
+	raw, err := backend.ReadAll(ctx, a.src, name, repo.MaxRecordFile)
+	if err != nil {
+		return nil
+	}
+	rec, err := repo.ParseRecord(id, raw) // refuses an id other than the folder's
+	if err != nil {
+		return nil
+	}
+	if a.trust != nil {
+		sig, err := backend.ReadAll(ctx, a.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile)
+		if backend.IsNotExist(err) {
+			sig, err = nil, nil
+		}
+		if err != nil || a.trust.CheckVersion(id, raw, sig) != nil {
+			return nil
+		}
+	}
+	return rec.Parents
+}
+
+// note remembers a version's parents, from a record that passed the
+// policy (a version this run published).
 func (a *ancestry) note(id string, parents []string) {
 	a.mu.Lock()
 	a.parents[id] = parents

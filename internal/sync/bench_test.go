@@ -24,7 +24,7 @@ import (
 
 // The engine's own benchmarks, in-process, on a local disk: a full mirror
 // and a no-op rerun of a generated repository, with the store calls of
-// each run reported beside the time. `make bench` (internal/fstest/fdl-bench) compares
+// each run reported beside the time. `make bench` (cmd/fdl-bench) compares
 // the built binary with rclone; these are for profiling the engine alone:
 //
 //	go test -run '^$' -bench . -cpuprofile cpu.out ./internal/sync/

@@ -73,7 +73,7 @@ func (e *engine) waitToRetry(ctx context.Context, msg, name string, attempt int,
 }
 
 func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {
-	if c := backend.CopierOf(e.dst); c != nil && c.CanCopyFrom(e.src) {
+	if c, ok := backend.As[backend.Copier](e.dst); ok && c.CanCopyFrom(e.src) {
 		have, err := e.sourceSize(ctx, name)
 		if err != nil {
 			return 0, &sourceError{err}

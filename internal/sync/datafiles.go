@@ -427,10 +427,11 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 		mu.Unlock()
 	})
 	names := make([]string, len(mine))
+	sizes := make([]int64, len(mine))
 	for k, i := range mine {
-		names[k] = e.settings.DataDir + cat.Files[i].Path
+		names[k], sizes[k] = e.settings.DataDir+cat.Files[i].Path, cat.Files[i].Size
 	}
-	if err := e.recordUnsynced(ctx, names); err != nil {
+	if err := e.recordUnsynced(ctx, names, sizes); err != nil {
 		for _, i := range mine {
 			calls[i].settle(err)
 		}
@@ -548,7 +549,7 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 	if err != nil || !need {
 		return err
 	}
-	if err := e.recordUnsynced(ctx, []string{name}); err != nil {
+	if err := e.recordUnsynced(ctx, []string{name}, []int64{size}); err != nil {
 		return err
 	}
 	err = e.copyFile(e.withoutSync(ctx), name, size)

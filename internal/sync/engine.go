@@ -120,11 +120,11 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 			Refs: []RefStatus{},
 		},
 	}
-	e.dur.barrier = backend.BarrierOf(dst)
+	e.dur.barrier, _ = backend.As[backend.Barrier](dst)
 	if opts.Lock != nil {
 		e.dst = guarded{dst, e}
 	}
-	e.ancestry = newAncestry(dst, src)
+	e.ancestry = newAncestry(dst, src, opts.Trust)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
 	pool, err := catalog.NewPool(opts.TempDir, cap(e.catalogSlots), opts.CatalogLimits)
@@ -161,23 +161,19 @@ func (e *engine) run(ctx context.Context) error {
 	if e.opts.Lock != nil && e.hasWork(inv, upstream, head) {
 		// Only a run with something to write takes the mirror's lock: a
 		// run with nothing new reads and leaves, and never waits.
-		unlock, lost, err := e.opts.Lock(ctx)
+		locked, unlock, err := e.opts.Lock(ctx)
 		if err != nil {
 			return &FatalError{err}
 		}
 		defer unlock()
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-lost:
-				e.log.Error("lost the mirror's lock; stopping at a safe point", zap.String("sink", e.dst.Location()))
+		outer := ctx
+		defer func() {
+			// Only a lost lock cancels the locked context alone.
+			if locked.Err() != nil && outer.Err() == nil {
 				e.lockLost.Store(true)
-				cancel()
-			case <-ctx.Done():
 			}
 		}()
+		ctx = locked
 		e.locked.Store(true)
 		// What another run wrote while we waited counts, upstream and in
 		// the sink: a plan made from the refs read before waiting could

@@ -46,13 +46,14 @@ func (g guarded) Remove(ctx context.Context, name string) error {
 func (g guarded) Unwrap() backend.Reader { return g.Backend }
 
 func (g guarded) CanCopyFrom(src backend.Reader) bool {
-	c := backend.CopierOf(g.Backend)
-	return c != nil && c.CanCopyFrom(src)
+	c, ok := backend.As[backend.Copier](g.Backend)
+	return ok && c.CanCopyFrom(src)
 }
 
 func (g guarded) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
 	if err := g.check(dstName); err != nil {
 		return false, err
 	}
-	return backend.CopierOf(g.Backend).CopyFrom(ctx, src, srcName, dstName, size)
+	c, _ := backend.As[backend.Copier](g.Backend)
+	return c.CopyFrom(ctx, src, srcName, dstName, size)
 }

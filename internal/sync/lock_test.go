@@ -17,9 +17,9 @@ import (
 // lockCounter is an Options.Lock that counts how often the run asks.
 type lockCounter struct{ taken, released int }
 
-func (l *lockCounter) lock(ctx context.Context) (func(), <-chan struct{}, error) {
+func (l *lockCounter) lock(ctx context.Context) (context.Context, func(), error) {
 	l.taken++
-	return func() { l.released++ }, make(chan struct{}), nil
+	return ctx, func() { l.released++ }, nil
 }
 
 // A run takes the mirror's lock only when it has something to write, and
@@ -66,7 +66,7 @@ func TestRunThatCannotLockWritesNothing(t *testing.T) {
 	src, _ := local.Open(up)
 	dst, _ := local.Create(sinkDir)
 	held := errors.New("held by another run")
-	_, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Lock: func(context.Context) (func(), <-chan struct{}, error) {
+	_, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Lock: func(context.Context) (context.Context, func(), error) {
 		return nil, nil, held
 	}})
 	if !errors.Is(err, held) {
@@ -86,10 +86,10 @@ func TestRunStopsWhenItLosesTheLock(t *testing.T) {
 	}
 	src, _ := local.Open(up)
 	dst, _ := local.Create(sinkDir)
-	lost := make(chan struct{})
-	close(lost) // lost at once
-	_, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Lock: func(context.Context) (func(), <-chan struct{}, error) {
-		return func() {}, lost, nil
+	_, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Lock: func(ctx context.Context) (context.Context, func(), error) {
+		lost, cancel := context.WithCancel(ctx)
+		cancel() // lost at once
+		return lost, func() {}, nil
 	}})
 	if err == nil || !strings.Contains(err.Error(), "lost the mirror's lock") {
 		t.Fatalf("err %v, want one saying the lock was lost", err)

@@ -23,9 +23,11 @@ type Options struct {
 	// Progress, when set, is told of every file copied (for a display).
 	Progress func(files int64, bytes int64)
 	// Lock, when set, takes the mirror's lock; the run calls it only once
-	// it knows it has something to write, and calls unlock at its end.
-	// Losing the lock (lost closed) stops the run at a safe point.
-	Lock func(ctx context.Context) (unlock func(), lost <-chan struct{}, err error)
+	// it knows it has something to write, goes on under the context it
+	// returns, and calls unlock at its end. That context is ctx, cancelled
+	// when the lock is lost (lock.Held.Watch): the run then stops at a safe
+	// point and says so.
+	Lock func(ctx context.Context) (locked context.Context, unlock func(), err error)
 	// CatalogLimits bound each upstream catalog's download and read (zero
 	// fields: the defaults); a catalog past one is a refusal of its
 	// version, and the run goes on.

@@ -332,9 +332,9 @@ func TestRunTakingTheLockReadsEachRefFileOnce(t *testing.T) {
 	up, mirror, _ := s3WithRefs(t, n)
 	src := &opens{Backend: up}
 	locks := 0
-	rep, err := fdlsync.Run(context.Background(), src, mirror, fdlsync.Options{Lock: func(context.Context) (func(), <-chan struct{}, error) {
+	rep, err := fdlsync.Run(context.Background(), src, mirror, fdlsync.Options{Lock: func(ctx context.Context) (context.Context, func(), error) {
 		locks++
-		return func() {}, make(chan struct{}), nil
+		return ctx, func() {}, nil
 	}})
 	if err != nil || !rep.OK() || len(rep.RefsMoved) != n+1 {
 		t.Fatalf("first mirror: %v, moved %d refs, refused %+v", err, len(rep.RefsMoved), rep.Refused)

@@ -29,10 +29,9 @@ func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection
 	if err != nil {
 		return nil, fmt.Errorf("source %s: %w", src.Location(), err)
 	}
-	anc := newAncestry(src)
-	if dst != nil {
-		anc = newAncestry(dst, src)
-	}
+	// Compare has no signature policy: upstream records count when they
+	// name their own folder. It only reports; sync judges a move itself.
+	anc := newAncestry(dst, src, nil)
 	out := []RefStatus{}
 	for _, name := range up.Names() {
 		st := RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], State: RefCurrent}

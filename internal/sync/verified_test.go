@@ -320,7 +320,7 @@ func TestRunThatWaitedForTheLockPlansFromFreshRefs(t *testing.T) {
 	up, mirror, r := generated(t, generate.Options{Versions: 1})
 	var v2 string
 	opts := fdlsync.Options{
-		Lock: func(ctx context.Context) (func(), <-chan struct{}, error) {
+		Lock: func(ctx context.Context) (context.Context, func(), error) {
 			// While this run "waits", upstream moves on and another run
 			// mirrors it.
 			var err error
@@ -330,7 +330,7 @@ func TestRunThatWaitedForTheLockPlansFromFreshRefs(t *testing.T) {
 			if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() {
 				t.Fatalf("other run: %+v", rep.Refused)
 			}
-			return func() {}, make(chan struct{}), nil
+			return ctx, func() {}, nil
 		},
 	}
 	rep := mustRun(t, up, mirror, opts)

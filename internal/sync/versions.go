@@ -143,10 +143,10 @@ func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
 		n.err = err
 	default:
 		n.raw = raw
+		// Its parents count for ancestry only once it passed the policy
+		// (see ancestry), noted as it is published.
 		if n.rec, err = repo.ParseRecord(n.id, raw); err != nil {
 			n.err = recordRefusal(n.id, err)
-		} else {
-			e.ancestry.note(n.id, n.rec.Parents)
 		}
 	}
 }
@@ -213,6 +213,7 @@ func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
 	if err := e.publishVersion(ctx, id, n.raw, n.sig); err != nil {
 		return err
 	}
+	e.ancestry.note(id, n.rec.Parents)
 	e.mu.Lock()
 	e.published[id] = true
 	e.publishedNow[id] = true

@@ -44,6 +44,13 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend) {
 		{"InvalidNamesRefusedBeforeIO", testInvalidNames},
 		{"LargeStream", testLargeStream},
 		{"RemoveIdempotent", testRemove},
+		{"ConditionalStated", testConditionalStated},
+		{"ConditionalVersionsAgree", testConditionalVersionsAgree},
+		{"PutIfMatchRefusesAStaleVersion", testPutIfMatch},
+		{"PutIfMatchLargeRefusedPublishesNothing", testPutIfMatchLarge},
+		{"ConcurrentPutIfMatchOneWins", testConcurrentPutIfMatch},
+		{"RemoveIfMatchRefusesAStaleVersion", testRemoveIfMatch},
+		{"ReplaceIfUnchanged", testReplaceIfUnchanged},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, open(t)) })
@@ -538,6 +545,274 @@ func testRemove(t *testing.T, b backend.Backend) {
 		t.Fatalf("Remove of an absent object: %v", err)
 	}
 	checkContent(t, b, "rm/y", []byte("y"))
+}
+
+// Conditional writes (backend.Conditional): what a run that lost its
+// lease while paused relies on to have its late writes refused.
+
+// conditional is the store's Conditional, or nil (after checking that the
+// store states none) when it has no conditional writes.
+func conditional(t *testing.T, b backend.Backend) backend.Conditional {
+	t.Helper()
+	c := backend.ConditionalOf(b)
+	if b.Properties().ConditionalWrite != (c != nil) {
+		t.Fatalf("Properties().ConditionalWrite = %v, but ConditionalOf found %v", b.Properties().ConditionalWrite, c)
+	}
+	return c
+}
+
+// testConditionalStated: a store without conditional writes says so, and
+// its Stat gives no version a caller could take for a token.
+func testConditionalStated(t *testing.T, b backend.Backend) {
+	if conditional(t, b) != nil {
+		return // the tests below are for it
+	}
+	put(t, b, "v", []byte("v"))
+	fi, err := b.Stat(context.Background(), "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Version != "" {
+		t.Errorf("a store without ConditionalWrite gives Version %q", fi.Version)
+	}
+	// ReplaceIfUnchanged is then a plain Put, whatever the version.
+	if err := backend.ReplaceIfUnchanged(context.Background(), b, "v", []byte("w"), "stale"); err != nil {
+		t.Fatalf("ReplaceIfUnchanged on a store without conditions: %v", err)
+	}
+	checkContent(t, b, "v", []byte("w"))
+}
+
+// testConditionalVersionsAgree: Stat, List and OpenVersion give one token
+// for one version of an object, and another once it is replaced.
+func testConditionalVersionsAgree(t *testing.T, b backend.Backend) {
+	c := conditional(t, b)
+	if c == nil {
+		return
+	}
+	ctx := context.Background()
+	put(t, b, "cv/ref", []byte("019a\n"))
+	st, err := b.Stat(ctx, "cv/ref")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Version == "" {
+		t.Fatal("Stat gives no Version on a store with ConditionalWrite")
+	}
+	rc, fi, err := c.OpenVersion(ctx, "cv/ref")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(rc)
+	rc.Close()
+	if fi.Version != st.Version || string(got) != "019a\n" {
+		t.Errorf("OpenVersion = %q at %q; Stat said %q", got, fi.Version, st.Version)
+	}
+	var listedVersion string
+	if err := b.List(ctx, "cv/", func(fi backend.FileInfo) error {
+		listedVersion = fi.Version
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if listedVersion != st.Version {
+		t.Errorf("List gives Version %q, Stat %q", listedVersion, st.Version)
+	}
+	put(t, b, "cv/ref", []byte("019b\n"))
+	again, err := b.Stat(ctx, "cv/ref")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Version == st.Version {
+		t.Errorf("replaced with other bytes, the object keeps Version %q", st.Version)
+	}
+	data, version, err := backend.ReadAllVersion(ctx, b, "cv/ref", 100)
+	if err != nil || string(data) != "019b\n" || version != again.Version {
+		t.Errorf("ReadAllVersion = %q, %q, %v; want 019b at %q", data, version, err, again.Version)
+	}
+}
+
+// testPutIfMatch: a write on the version read succeeds; a write on a
+// version another writer replaced, or removed, is refused with
+// ErrPreconditionFailed (permanent: never retried) and writes nothing.
+func testPutIfMatch(t *testing.T, b backend.Backend) {
+	c := conditional(t, b)
+	if c == nil {
+		return
+	}
+	ctx := context.Background()
+	put(t, b, "refs/heads/main", []byte("old\n"))
+	read, err := b.Stat(ctx, "refs/heads/main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another writer moves the ref on (run B, after a takeover).
+	newer := []byte("newer\n")
+	if err := c.PutIfMatch(ctx, "refs/heads/main", bytes.NewReader(newer), int64(len(newer)), read.Version); err != nil {
+		t.Fatalf("PutIfMatch on the version read: %v", err)
+	}
+	checkContent(t, b, "refs/heads/main", newer)
+	// The paused writer, resumed, writes on what it read before.
+	stale := []byte("stale, from the run that lost its lease\n")
+	err = c.PutIfMatch(ctx, "refs/heads/main", bytes.NewReader(stale), int64(len(stale)), read.Version)
+	if !errors.Is(err, backend.ErrPreconditionFailed) || !backend.IsPermanent(err) {
+		t.Fatalf("PutIfMatch on a replaced version: err = %v, want a permanent ErrPreconditionFailed", err)
+	}
+	checkContent(t, b, "refs/heads/main", newer)
+	// Removed meanwhile: nothing to match, nothing written.
+	cur, err := b.Stat(ctx, "refs/heads/main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Remove(ctx, "refs/heads/main"); err != nil {
+		t.Fatal(err)
+	}
+	err = c.PutIfMatch(ctx, "refs/heads/main", bytes.NewReader(stale), int64(len(stale)), cur.Version)
+	if !errors.Is(err, backend.ErrPreconditionFailed) {
+		t.Fatalf("PutIfMatch on a removed object: err = %v, want ErrPreconditionFailed", err)
+	}
+	checkNotExist(t, b, "refs/heads/main")
+}
+
+// testPutIfMatchLarge: the condition holds for an object sent in parts
+// (S3 multipart, GCS resumable chunks): refused, nothing of it published.
+func testPutIfMatchLarge(t *testing.T, b backend.Backend) {
+	c := conditional(t, b)
+	if c == nil {
+		return
+	}
+	const size = 20<<20 + 321
+	ctx := context.Background()
+	put(t, b, "big", []byte("small first"))
+	read, err := b.Stat(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, b, "big", []byte("replaced"))
+	err = c.PutIfMatch(ctx, "big", newGenerator(5, size), size, read.Version)
+	if !errors.Is(err, backend.ErrPreconditionFailed) {
+		t.Fatalf("PutIfMatch of %d bytes on a replaced version: err = %v, want ErrPreconditionFailed", size, err)
+	}
+	checkContent(t, b, "big", []byte("replaced"))
+	cur, err := b.Stat(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.PutIfMatch(ctx, "big", newGenerator(5, size), size, cur.Version); err != nil {
+		t.Fatalf("PutIfMatch of %d bytes on the current version: %v", size, err)
+	}
+	if fi, err := b.Stat(ctx, "big"); err != nil || fi.Size != size {
+		t.Fatalf("after PutIfMatch: Stat = %+v, %v", fi, err)
+	}
+}
+
+// testConcurrentPutIfMatch: of writers that all read one version,
+// exactly one replaces it.
+func testConcurrentPutIfMatch(t *testing.T, b backend.Backend) {
+	c := conditional(t, b)
+	if c == nil {
+		return
+	}
+	const n = 6
+	ctx := context.Background()
+	put(t, b, "cas", []byte("base"))
+	read, err := b.Stat(ctx, "cas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	contents := make([][]byte, n)
+	start := make(chan struct{})
+	for i := range n {
+		contents[i] = []byte(fmt.Sprintf("writer %d", i))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			errs[i] = c.PutIfMatch(ctx, "cas", bytes.NewReader(contents[i]), int64(len(contents[i])), read.Version)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	winner := -1
+	for i, err := range errs {
+		switch {
+		case err == nil && winner >= 0:
+			t.Fatalf("PutIfMatch %d and %d on one version both succeeded", winner, i)
+		case err == nil:
+			winner = i
+		case !errors.Is(err, backend.ErrPreconditionFailed):
+			t.Fatalf("PutIfMatch %d: err = %v, want nil or ErrPreconditionFailed", i, err)
+		}
+	}
+	if winner < 0 {
+		t.Fatal("no PutIfMatch succeeded")
+	}
+	checkContent(t, b, "cas", contents[winner])
+}
+
+// testRemoveIfMatch: a removal of a version another writer replaced is
+// refused and removes nothing; of the version read, it removes; of an
+// object already gone, it is no error.
+func testRemoveIfMatch(t *testing.T, b backend.Backend) {
+	c := conditional(t, b)
+	if c == nil {
+		return
+	}
+	ctx := context.Background()
+	put(t, b, "data/x.parquet", []byte("planned for removal"))
+	planned, err := b.Stat(ctx, "data/x.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, b, "data/x.parquet", []byte("written again since"))
+	err = c.RemoveIfMatch(ctx, "data/x.parquet", planned.Version)
+	if !errors.Is(err, backend.ErrPreconditionFailed) || !backend.IsPermanent(err) {
+		t.Fatalf("RemoveIfMatch of a replaced version: err = %v, want a permanent ErrPreconditionFailed", err)
+	}
+	checkContent(t, b, "data/x.parquet", []byte("written again since"))
+	cur, err := b.Stat(ctx, "data/x.parquet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.RemoveIfUnchanged(ctx, b, "data/x.parquet", cur.Version); err != nil {
+		t.Fatalf("RemoveIfMatch of the current version: %v", err)
+	}
+	checkNotExist(t, b, "data/x.parquet")
+	if err := c.RemoveIfMatch(ctx, "data/x.parquet", cur.Version); err != nil {
+		t.Fatalf("RemoveIfMatch of an object already gone: %v", err)
+	}
+}
+
+// testReplaceIfUnchanged: the one call a writer of refs makes, with the
+// version it read or "" for an object it found absent.
+func testReplaceIfUnchanged(t *testing.T, b backend.Backend) {
+	c := conditional(t, b)
+	if c == nil {
+		return
+	}
+	ctx := context.Background()
+	if err := backend.ReplaceIfUnchanged(ctx, b, "HEAD", []byte("ref: main\n"), ""); err != nil {
+		t.Fatalf("ReplaceIfUnchanged of an absent object: %v", err)
+	}
+	// A second writer that also found it absent is refused.
+	err := backend.ReplaceIfUnchanged(ctx, b, "HEAD", []byte("ref: other\n"), "")
+	if !errors.Is(err, backend.ErrPreconditionFailed) {
+		t.Fatalf("ReplaceIfUnchanged of an object found absent, now there: err = %v, want ErrPreconditionFailed", err)
+	}
+	checkContent(t, b, "HEAD", []byte("ref: main\n"))
+	data, version, err := backend.ReadAllVersion(ctx, b, "HEAD", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backend.ReplaceIfUnchanged(ctx, b, "HEAD", append(data, '#'), version); err != nil {
+		t.Fatalf("ReplaceIfUnchanged on the version read: %v", err)
+	}
+	err = backend.ReplaceIfUnchanged(ctx, b, "HEAD", []byte("late\n"), version)
+	if !errors.Is(err, backend.ErrPreconditionFailed) {
+		t.Fatalf("ReplaceIfUnchanged on a replaced version: err = %v", err)
+	}
+	checkContent(t, b, "HEAD", append(data, '#'))
 }
 
 // Helpers.

@@ -2,7 +2,7 @@
 // by kind and bytes moved, to see how many requests a sync costs.
 //
 // Its counts are read by the benchmarks and by tests, never in production:
-// fdl-bench (internal/fstest/fdl-bench) runs the engine in-process through
+// fdl-bench (cmd/fdl-bench) runs the engine in-process through
 // it for the request counts of its local runs; internal/sync's Benchmark*
 // report them per run (src-calls/op, sink-calls/op); and tests assert with
 // them that a copy was server-side, or that a store was not asked at all.
@@ -167,6 +167,25 @@ func (b *Backend) CopyFrom(ctx context.Context, src backend.Reader, srcName, dst
 	return ok, err
 }
 
+// OpenVersion, PutIfMatch and RemoveIfMatch forward to the store's
+// Conditional, counted as Open, Put and Remove; ConditionalOf finds them
+// only where the store underneath has ConditionalWrite.
+func (b *Backend) OpenVersion(ctx context.Context, name string) (io.ReadCloser, backend.FileInfo, error) {
+	rc, fi, err := backend.ConditionalOf(b.b).OpenVersion(ctx, name)
+	if b.count(&b.c.open, err) != nil {
+		return nil, fi, err
+	}
+	return &body{ReadCloser: rc, n: &b.c.bytesRead}, fi, nil
+}
+
+func (b *Backend) PutIfMatch(ctx context.Context, name string, r io.Reader, size int64, version string) error {
+	return b.count(&b.c.put, backend.ConditionalOf(b.b).PutIfMatch(ctx, name, &counted{r: r, n: &b.c.bytesWritten}, size, version))
+}
+
+func (b *Backend) RemoveIfMatch(ctx context.Context, name, version string) error {
+	return b.count(&b.c.remove, backend.ConditionalOf(b.b).RemoveIfMatch(ctx, name, version))
+}
+
 // counted counts the bytes read through it.
 type counted struct {
 	r io.Reader
@@ -191,11 +210,12 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 var (
-	_ backend.Reader    = (*Reader)(nil)
-	_ backend.Unwrapper = (*Reader)(nil)
-	_ backend.Backend   = (*Backend)(nil)
-	_ backend.Copier    = (*Backend)(nil)
-	_ backend.Unwrapper = (*Backend)(nil)
+	_ backend.Reader      = (*Reader)(nil)
+	_ backend.Unwrapper   = (*Reader)(nil)
+	_ backend.Backend     = (*Backend)(nil)
+	_ backend.Copier      = (*Backend)(nil)
+	_ backend.Conditional = (*Backend)(nil)
+	_ backend.Unwrapper   = (*Backend)(nil)
 )
 
 // WriteTo lets io.Copy reach the reader underneath, so that a copy

@@ -14,12 +14,16 @@ package gcs
 import (
 	"context"
 	"crypto/md5"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -27,10 +31,13 @@ import (
 	"cloud.google.com/go/storage"
 	"cloud.google.com/go/storage/experimental"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	gax "github.com/googleapis/gax-go/v2"
 	"go.uber.org/zap"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	htransport "google.golang.org/api/transport/http"
 )
 
 // DefaultChunkSize is the part size of resumable uploads: the writer holds
@@ -58,6 +65,10 @@ type Options struct {
 	// MaxBackoff caps the wait between two tries (default 10 s); the wait
 	// starts at 200 ms (or MaxBackoff, if less), doubles, and is jittered.
 	MaxBackoff time.Duration
+	// RootCAs are the roots an https endpoint's chain must end in (the
+	// system's and --ca-file's: for STORAGE_EMULATOR_HOST or a proxy that
+	// re-signs); nil means the system's.
+	RootCAs *x509.CertPool
 	// StallTimeout (default DefaultStallTimeout) retries a download whose
 	// response headers do not come, and a chunk of a resumable upload
 	// that the server does not acknowledge, within this time. Other calls
@@ -90,10 +101,10 @@ type Store struct {
 // network: a missing bucket shows up at the first request.
 func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	if u.Scheme != "gs" || u.Host == "" {
-		return nil, fmt.Errorf("%s: not a gs://BUCKET/PREFIX/ address", u.Redacted())
+		return nil, fmt.Errorf("%s: not a gs://BUCKET/PREFIX/ address", redact.URL(u.String()))
 	}
 	if u.RawQuery != "" {
-		return nil, fmt.Errorf("%s: gs:// addresses take no query parameters", u.Redacted())
+		return nil, fmt.Errorf("%s: gs:// addresses take no query parameters", redact.URL(u.String()))
 	}
 	prefix := strings.Trim(u.Path, "/")
 	if prefix != "" {
@@ -112,7 +123,15 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	}
 	// The stall timeout adapts upwards to the bucket's observed latency
 	// (99th percentile), never below stall.
-	client, err := storage.NewClient(ctx, experimental.WithReadStallTimeout(&experimental.ReadStallTimeoutConfig{Min: stall, TargetPercentile: 0.99}))
+	clientOpts := []option.ClientOption{experimental.WithReadStallTimeout(&experimental.ReadStallTimeoutConfig{Min: stall, TargetPercentile: 0.99})}
+	if opts.RootCAs != nil {
+		hc, err := httpClientTrusting(ctx, opts.RootCAs)
+		if err != nil {
+			return nil, fmt.Errorf("gs://%s/%s: creating client: %w", u.Host, prefix, err)
+		}
+		clientOpts = append(clientOpts, option.WithHTTPClient(hc))
+	}
+	client, err := storage.NewClient(ctx, clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("gs://%s/%s: creating client: %w", u.Host, prefix, err)
 	}
@@ -148,6 +167,23 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	)
 	s.bucket = client.Bucket(u.Host)
 	return s, nil
+}
+
+// httpClientTrusting is the client's HTTP client with roots of the
+// operator's: an HTTP client given to the storage client replaces its
+// authenticated one, so the credentials are layered on it here as the
+// storage client would, unless it talks to an emulator (which takes none).
+func httpClientTrusting(ctx context.Context, roots *x509.CertPool) (*http.Client, error) {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.TLSClientConfig = &tls.Config{RootCAs: roots}
+	if os.Getenv("STORAGE_EMULATOR_HOST") != "" {
+		return &http.Client{Transport: base}, nil
+	}
+	rt, err := htransport.NewTransport(ctx, base, option.WithScopes(storage.ScopeFullControl))
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt}, nil
 }
 
 // shouldRetry is the client's default decision, plus a log line for every
@@ -190,9 +226,23 @@ func (s *Store) Close() error { return s.client.Close() }
 // Location is gs://BUCKET/PREFIX/.
 func (s *Store) Location() string { return "gs://" + s.name + "/" + s.prefix }
 
-// Properties: a bucket lists, and Create is a conditional write.
+// Properties: a bucket lists, Create is a conditional write, and writes
+// and removals can be made conditional on an object's generation.
 func (s *Store) Properties() backend.Properties {
-	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true}
+	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true, ConditionalWrite: true}
+}
+
+// generation is an object's generation as a FileInfo's Version.
+func generation(g int64) string { return strconv.FormatInt(g, 10) }
+
+// parseGeneration reads a Version back; a version of another store's
+// making is no generation.
+func (s *Store) parseGeneration(op, name, version string) (int64, error) {
+	g, err := strconv.ParseInt(version, 10, 64)
+	if err != nil || g <= 0 {
+		return 0, fmt.Errorf("gs://%s/%s: %s: version %q is not a generation", s.name, s.key(name), op, version)
+	}
+	return g, nil
 }
 
 // Pages is the number of List requests (pages of up to 1000 objects) sent
@@ -242,14 +292,22 @@ func (s *Store) objectErr(ctx context.Context, op, name string, err error) error
 }
 
 func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	rc, _, err := s.OpenVersion(ctx, name)
+	return rc, err
+}
+
+// OpenVersion is Open that also gives the generation it reads (the client
+// pins the whole read to it) as the Version.
+func (s *Store) OpenVersion(ctx context.Context, name string) (io.ReadCloser, backend.FileInfo, error) {
 	if err := backend.CheckName(name); err != nil {
-		return nil, err
+		return nil, backend.FileInfo{}, err
 	}
 	r, err := s.bucket.Object(s.key(name)).NewReader(ctx)
 	if err != nil {
-		return nil, s.objectErr(ctx, "open", name, err)
+		return nil, backend.FileInfo{}, s.objectErr(ctx, "open", name, err)
 	}
-	return &reader{r: r, s: s, name: name}, nil
+	fi := backend.FileInfo{Name: name, Size: r.Attrs.Size, Version: generation(r.Attrs.Generation)}
+	return &reader{r: r, s: s, name: name}, fi, nil
 }
 
 // reader names the object in errors met while streaming.
@@ -277,7 +335,7 @@ func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error)
 	if err != nil {
 		return backend.FileInfo{}, s.objectErr(ctx, "stat", name, err)
 	}
-	return backend.FileInfo{Name: name, Size: a.Size}, nil
+	return backend.FileInfo{Name: name, Size: a.Size, Version: generation(a.Generation)}, nil
 }
 
 // List pages through the objects under prefix, 1000 per request.
@@ -286,7 +344,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 		return err
 	}
 	q := &storage.Query{Prefix: s.key(prefix)}
-	if err := q.SetAttrSelection([]string{"Name", "Size", "MD5"}); err != nil {
+	if err := q.SetAttrSelection([]string{"Name", "Size", "MD5", "Generation"}); err != nil {
 		return err
 	}
 	pager := iterator.NewPager(s.bucket.Objects(ctx, q), listPageSize, "")
@@ -304,7 +362,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
 				continue
 			}
-			fi := backend.FileInfo{Name: name, Size: a.Size}
+			fi := backend.FileInfo{Name: name, Size: a.Size, Version: generation(a.Generation)}
 			if len(a.MD5) == md5.Size { // composite objects have none
 				fi.MD5 = hex.EncodeToString(a.MD5)
 			}
@@ -334,13 +392,79 @@ func (s *Store) Create(ctx context.Context, name string, r io.Reader, size int64
 	}
 	o := s.bucket.Object(s.key(name)).If(storage.Conditions{DoesNotExist: true}).Retryer(s.retryFor("create", s.key(name)))
 	err := s.upload(ctx, o, "create", name, r, size)
-	var gerr *googleapi.Error
-	if errors.As(err, &gerr) && gerr.Code == http.StatusPreconditionFailed {
+	if isPreconditionFailed(err) {
 		// A retried attempt whose first try did land also ends here; the
 		// object is then ours, but callers re-read what they create.
 		return fmt.Errorf("gs://%s/%s: create: %w", s.name, s.key(name), backend.ErrExist)
 	}
 	return err
+}
+
+// PutIfMatch is Put with an ifGenerationMatch precondition, which GCS
+// evaluates when it finalizes the upload; a refusal (412) is
+// backend.ErrPreconditionFailed.
+func (s *Store) PutIfMatch(ctx context.Context, name string, r io.Reader, size int64, version string) error {
+	if err := backend.CheckName(name); err != nil {
+		return err
+	}
+	gen, err := s.parseGeneration("put if match", name, version)
+	if err != nil {
+		return err
+	}
+	o := s.bucket.Object(s.key(name)).If(storage.Conditions{GenerationMatch: gen}).Retryer(s.retryFor("put if match", s.key(name)))
+	err = s.upload(ctx, o, "put if match "+version, name, r, size)
+	if isPreconditionFailed(err) {
+		// As for Create: a retry of a first try that landed ends here
+		// too, and the caller stops as if it had lost; never the
+		// other way round.
+		return fmt.Errorf("gs://%s/%s: put if match generation %s: %w", s.name, s.key(name), version, backend.ErrPreconditionFailed)
+	}
+	return err
+}
+
+// RemoveIfMatch deletes the object only at generation version; a refusal
+// (412) is backend.ErrPreconditionFailed; an object already gone is not an
+// error, as for Remove.
+func (s *Store) RemoveIfMatch(ctx context.Context, name, version string) error {
+	if err := backend.CheckName(name); err != nil {
+		return err
+	}
+	gen, err := s.parseGeneration("remove if match", name, version)
+	if err != nil {
+		return err
+	}
+	// The generation named twice: as the one to delete (which the
+	// emulator honours, and which on a bucket without object versioning
+	// exists only while it is the live one) and as a precondition (which
+	// GCS evaluates against the live object).
+	o := s.bucket.Object(s.key(name))
+	err = o.Generation(gen).If(storage.Conditions{GenerationMatch: gen}).Retryer(s.retryFor("remove if match", s.key(name))).Delete(ctx)
+	refused := fmt.Errorf("gs://%s/%s: remove if match generation %s: %w", s.name, s.key(name), version, backend.ErrPreconditionFailed)
+	switch {
+	case err == nil:
+		return nil
+	case isPreconditionFailed(err):
+		return refused
+	case errors.Is(err, storage.ErrObjectNotExist):
+		// That generation is gone; the store removed nothing. Whether
+		// another generation now stands in its place says whether the
+		// caller's removal was refused or done by someone else before.
+		a, serr := o.Attrs(ctx)
+		switch {
+		case errors.Is(serr, storage.ErrObjectNotExist):
+			return nil
+		case serr != nil:
+			return s.objectErr(ctx, "remove if match", name, serr)
+		case a.Generation != gen:
+			return refused
+		}
+	}
+	return s.errorf("remove if match", name, err)
+}
+
+func isPreconditionFailed(err error) bool {
+	var gerr *googleapi.Error
+	return errors.As(err, &gerr) && gerr.Code == http.StatusPreconditionFailed
 }
 
 // upload streams exactly size bytes of r into o. Anything else cancels the
@@ -421,6 +545,7 @@ func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstNa
 }
 
 var (
-	_ backend.Backend = (*Store)(nil)
-	_ backend.Copier  = (*Store)(nil)
+	_ backend.Backend     = (*Store)(nil)
+	_ backend.Copier      = (*Store)(nil)
+	_ backend.Conditional = (*Store)(nil)
 )

@@ -96,7 +96,8 @@ func TestPowerCutTakesOnlyWhatNoBarrierCovered(t *testing.T) {
 		}
 	}
 	write(dctx, "data/before-barrier.parquet")
-	if err := backend.BarrierOf(sink).Barrier(ctx); err != nil {
+	barrier, _ := backend.As[backend.Barrier](sink)
+	if err := barrier.Barrier(ctx); err != nil {
 		t.Fatal(err)
 	}
 	write(dctx, "data/after-barrier.parquet")

@@ -27,6 +27,8 @@ package s3
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -53,6 +55,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 // Options tune the backend; the zero value is the defaults.
@@ -76,6 +79,10 @@ type Options struct {
 	// engine already copies several files at once, and each part holds
 	// PartSize bytes).
 	Concurrency int
+	// RootCAs are the roots an https endpoint's chain must end in (the
+	// system's and --ca-file's); nil means the system's. AWS_CA_BUNDLE,
+	// when set, is added to them.
+	RootCAs *x509.CertPool
 }
 
 const (
@@ -217,6 +224,17 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	// The SDK's own buildable client, not an http.Client of ours: the
 	// standard chain adds AWS_CA_BUNDLE to it, and refuses any other type.
 	httpClient := awshttp.NewBuildableClient().WithReadTimeout(opts.StallTimeout)
+	if opts.RootCAs != nil {
+		// The chain appends AWS_CA_BUNDLE to these roots when it finds
+		// them set (and to an empty pool, replacing the system's, when
+		// not); each transport gets its own copy to append to.
+		httpClient = httpClient.WithTransportOptions(func(tr *http.Transport) {
+			if tr.TLSClientConfig == nil {
+				tr.TLSClientConfig = &tls.Config{}
+			}
+			tr.TLSClientConfig.RootCAs = opts.RootCAs.Clone()
+		})
+	}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(httpClient),
 		config.WithRetryer(func() aws.Retryer {
@@ -261,17 +279,13 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// redacted is u without any user information, for messages.
-func redacted(u *url.URL) string {
-	c := *u
-	c.User = nil
-	return c.String()
-}
+// redacted is u as messages may show it (redact.URL).
+func redacted(u *url.URL) string { return redact.URL(u.String()) }
 
 func (s *Store) Location() string { return s.location }
 
 func (s *Store) Properties() backend.Properties {
-	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true}
+	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true, ConditionalWrite: true}
 }
 
 func (s *Store) key(name string) string { return s.prefix + name }
@@ -385,13 +399,21 @@ func (s *Store) logRetries(name string) func(*awss3.Options) {
 // two versions of the object; with MaxAttempts-1 resumptions per Open at
 // most.
 func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	rc, _, err := s.OpenVersion(ctx, name)
+	return rc, err
+}
+
+// OpenVersion is Open that also gives the object's ETag as its Version,
+// the token PutIfMatch and RemoveIfMatch compare.
+func (s *Store) OpenVersion(ctx context.Context, name string) (io.ReadCloser, backend.FileInfo, error) {
 	if err := backend.CheckName(name); err != nil {
-		return nil, err
+		return nil, backend.FileInfo{}, err
 	}
 	var etag string
 	var size int64
 	optFns := []func(*awss3.Options){s.logRetries(name)}
-	if backend.CheckedRead(ctx) {
+	checked := backend.CheckedRead(ctx)
+	if checked {
 		optFns = append(optFns, func(o *awss3.Options) {
 			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		})
@@ -412,7 +434,12 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 		}
 		if off == 0 {
 			etag, size = aws.ToString(out.ETag), aws.ToInt64(out.ContentLength)
-			return backend.Response{Body: out.Body, Size: size, Pinned: etag != ""}, nil
+			resp := backend.Response{Body: out.Body, Size: size, Pinned: etag != ""}
+			if !checked {
+				// The caller of a checked read checks every byte itself.
+				resp.Digest = objectDigest(out)
+			}
+			return resp, nil
 		}
 		if want := fmt.Sprintf("bytes %d-%d/%d", off, size-1, size); aws.ToString(out.ContentRange) != want {
 			out.Body.Close()
@@ -430,9 +457,9 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 		},
 	})
 	if err != nil {
-		return nil, err // not a typed nil in the interface
+		return nil, backend.FileInfo{}, err // not a typed nil in the interface
 	}
-	return rr, nil
+	return rr, backend.FileInfo{Name: name, Size: size, Version: etag}, nil
 }
 
 // resumeWaitMin is the first wait before resuming a cut-off body; it
@@ -453,7 +480,7 @@ func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error)
 		}
 		return backend.FileInfo{}, s.err("stat", name, err)
 	}
-	return backend.FileInfo{Name: name, Size: aws.ToInt64(out.ContentLength)}, nil
+	return backend.FileInfo{Name: name, Size: aws.ToInt64(out.ContentLength), Version: aws.ToString(out.ETag)}, nil
 }
 
 // headNotFound says what a 404 to HEAD means. A HEAD answer has no body,
@@ -617,7 +644,8 @@ func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrd
 			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
 				continue
 			}
-			if err := fn(backend.FileInfo{Name: name, Size: aws.ToInt64(obj.Size), MD5: etagMD5(aws.ToString(obj.ETag))}); err != nil {
+			fi := backend.FileInfo{Name: name, Size: aws.ToInt64(obj.Size), MD5: etagMD5(aws.ToString(obj.ETag)), Version: aws.ToString(obj.ETag)}
+			if err := fn(fi); err != nil {
 				return err
 			}
 		}
@@ -626,46 +654,83 @@ func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrd
 }
 
 func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, false)
+	return s.put(ctx, name, r, size, condition{})
 }
 
 // Create is Put with If-None-Match: *, which S3 evaluates atomically when
 // it publishes the object; a 412 answer means another writer was first.
 func (s *Store) Create(ctx context.Context, name string, r io.Reader, size int64) error {
-	return s.put(ctx, name, r, size, true)
+	return s.put(ctx, name, r, size, condition{create: true})
 }
 
-func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, create bool) error {
+// PutIfMatch is Put with If-Match: version (an ETag), which S3 evaluates
+// atomically when it publishes the object, as it does If-None-Match; a
+// 412, or a 404 for an object removed meanwhile, is
+// backend.ErrPreconditionFailed.
+func (s *Store) PutIfMatch(ctx context.Context, name string, r io.Reader, size int64, version string) error {
+	if version == "" {
+		return fmt.Errorf("%s: put if match: no version given", s.addr(name))
+	}
+	return s.put(ctx, name, r, size, condition{ifMatch: version})
+}
+
+// condition is what a write asks of the object it replaces.
+type condition struct {
+	create  bool   // If-None-Match: *
+	ifMatch string // If-Match: this ETag
+}
+
+func (c condition) op() string {
+	switch {
+	case c.create:
+		return "create"
+	case c.ifMatch != "":
+		return "put if match"
+	}
+	return "put"
+}
+
+// writeErr is err for the answer to a write: a refused condition is
+// backend.ErrExist for a Create and backend.ErrPreconditionFailed for an
+// If-Match, and no not-found is ever an absent object: a write that
+// meets 404 (NoSuchUpload: its multipart upload was aborted under it, by
+// a lifecycle rule or another run; a NoSuchKey from a gateway) is a
+// failed write, tried again by the caller, never "missing upstream".
+func (s *Store) writeErr(c condition, name string, err error) error {
+	op := c.op()
+	class := classify(err)
+	switch {
+	case c.ifMatch != "" && (class == backend.ErrExist || class == backend.ErrNotExist):
+		return fmt.Errorf("%s: %s %s: %w (%s)", s.addr(name), op, c.ifMatch, backend.ErrPreconditionFailed, says(err))
+	case class == backend.ErrNotExist:
+		return fmt.Errorf("%s: %s: the write failed, the store found no object or upload to write to (%s); it may be tried again", s.addr(name), op, says(err))
+	}
+	return s.err(op, name, err)
+}
+
+func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, cond condition) error {
 	if err := backend.CheckName(name); err != nil {
 		return err
 	}
-	op := putOp(create)
+	op := cond.op()
 	if size < 0 {
 		return fmt.Errorf("%s: %s: negative size %d", s.addr(name), op, size)
 	}
 	if size > s.opts.PartSize {
-		return s.putMultipart(ctx, name, r, size, create)
+		return s.putMultipart(ctx, name, r, size, cond)
 	}
 	if ra, ok := r.(io.ReaderAt); ok {
 		if err := endsAt(ra, size); err != nil {
 			return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
 		}
-		return s.putObject(ctx, name, io.NewSectionReader(ra, 0, size), size, create)
+		return s.putObject(ctx, name, io.NewSectionReader(ra, 0, size), size, cond)
 	}
 	held, err := s.readBody(ctx, r, size)
 	if err != nil {
 		return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
 	}
 	defer held.release()
-	return s.putObject(ctx, name, bytes.NewReader(held.buf), size, create)
-}
-
-// putOp names a Put or a Create in messages.
-func putOp(create bool) string {
-	if create {
-		return "create"
-	}
-	return "put"
+	return s.putObject(ctx, name, bytes.NewReader(held.buf), size, cond)
 }
 
 // endsAt checks that ra holds exactly size bytes, as readPart does for a
@@ -718,16 +783,18 @@ func (s *Store) readBody(ctx context.Context, r io.Reader, size int64) (*heldBod
 }
 
 // putObject sends an object of one part with PutObject.
-func (s *Store) putObject(ctx context.Context, name string, body io.ReadSeeker, size int64, create bool) error {
-	op := putOp(create)
+func (s *Store) putObject(ctx context.Context, name string, body io.ReadSeeker, size int64, cond condition) error {
 	in := &awss3.PutObjectInput{
 		Bucket:        aws.String(s.bucket),
 		Key:           aws.String(s.key(name)),
 		Body:          body,
 		ContentLength: aws.Int64(size),
 	}
-	if create {
+	if cond.create {
 		in.IfNoneMatch = aws.String("*")
+	}
+	if cond.ifMatch != "" {
+		in.IfMatch = aws.String(cond.ifMatch)
 	}
 	optFns := []func(*awss3.Options){s.logRetries(name)}
 	if sum := backend.ContentSHA256(ctx); sum != nil {
@@ -738,7 +805,7 @@ func (s *Store) putObject(ctx context.Context, name string, body io.ReadSeeker, 
 		optFns = append(optFns, signWithPayloadHash(hex.EncodeToString(sum)))
 	}
 	if _, err := s.client.PutObject(ctx, in, optFns...); err != nil {
-		return s.err(op, name, err)
+		return s.writeErr(cond, name, err)
 	}
 	return nil
 }
@@ -790,8 +857,7 @@ func readPart(r io.Reader, buf []byte, off, size int64) error {
 // store's part pool allows (Concurrency across all Puts). Any
 // failure aborts the upload, so that nothing is published and the parts
 // do not linger (and cost) in the bucket.
-func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size int64, create bool) (err error) {
-	op := putOp(create)
+func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size int64, cond condition) (err error) {
 	partSize := max(s.opts.PartSize, (size+maxParts-1)/maxParts)
 	nparts := int((size + partSize - 1) / partSize)
 
@@ -804,7 +870,7 @@ func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size
 	}
 	created, err := s.client.CreateMultipartUpload(ctx, in, s.logRetries(name))
 	if err != nil {
-		return s.err(op, name, err)
+		return s.writeErr(condition{}, name, err)
 	}
 	uploadID := created.UploadId
 	defer func() {
@@ -875,7 +941,7 @@ func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size
 	}
 	wg.Wait()
 	if firstErr != nil {
-		return s.err(op, name, firstErr)
+		return s.writeErr(condition{}, name, firstErr)
 	}
 	complete := &awss3.CompleteMultipartUploadInput{
 		Bucket:          aws.String(s.bucket),
@@ -883,11 +949,16 @@ func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size
 		UploadId:        uploadID,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: parts},
 	}
-	if create {
+	if cond.create {
 		complete.IfNoneMatch = aws.String("*")
 	}
+	if cond.ifMatch != "" {
+		complete.IfMatch = aws.String(cond.ifMatch)
+	}
 	if _, err := s.client.CompleteMultipartUpload(ctx, complete, s.logRetries(name)); err != nil {
-		return s.err(op, name, err)
+		// NoSuchUpload (404) here is an upload aborted under us; a 412
+		// is the condition refused.
+		return s.writeErr(cond, name, err)
 	}
 	return nil
 }
@@ -909,17 +980,40 @@ func (s *Store) abort(ctx context.Context, name string, uploadID *string) {
 }
 
 func (s *Store) Remove(ctx context.Context, name string) error {
+	return s.remove(ctx, name, "")
+}
+
+// RemoveIfMatch is DeleteObject with If-Match: version (an ETag); a 412
+// is backend.ErrPreconditionFailed. An object already absent is not an
+// error, as for Remove: what the caller wanted gone is gone.
+func (s *Store) RemoveIfMatch(ctx context.Context, name, version string) error {
+	if version == "" {
+		return fmt.Errorf("%s: remove if match: no version given", s.addr(name))
+	}
+	return s.remove(ctx, name, version)
+}
+
+func (s *Store) remove(ctx context.Context, name, ifMatch string) error {
 	if err := backend.CheckName(name); err != nil {
 		return err
 	}
-	_, err := s.client.DeleteObject(ctx, &awss3.DeleteObjectInput{
+	in := &awss3.DeleteObjectInput{
 		Bucket: aws.String(s.bucket),
 		Key:    aws.String(s.key(name)),
-	}, s.logRetries(name))
-	if err != nil && !isNotFound(err) {
-		return s.err("remove", name, err)
 	}
-	return nil
+	op := "remove"
+	if ifMatch != "" {
+		in.IfMatch = aws.String(ifMatch)
+		op = "remove if match " + ifMatch
+	}
+	_, err := s.client.DeleteObject(ctx, in, s.logRetries(name))
+	switch class := classify(err); {
+	case err == nil || class == backend.ErrNotExist:
+		return nil
+	case ifMatch != "" && class == backend.ErrExist:
+		return fmt.Errorf("%s: %s: %w (%s)", s.addr(name), op, backend.ErrPreconditionFailed, says(err))
+	}
+	return s.err(op, name, err)
 }
 
 // CopyFrom copies with CopyObject when src is an S3 store on the same
@@ -978,3 +1072,9 @@ func etagMD5(etag string) string {
 	}
 	return strings.ToLower(etag)
 }
+
+var (
+	_ backend.Backend     = (*Store)(nil)
+	_ backend.Copier      = (*Store)(nil)
+	_ backend.Conditional = (*Store)(nil)
+)

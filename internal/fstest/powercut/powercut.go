@@ -99,7 +99,7 @@ func (s *Sink) Barrier(ctx context.Context) error {
 		covered = append(covered, n)
 	}
 	s.mu.Unlock()
-	b := backend.BarrierOf(s.Backend)
+	b, _ := backend.As[backend.Barrier](s.Backend)
 	if b == nil {
 		return fmt.Errorf("powercut: %s has no barrier", s.dir)
 	}

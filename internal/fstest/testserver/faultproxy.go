@@ -1,6 +1,7 @@
 package testserver
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"log"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -83,6 +85,7 @@ type FaultProxy struct {
 	failAll  Fault
 	requests atomic.Int64
 	faults   atomic.Int64
+	pauses   []*Pause
 }
 
 // NewFaultProxy starts a proxy in front of target (http://host:port) that
@@ -141,8 +144,116 @@ func (p *FaultProxy) Requests() int64 { return p.requests.Load() }
 // to cut or damage (a HEAD request has none).
 func (p *FaultProxy) Faults() int64 { return p.faults.Load() }
 
+// Pause is a process stopped by the proxy at a chosen request (see
+// FaultProxy.StopOn).
+type Pause struct {
+	pid     int
+	match   func(*http.Request) bool
+	stopped chan struct{} // closed once the process is stopped
+	resume  chan struct{} // closed by Resume
+	done    chan struct{} // closed once the request was answered and the process continued
+	taken   atomic.Bool
+	resumed sync.Once
+	// Request is the request that stopped the process ("PUT /bucket/key"),
+	// set before Stopped is closed.
+	Request string
+}
+
+// StopOn makes the proxy stop process pid with SIGSTOP when it receives
+// the first request for which match is true, as a paused run (a GC pause,
+// a frozen VM) is stopped just before a write: the request is held, not
+// sent on. Resume sends it to the server and, once the server has
+// answered, continues the process (SIGCONT) with that answer, so the
+// request reaches the store after whatever other runs did meanwhile. The
+// process is continued when the test ends, whatever happened.
+func (p *FaultProxy) StopOn(t testing.TB, pid int, match func(*http.Request) bool) *Pause {
+	ps := &Pause{pid: pid, match: match, stopped: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
+	p.mu.Lock()
+	p.pauses = append(p.pauses, ps)
+	p.mu.Unlock()
+	t.Cleanup(func() {
+		ps.Resume()
+		if ps.taken.Load() {
+			select {
+			case <-ps.done:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
+	})
+	return ps
+}
+
+// Stopped is closed once the process is stopped at its request.
+func (ps *Pause) Stopped() <-chan struct{} { return ps.stopped }
+
+// Resume lets the held request go on to the server and continues the
+// process once it is answered; Done is closed then.
+func (ps *Pause) Resume() { ps.resumed.Do(func() { close(ps.resume) }) }
+
+// Done is closed once the held request was answered and the process
+// continued.
+func (ps *Pause) Done() <-chan struct{} { return ps.done }
+
+// takePause returns the first pause, not yet taken, that matches r.
+func (p *FaultProxy) takePause(r *http.Request) *Pause {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ps := range p.pauses {
+		if !ps.taken.Load() && ps.match(r) {
+			ps.taken.Store(true)
+			return ps
+		}
+	}
+	return nil
+}
+
+// hold stops ps's process at r, waits for Resume, then sends r on and
+// continues the process as soon as the server's answer is in.
+func (p *FaultProxy) hold(ps *Pause, w http.ResponseWriter, r *http.Request) {
+	defer close(ps.done)
+	// The whole body first: the process is stopped with its request
+	// sent, as if the pause fell just after it left.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	if err := syscall.Kill(ps.pid, syscall.SIGSTOP); err != nil {
+		log.Printf("testserver: stopping pid %d: %v", ps.pid, err)
+	}
+	ps.Request = r.Method + " " + r.URL.Path
+	close(ps.stopped)
+	<-ps.resume
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	p.proxy.ServeHTTP(&continueWriter{ResponseWriter: w, pid: ps.pid}, r)
+	syscall.Kill(ps.pid, syscall.SIGCONT) // when the answer had no body
+}
+
+// continueWriter continues a stopped process when the server's answer to
+// its held request starts.
+type continueWriter struct {
+	http.ResponseWriter
+	pid  int
+	once sync.Once
+}
+
+func (c *continueWriter) WriteHeader(code int) {
+	c.once.Do(func() { syscall.Kill(c.pid, syscall.SIGCONT) })
+	c.ResponseWriter.WriteHeader(code)
+}
+
+func (c *continueWriter) Write(b []byte) (int, error) {
+	c.once.Do(func() { syscall.Kill(c.pid, syscall.SIGCONT) })
+	return c.ResponseWriter.Write(b)
+}
+
 func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := p.requests.Add(1)
+	if ps := p.takePause(r); ps != nil {
+		p.hold(ps, w, r)
+		return
+	}
 	p.mu.Lock()
 	f := p.failAll
 	if f == Pass && p.schedule != nil {

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+)
+
+// finishRun prints what a run (a sync, a prune) did and returns its exit
+// code: the one printer of both. A mirror.ConfigError is a usage error; a
+// run that stopped, or refused something (refused), exits exitRefused.
+// With --json, the report goes to w as one object behind the mirror's
+// name, ok and the error; otherwise human prints the summary.
+func finishRun(w io.Writer, cmd, name string, report any, refused bool, err error, jsonOut bool, log *zap.Logger, human func()) int {
+	if cfg := (*mirror.ConfigError)(nil); errors.As(err, &cfg) {
+		fmt.Fprintf(os.Stderr, "fdl-mirror %s: %v\n", cmd, err)
+		return exitUsage
+	}
+	code := exitOK
+	switch {
+	case err != nil:
+		log.Error(cmd+" stopped", zap.Error(err))
+		code = exitRefused
+	case refused:
+		code = exitRefused
+	}
+	if !jsonOut {
+		human()
+		return code
+	}
+	head := struct {
+		Mirror string `json:"mirror,omitempty"`
+		OK     bool   `json:"ok"`
+		Error  string `json:"error,omitempty"`
+	}{Mirror: name, OK: code == exitOK}
+	if err != nil {
+		head.Error = err.Error()
+	}
+	writeJSON(w, joinObjects(mustMarshal(head), mustMarshal(report)))
+	return code
+}
+
+// joinObjects is one JSON object with a's fields, then b's: what
+// embedding b's type in a's struct gives, for any report.
+func joinObjects(a, b json.RawMessage) json.RawMessage {
+	if len(b) <= len("{}") {
+		return a
+	}
+	out := append(append([]byte{}, a[:len(a)-1]...), ',')
+	return append(out, b[1:]...)
+}
+
+func mustMarshal(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // the command's own report types always marshal
+	}
+	return b
+}
+
+// writeJSON writes v indented, on its own line: every --json output.
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,94 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
+)
+
+// ConfigError is a problem with the job itself (an address, a trust file):
+// the command line calls it a usage error.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// jobLogger is log (nil: none) naming the job's mirror, when it has a name.
+func jobLogger(log *zap.Logger, name string) *zap.Logger {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	if name != "" {
+		log = log.With(zap.String("mirror", name))
+	}
+	return log
+}
+
+// stores are a job's source and sink, open.
+type stores struct {
+	src     backend.Reader
+	dst     backend.Backend
+	closers []func() error
+}
+
+func (s *stores) close() {
+	for _, c := range s.closers {
+		c()
+	}
+}
+
+// openStores opens a job's source to read and its sink to write; a dry
+// run's sink read-only, a local one not made when missing (it reads as
+// empty), so that a dry run writes nothing at all (location.OpenReadOnly).
+// existingSink refuses a local sink that is not there instead of making
+// it: a prune has nothing to do with one, and must not leave it made.
+func openStores(ctx context.Context, source string, srcOpts location.Options, sink string, sinkOpts location.Options, dryRun, existingSink bool) (*stores, error) {
+	src, closeSrc, err := location.Open(ctx, source, srcOpts)
+	if err != nil {
+		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
+	}
+	st := &stores{src: src, closers: []func() error{closeSrc}}
+	if scheme, path := location.Scheme(sink); existingSink && scheme == "file" {
+		if _, err := os.Stat(path); err != nil {
+			st.close()
+			return nil, &ConfigError{fmt.Errorf("sink %s: %w", sink, err)}
+		}
+	}
+	openSink := location.OpenWritable
+	if dryRun {
+		openSink = location.OpenReadOnly
+	}
+	dst, closeDst, err := openSink(ctx, sink, sinkOpts)
+	if err != nil {
+		st.close()
+		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
+	}
+	st.dst = dst
+	st.closers = append(st.closers, closeDst)
+	return st, nil
+}
+
+// takeLock takes the sink's lock for a run that writes. The run goes on
+// under locked: ctx, cancelled (cause lock.ErrLost) when the lock is
+// lost. release stops the watch and gives the lock back.
+func takeLock(ctx context.Context, dst backend.Backend, wait, ttl time.Duration, log *zap.Logger) (locked context.Context, held *lock.Held, release func(), err error) {
+	held, err = lock.Lock(ctx, dst, lock.Options{Wait: wait, TTL: ttl, Logger: log})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
+	}
+	locked, stop := held.Watch(ctx)
+	release = func() {
+		stop()
+		if err := held.Release(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("releasing the sink's lock", zap.Error(err))
+		}
+	}
+	return locked, held, release, nil
+}
