@@ -152,6 +152,50 @@ func (p *readerProc) notePeak() {
 	}
 }
 
+// SandboxNow is what the operator is shown of the readers' layers: those
+// of the last reader started, else what the kernel would give one.
+func SandboxNow() Layers {
+	if l, ok := ObservedLayers(); ok {
+		return l
+	}
+	return ProbeSandbox()
+}
+
+// SandboxStatus is Layers as status --json and /status.json show them.
+type SandboxStatus struct {
+	Landlock    bool     `json:"landlock"`
+	LandlockABI int      `json:"landlock_abi"`
+	Seccomp     bool     `json:"seccomp"`
+	Missing     []string `json:"missing"`
+}
+
+// Status is the layers as status shows them.
+func (l Layers) Status() SandboxStatus {
+	m := l.Missing()
+	if m == nil {
+		m = []string{}
+	}
+	return SandboxStatus{Landlock: l.Landlock(), LandlockABI: l.LandlockABI, Seccomp: l.Seccomp, Missing: m}
+}
+
+// String says which layers a reader has, for logs and the status page.
+func (l Layers) String() string {
+	var have []string
+	if l.Landlock() {
+		have = append(have, fmt.Sprintf("Landlock (ABI %d)", l.LandlockABI))
+	}
+	if l.Seccomp {
+		have = append(have, "seccomp")
+	}
+	switch {
+	case len(have) == 2:
+		return "confined by " + have[0] + " and " + have[1]
+	case len(have) == 1:
+		return "confined by " + have[0] + " only: no " + l.Missing()[0] + " on this kernel"
+	}
+	return "without Landlock or seccomp on this kernel (a process apart, with rlimits and an empty environment)"
+}
+
 // ObservedLayers is the layers of the last reader this process started;
 // false before any.
 func ObservedLayers() (Layers, bool) {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -33,6 +34,8 @@ var scheduleParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Mo
 type Status struct {
 	Generated time.Time      `json:"generated"`
 	Mirrors   []MirrorStatus `json:"mirrors"`
+	// CatalogSandbox is the layers that confine catalog readers.
+	CatalogSandbox catalog.SandboxStatus `json:"catalog_sandbox"`
 }
 
 // MirrorStatus is one mirror as the daemon knows it. Its first fields are
@@ -173,7 +176,7 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := Status{Generated: now, Mirrors: []MirrorStatus{}}
+	st := Status{Generated: now, Mirrors: []MirrorStatus{}, CatalogSandbox: catalog.SandboxNow().Status()}
 	for _, m := range cfg.Mirrors {
 		r := b.record(m.Name, now)
 		ms := MirrorStatus{
