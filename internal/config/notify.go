@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 // Secret is a token or a key read from a secret file. It prints as
@@ -45,9 +47,11 @@ type NotifyTarget struct {
 	Line       int
 }
 
-// ReadSecretFile reads a secret file: one token, refused where group or
-// others may read or write the file (as ssh refuses a private key), and
-// where it is empty, too short or holds more than one token.
+// ReadSecretFile reads a secret file: one token, refused where others may
+// read the file or anyone but its owner change it, and where it is empty,
+// too short or holds more than one token. Group read is allowed: a file
+// of root's that the service's group reads (systemd), or a Kubernetes
+// Secret mounted with fsGroup (0440), is how services get their secrets.
 func ReadSecretFile(path string) (Secret, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -56,8 +60,8 @@ func ReadSecretFile(path string) (Secret, error) {
 	if !fi.Mode().IsRegular() {
 		return "", fmt.Errorf("%s: not a regular file", path)
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return "", fmt.Errorf("%s: mode %04o lets group or others read or change the secret; chmod 600 it", path, perm)
+	if perm := fi.Mode().Perm(); perm&0o004 != 0 || perm&0o022 != 0 {
+		return "", fmt.Errorf("%s: mode %04o lets others read the secret, or someone other than its owner change it; chmod 600 it (640 for a group only the daemon's user is in)", path, perm)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -98,6 +102,8 @@ func (p *parser) secretFile(v *yaml.Node, where string) (string, Secret) {
 	if err != nil {
 		p.addf(v.Line, "%s: %v", where, err)
 	}
+	// Masked in every message, should any quote it.
+	redact.Secret(s.Reveal())
 	return path, s
 }
 
@@ -137,6 +143,7 @@ func (p *parser) notifyTargets(v *yaml.Node, where string) []NotifyTarget {
 		} else if err := checkNotifyURL(t.URL); err != nil {
 			p.addf(urlNode.Line, "%s.url: %v", w, err)
 		}
+		redact.AddressSecrets(t.URL)
 		if secretNode == nil {
 			p.addf(item.Line, "%s: no secret_file; every notification is signed with its secret", w)
 		}

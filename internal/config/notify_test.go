@@ -96,8 +96,8 @@ func TestBadSecretFilesAreRefusedWithoutQuotingThem(t *testing.T) {
 	writeSecret(t, dir, "short", "abc\n")
 	writeSecret(t, dir, "two", "first-token-0123456789 second-token-0123456789\n")
 	writeSecret(t, dir, "empty", "\n")
-	group := writeSecret(t, dir, "group", "group-readable-0123456789")
-	os.Chmod(group, 0o640)
+	group := writeSecret(t, dir, "group", "group-writable-0123456789")
+	os.Chmod(group, 0o660)
 	text := `listen: 127.0.0.1:9464
 trigger_token_file: open
 notify:
@@ -128,15 +128,25 @@ mirrors:
 	wantProblem(t, ps, 5, "notify[0].secret_file", "3 characters", "at least 16")
 	wantProblem(t, ps, 7, "notify[1].secret_file", "more than one token")
 	wantProblem(t, ps, 9, "notify[2].secret_file", "empty")
-	wantProblem(t, ps, 11, "notify[3].secret_file", "mode 0640")
+	wantProblem(t, ps, 11, "notify[3].secret_file", "mode 0660")
 	wantProblem(t, ps, 13, "notify[4].secret_file", "no such file")
 	if len(ps) != 6 {
 		t.Errorf("want 6 problems, got:\n%v", ps)
 	}
-	for _, secret := range []string{readable, "abc", "first-token", "group-readable"} {
+	for _, secret := range []string{readable, "abc", "first-token", "group-writable"} {
 		if strings.Contains(ps.Error(), secret) {
 			t.Errorf("a problem quotes the secret %q:\n%v", secret, ps)
 		}
+	}
+}
+
+func TestASecretFileItsGroupMayReadIsAccepted(t *testing.T) {
+	path := writeSecret(t, t.TempDir(), "token", "group-readable-0123456789")
+	if err := os.Chmod(path, 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := ReadSecretFile(path); err != nil || s.Reveal() != "group-readable-0123456789" {
+		t.Errorf("a 0440 secret file: %v", err)
 	}
 }
 

@@ -106,7 +106,7 @@ func (e *engine) loadUnsynced(ctx context.Context) error {
 	if e.dur.barrier == nil {
 		return nil
 	}
-	raw, err := lock.ReadState(ctx, e.dst, UnsyncedFile, maxUnsyncedFile)
+	raw, err := lock.ReadStateOrSetAside(ctx, e.dst, UnsyncedFile, maxUnsyncedFile, !e.opts.DryRun, e.log)
 	if err != nil {
 		return fatalf("sink %s: %s%s: %w", e.dst.Location(), backend.ReservedPrefix, UnsyncedFile, err)
 	}

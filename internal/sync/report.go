@@ -2,7 +2,10 @@ package sync
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 )
@@ -92,6 +95,9 @@ type Report struct {
 	// Pending lists the ancestors not mirrored yet, kept in the mirror's
 	// state and tried again by every run (see PendingVersion).
 	Pending []PendingVersion `json:"pending"`
+	// PendingMore counts the pending versions left out of Pending (it
+	// keeps at most 1,000).
+	PendingMore int `json:"pending_more,omitempty"`
 	// Distrusted lists the files an earlier run was writing with no
 	// barrier behind them when it stopped (a power cut, a kill): they may
 	// hold wrong bytes, and were copied again before any version that
@@ -158,5 +164,44 @@ func (r *refusal) Error() string { return r.Message }
 func (r *refusal) Permanent() bool { return true }
 
 func refuse(reason, version, file string, format string, args ...any) *refusal {
-	return &refusal{Refusal{Version: version, File: file, Reason: reason, Message: fmt.Sprintf(format, args...)}}
+	return &refusal{Refusal{Version: version, File: file, Reason: reason, Message: boundMessage(fmt.Sprintf(format, args...), maxMessage)}}
+}
+
+// maxMessage bounds a refusal's message: upstream text (a table path, a
+// record's field) can be megabytes, and a message is kept in the
+// mirror's state, the report, the daemon's status page and logs.
+const maxMessage = 1024
+
+// boundMessage makes s fit for a message: bytes that are not UTF-8 and
+// control characters escaped (\xNN, \n), then cut to at most max bytes,
+// saying how much was left out.
+func boundMessage(s string, max int) string {
+	clean := true
+	for _, r := range s {
+		if r == utf8.RuneError || r < 0x20 || r == 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean && len(s) <= max {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		if b.Len() >= max-40 {
+			fmt.Fprintf(&b, "… (%d bytes more)", len(s)-i)
+			break
+		}
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n <= 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case r < 0x20 || r == 0x7f:
+			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

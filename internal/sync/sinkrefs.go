@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"go.uber.org/zap"
@@ -35,6 +36,19 @@ func (e *engine) readSinkRefs(ctx context.Context, inv *inventory) error {
 		return err
 	}
 	marker, err := lock.ReadState(ctx, e.dst, RefsMovingFile, repo.MaxSmallFile)
+	var unusable *lock.UnusableStateError
+	if errors.As(err, &unusable) {
+		// Whatever it holds, it says a run may have stopped mid-move:
+		// every ref file is read, and the next move writes it anew.
+		e.log.Warn("the mirror's marker of a move of refs is unusable; reading every ref file",
+			zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.Error(err))
+		if !e.opts.DryRun {
+			if aside, serr := lock.SetAside(ctx, e.dst, RefsMovingFile); serr == nil {
+				e.log.Warn("the unusable state file is set aside", zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.String("set_aside_as", backend.ReservedPrefix+aside))
+			}
+		}
+		marker, err = []byte{}, nil
+	}
 	if err != nil {
 		return fatalf("sink %s: %s%s: %w", e.dst.Location(), backend.ReservedPrefix, RefsMovingFile, err)
 	}

@@ -29,7 +29,7 @@ type SourceRecord struct {
 
 // ReadSourceRecord reads a mirror's SourceFile; nil when it has none.
 func ReadSourceRecord(ctx context.Context, dst backend.Reader) (*SourceRecord, error) {
-	raw, err := lock.ReadState(ctx, dst, SourceFile, repoSmallFile)
+	raw, err := lock.ReadStateOrSetAside(ctx, dst, SourceFile, repoSmallFile, false, nil)
 	if err != nil || raw == nil {
 		return nil, err
 	}

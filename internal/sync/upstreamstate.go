@@ -56,7 +56,7 @@ func (s UpstreamState) LastChange() time.Time {
 // it has none or it is unreadable (the mirror's own file: a damaged one is
 // replaced by the next run that writes).
 func ReadUpstreamState(ctx context.Context, dst backend.Reader) (UpstreamState, []byte, error) {
-	raw, err := lock.ReadState(ctx, dst, UpstreamStateFile, maxUpstreamState)
+	raw, err := lock.ReadStateOrSetAside(ctx, dst, UpstreamStateFile, maxUpstreamState, false, nil)
 	if err != nil || raw == nil {
 		return UpstreamState{}, nil, err
 	}

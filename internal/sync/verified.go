@@ -1,6 +1,7 @@
 package sync
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,8 +21,48 @@ import (
 // under .fdl-mirror/ (readers never look there).
 const PendingFile = "pending.json"
 
-// maxPendingFile bounds the state file read back.
-const maxPendingFile = 64 << 20
+// maxPendingFile bounds the state file read back: maxPendingVersions
+// entries of messages bounded by boundMessage, with room to spare.
+const maxPendingFile = 4 << 20
+
+// maxPendingVersions caps the versions the list keeps; the rest are
+// counted (pendingFile.More). An upstream can make any number of
+// ancestors fail; the list is for a person to read, and a version left
+// out is found again while a ref still leads to it.
+const maxPendingVersions = 1000
+
+// pendingFile is PendingFile's content. An earlier release wrote the
+// bare list.
+type pendingFile struct {
+	Versions []PendingVersion `json:"versions"`
+	More     int              `json:"more,omitempty"` // versions left out
+}
+
+// parsePending reads PendingFile, bounded: at most maxPendingVersions
+// versions (the rest counted in more), each message bounded.
+func parsePending(raw []byte) (list []PendingVersion, more int, err error) {
+	var f pendingFile
+	if len(bytes.TrimSpace(raw)) > 0 && bytes.TrimSpace(raw)[0] == '[' {
+		err = json.Unmarshal(raw, &f.Versions)
+	} else {
+		err = json.Unmarshal(raw, &f)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, p := range f.Versions {
+		if repo.CheckVersionID(p.Version) != nil {
+			continue
+		}
+		if len(list) == maxPendingVersions {
+			more++
+			continue
+		}
+		p.Reason, p.Message = boundMessage(p.Reason, 64), boundMessage(p.Message, maxMessage)
+		list = append(list, p)
+	}
+	return list, more + f.More, nil
+}
 
 // PendingVersion is an ancestor a run refused: a later run finds nothing
 // to walk below the complete child, so the mirror remembers it and every
@@ -36,15 +77,15 @@ type PendingVersion struct {
 // loadPending reads the mirror's pending versions.
 func (e *engine) loadPending(ctx context.Context) error {
 	e.pending = map[string]PendingVersion{}
-	raw, err := lock.ReadState(ctx, e.dst, PendingFile, maxPendingFile)
+	raw, err := lock.ReadStateOrSetAside(ctx, e.dst, PendingFile, maxPendingFile, !e.opts.DryRun, e.log)
 	if err != nil {
 		return fatalf("sink %s: %s%s: %w", e.dst.Location(), backend.ReservedPrefix, PendingFile, err)
 	}
 	if raw == nil {
 		return nil
 	}
-	var list []PendingVersion
-	if err := json.Unmarshal(raw, &list); err != nil {
+	list, _, err := parsePending(raw)
+	if err != nil {
 		// The mirror's own file, damaged: start again rather than stop
 		// every run. What was pending is found again only where a ref
 		// still leads to it through an incomplete version.
@@ -53,9 +94,7 @@ func (e *engine) loadPending(ctx context.Context) error {
 		return nil
 	}
 	for _, p := range list {
-		if repo.CheckVersionID(p.Version) == nil {
-			e.pending[p.Version] = p
-		}
+		e.pending[p.Version] = p
 	}
 	return nil
 }
@@ -90,11 +129,13 @@ func (e *engine) savePending(ctx context.Context, roots map[string]bool) {
 		list = append(list, p)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Version < list[j].Version })
-	e.report.Pending = list
+	more := max(0, len(list)-maxPendingVersions)
+	list = list[:len(list)-more]
+	e.report.Pending, e.report.PendingMore = list, more
 	if e.opts.DryRun || (len(list) == 0 && len(e.pending) == 0) {
 		return
 	}
-	raw, _ := json.MarshalIndent(list, "", "  ")
+	raw, _ := json.MarshalIndent(pendingFile{Versions: list, More: more}, "", "  ")
 	if err := lock.WriteState(ctx, e.dst, PendingFile, append(raw, '\n')); err != nil {
 		e.addRefusal(refuse(ReasonCopy, "", backend.ReservedPrefix+PendingFile, "writing the list of pending versions: %v", err))
 	}
@@ -236,17 +277,19 @@ func (e *engine) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
 }
 
 // ReadPending reads the versions a mirror has kept to retry (see
-// PendingVersion) from its sink; none when there are none.
-func ReadPending(ctx context.Context, dst backend.Reader) ([]PendingVersion, error) {
-	raw, err := lock.ReadState(ctx, dst, PendingFile, maxPendingFile)
+// PendingVersion) from its sink, at most maxPendingVersions, and how
+// many more it counts; none when there are none. An unusable file is
+// logged and read as none (the next sync sets it aside).
+func ReadPending(ctx context.Context, dst backend.Reader, log *zap.Logger) ([]PendingVersion, int, error) {
+	raw, err := lock.ReadStateOrSetAside(ctx, dst, PendingFile, maxPendingFile, false, log)
 	if err != nil || raw == nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var list []PendingVersion
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, fmt.Errorf("mirror %s: %s%s: %w", dst.Location(), backend.ReservedPrefix, PendingFile, err)
+	list, more, err := parsePending(raw)
+	if err != nil {
+		return nil, 0, fmt.Errorf("mirror %s: %s%s: %w", dst.Location(), backend.ReservedPrefix, PendingFile, err)
 	}
-	return list, nil
+	return list, more, nil
 }
 
 // checkLock confirms the run still holds the mirror's lock (see
