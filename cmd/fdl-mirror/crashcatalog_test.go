@@ -89,9 +89,9 @@ func TestDaemonOutlivesACatalogThatCrashesItsReader(t *testing.T) {
 	}
 	_, body := httpGet("http://" + addr + "/status.json")
 	var st struct {
-		Sandbox catalog.SandboxStatus `json:"catalog_sandbox"`
 		Mirrors []struct {
-			Mirror  string `json:"mirror"`
+			Mirror  string                `json:"mirror"`
+			Sandbox catalog.SandboxStatus `json:"catalog_sandbox"`
 			LastRun *struct {
 				Refused []fdlsync.Refusal `json:"refused"`
 			} `json:"last_run"`
@@ -100,11 +100,11 @@ func TestDaemonOutlivesACatalogThatCrashesItsReader(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &st); err != nil {
 		t.Fatalf("/status.json: %v", err)
 	}
-	if !st.Sandbox.Landlock || !st.Sandbox.Seccomp || len(st.Sandbox.Missing) != 0 {
-		t.Errorf("/status.json catalog_sandbox: %+v", st.Sandbox)
-	}
 	found := false
 	for _, ms := range st.Mirrors {
+		if !ms.Sandbox.Landlock || !ms.Sandbox.Seccomp || len(ms.Sandbox.Missing) != 0 {
+			t.Errorf("/status.json catalog_sandbox of %s: %+v", ms.Mirror, ms.Sandbox)
+		}
 		if ms.Mirror == "evil" && ms.LastRun != nil {
 			for _, r := range ms.LastRun.Refused {
 				found = found || r.Reason == catalog.ReasonReaderFailed

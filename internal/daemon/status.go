@@ -34,8 +34,6 @@ var scheduleParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Mo
 type Status struct {
 	Generated time.Time      `json:"generated"`
 	Mirrors   []MirrorStatus `json:"mirrors"`
-	// CatalogSandbox is the layers that confine catalog readers.
-	CatalogSandbox catalog.SandboxStatus `json:"catalog_sandbox"`
 }
 
 // MirrorStatus is one mirror as the daemon knows it. Its first fields are
@@ -55,6 +53,9 @@ type MirrorStatus struct {
 	// mirror's max_upstream_age (a frozen upstream), as in `status --json`.
 	UpstreamStale      bool      `json:"upstream_stale"`
 	UpstreamLastChange time.Time `json:"upstream_last_change,omitzero"`
+	// CatalogSandbox is the layers that confine the catalog readers
+	// (the same for every mirror of the daemon).
+	CatalogSandbox catalog.SandboxStatus `json:"catalog_sandbox"`
 
 	State    string `json:"state"`
 	Schedule string `json:"schedule"`
@@ -176,12 +177,13 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := Status{Generated: now, Mirrors: []MirrorStatus{}, CatalogSandbox: catalog.SandboxNow().Status()}
+	st := Status{Generated: now, Mirrors: []MirrorStatus{}}
+	sandbox := catalog.SandboxNow().Status()
 	for _, m := range cfg.Mirrors {
 		r := b.record(m.Name, now)
 		ms := MirrorStatus{
 			Mirror: m.Name, Source: Redact(m.Source), Sink: Redact(m.Sink),
-			Refs: slices.Clone(r.refs), Schedule: m.Schedule,
+			Refs: slices.Clone(r.refs), Schedule: m.Schedule, CatalogSandbox: sandbox,
 		}
 		if ms.Refs == nil {
 			ms.Refs = []fdlsync.RefStatus{}
