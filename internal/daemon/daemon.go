@@ -370,6 +370,7 @@ func (d *Daemon) Reload() error {
 		if _, ok := cfg.Mirror(m.Name); !ok && !d.running[m.Name] {
 			d.metrics.RemoveMirror(m.Name)
 			d.board.remove(m.Name)
+			d.trig.forget(m.Name)
 		}
 	}
 	for _, m := range cfg.Mirrors {
