@@ -545,6 +545,9 @@ func Job(m config.Mirror) mirror.Job {
 		MaxUpstreamAge:     m.MaxUpstreamAge,
 		Repair:             m.Repair,
 		Force:              m.Force,
+		CAFile:             m.CAFile,
+
+		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
 	}
 }
 
@@ -569,5 +572,8 @@ func PruneJob(m config.Mirror) prune.Job {
 		LockWait:           m.LockWait,
 		LockTTL:            m.LockTTL,
 		Retries:            m.Retries,
+		CAFile:             m.CAFile,
+
+		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
 	}
 }

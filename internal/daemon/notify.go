@@ -371,7 +371,7 @@ func (n *Notifier) readRecords(m config.Mirror, moves []fdlsync.RefMove) map[str
 	out := map[string]recordText{}
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.RecordTimeout)
 	defer cancel()
-	sink, closeSink, err := location.Open(ctx, m.Sink, location.Options{Retries: m.Retries, Logger: n.log})
+	sink, closeSink, err := location.Open(ctx, m.Sink, location.Options{Retries: m.Retries, CAFile: m.CAFile, Logger: n.log})
 	if err != nil {
 		n.log.Warn("notification: cannot open the mirror to read version records", zap.String("mirror", m.Name), zap.String("error", RedactText(err.Error())))
 		return out
