@@ -115,6 +115,16 @@ func (t *triggers) record(name string, known bool, result string, now time.Time)
 	}
 }
 
+// forget drops what is kept of a mirror no longer in the config: its
+// series, rate limit and last trigger.
+func (t *triggers) forget(name string) {
+	t.total.DeletePartialMatch(prometheus.Labels{"mirror": name})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.limiters, name)
+	delete(t.last, name)
+}
+
 // addToStatus puts each mirror's last trigger into st.
 func (t *triggers) addToStatus(st *Status) {
 	t.mu.Lock()
@@ -252,6 +262,7 @@ func (d *Daemon) runThenQueued(m config.Mirror) {
 			// Removed by a reload while it ran.
 			d.metrics.RemoveMirror(name)
 			d.board.remove(name)
+			d.trig.forget(name)
 		}
 		d.mu.Unlock()
 		return
