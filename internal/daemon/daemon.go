@@ -28,6 +28,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
@@ -492,7 +493,12 @@ func (d *Daemon) runOnce(m config.Mirror) {
 // mirror as it is until a sync succeeds again. The prune reads the
 // upstream afresh and applies its own safety rules.
 func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
-	if result != ResultSuccess {
+	switch result {
+	case ResultSuccess:
+	case ResultLocked, ResultCanceled:
+		// Another run has the mirror (said already), or the daemon stops.
+		return
+	default:
 		log.Warn("prune skipped: the sync did not succeed", zap.String("result", result))
 		return
 	}
@@ -517,11 +523,15 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 		fields = append(fields, zap.Int("refs_removed", len(rep.RefsRemoved)), zap.Int("versions_removed", len(rep.VersionsRemoved)),
 			zap.Int("data_files_removed", len(rep.DataFilesRemoved)), zap.Int("objects_removed", len(rep.Removed)))
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, lock.ErrLocked):
+		// Another replica's run, as for a sync: nothing is wrong.
+		log.Info("another run holds the sink's lock; prune skipped until the next tick", append(fields, zap.Error(redact.Error(err)))...)
+	case err != nil:
 		log.Error("prune failed", append(fields, zap.Error(redact.Error(err)))...)
-		return
+	default:
+		log.Info("prune finished", fields...)
 	}
-	log.Info("prune finished", fields...)
 }
 
 // Job turns a configured mirror into the engine's job.

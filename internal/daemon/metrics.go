@@ -70,7 +70,7 @@ func NewMetrics() *Metrics {
 		}, mirror),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "runs_total",
-			Help: "Runs by result: success, refused (something refused, the rest mirrored), failed (the run stopped as a whole), canceled (shutdown), locked (another run held the sink).",
+			Help: "Runs by result: success, refused (something refused, the rest mirrored), failed (the run stopped as a whole), canceled (shutdown), locked (another run held the sink, for a sync or a prune).",
 		}, []string{"mirror", "result"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "skipped_ticks_total",
@@ -130,7 +130,7 @@ func NewMetrics() *Metrics {
 		}),
 		prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "prunes_total",
-			Help: "Prunes after a successful sync (mirrors with prune: true), by result: success, failed (nothing removed, or stopped part way at a safe point).",
+			Help: "Prunes after a successful sync (mirrors with prune: true), by result: success, failed (nothing removed, or stopped part way at a safe point), locked (another run held the sink; also counted in runs_total).",
 		}, []string{"mirror", "result"}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "pruned_objects_total",
@@ -194,7 +194,13 @@ func (m *Metrics) Running(name string, on bool) {
 // ObservePrune records one prune of a mirror.
 func (m *Metrics) ObservePrune(name string, rep *prune.Report, err error) {
 	result := "success"
-	if err != nil {
+	switch {
+	case errors.Is(err, lock.ErrLocked):
+		// Locked out by another run is not failed: counted as a locked
+		// run, as a sync is.
+		result = ResultLocked
+		m.runs.WithLabelValues(name, ResultLocked).Inc()
+	case err != nil:
 		result = "failed"
 	}
 	m.prunes.WithLabelValues(name, result).Inc()
