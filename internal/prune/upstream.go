@@ -2,7 +2,9 @@ package prune
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -59,34 +61,89 @@ func readUpstream(ctx context.Context, src backend.Reader) (*upstream, error) {
 			return nil, fail("%w", err)
 		}
 	}
+	if err := u.checkRefTargets(ctx); err != nil {
+		return nil, fail("%w", err)
+	}
 	return u, nil
+}
+
+// checkRefTargets confirms that every ref's version is upstream: in its
+// listing where it lists, else by reading its version.json. An upstream
+// whose refs name versions it does not hold is not consistent (a
+// listing gone missing, a half-copied host): its absences prove nothing.
+func (u *upstream) checkRefTargets(ctx context.Context) error {
+	targets := map[string][]string{}
+	for _, name := range u.refs.Names() {
+		targets[u.refs[name]] = append(targets[u.refs[name]], name)
+	}
+	ids := sortedKeys(targets)
+	errs := make([]error, len(ids))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, 8)
+	for i, id := range ids {
+		if u.versions != nil && hasKey(u.versions[id], repo.RecordFile) {
+			continue
+		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			record := repo.VersionFile(id, repo.RecordFile)
+			_, err := backend.ReadAll(ctx, u.src, record, repo.MaxRecordFile)
+			switch {
+			case err == nil && u.versions != nil:
+				errs[i] = fmt.Errorf("%s reads but the listing of %s lacks it (ref %s): the listing is not consistent", record, repo.VersionsDir, targets[id][0])
+			case backend.IsNotExist(err):
+				errs[i] = fmt.Errorf("ref %s points at version %s, which upstream does not have (%s: not found)", targets[id][0], id, record)
+			case err != nil:
+				errs[i] = fmt.Errorf("ref %s: %s: %w", targets[id][0], record, err)
+			}
+		}()
+	}
+	wg.Wait()
+	var found []error
+	for _, err := range errs {
+		if err != nil {
+			found = append(found, err)
+		}
+	}
+	if len(found) > 5 {
+		found = append(found[:5], fmt.Errorf("and %d more refs", len(found)-5))
+	}
+	return errors.Join(found...)
 }
 
 func (u *upstream) hasRef(name string) bool { return u.names[name] }
 
 // versionStatus says whether upstream expired a version, no longer has it,
-// or keeps it. Where the upstream lists, its one listing says; over HTTP,
-// "no longer has" is a version.json that answers 404 (or 410), and any
-// other failure stops the prune.
+// or keeps it. "No longer has" is always a GET of its version.json that
+// answers 404 (or 410), never a listing or a HEAD alone (a host may
+// answer HEAD 404 and GET with the file); a listing that lacks a
+// version.json a GET reads is an upstream not consistent, and stops the
+// prune as any other failure does. The expired.json marker is read
+// too, where the upstream does not list.
 func (u *upstream) versionStatus(ctx context.Context, id string) (string, error) {
 	if u.versions != nil {
-		files, ok := u.versions[id]
+		files := u.versions[id]
 		switch {
-		case !ok || !hasKey(files, repo.RecordFile):
-			return ReasonGone, nil
-		case hasKey(files, expiredFile):
+		case hasKey(files, repo.RecordFile) && hasKey(files, expiredFile):
 			return ReasonExpired, nil
+		case hasKey(files, repo.RecordFile):
+			return statusKept, nil
 		}
-		return statusKept, nil
 	}
 	record := repo.VersionFile(id, repo.RecordFile)
-	if _, err := u.src.Stat(ctx, record); backend.IsNotExist(err) {
+	_, err := backend.ReadAll(ctx, u.src, record, repo.MaxRecordFile)
+	switch {
+	case backend.IsNotExist(err):
 		return ReasonGone, nil
-	} else if err != nil {
+	case err != nil:
 		return "", fmt.Errorf("source %s: %s: %w; nothing removed", u.src.Location(), record, err)
+	case u.versions != nil:
+		return "", fmt.Errorf("source %s: %s reads but the listing of %s lacks it: the upstream is not consistent; nothing removed", u.src.Location(), record, repo.VersionsDir)
 	}
 	marker := repo.VersionFile(id, expiredFile)
-	if _, err := u.src.Stat(ctx, marker); backend.IsNotExist(err) {
+	if _, err := backend.ReadAll(ctx, u.src, marker, repo.MaxSmallFile); backend.IsNotExist(err) {
 		return statusKept, nil
 	} else if err != nil {
 		return "", fmt.Errorf("source %s: %s: %w; nothing removed", u.src.Location(), marker, err)
