@@ -79,12 +79,23 @@ func (c *catalogLimitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "catalog-timeout", catalog.DefaultTimeout, "refuse a catalog whose reading takes longer than this")
 	fs.Var(sizeFlag{&c.MemoryLimit}, "catalog-memory-limit", "DuckDB's memory limit for reading one catalog (default "+catalog.FormatBytes(catalog.DefaultMemoryLimit)+")")
 	fs.Var(sizeFlag{&c.MaxSize}, "catalog-max-size", "refuse a catalog file larger than this (default "+catalog.FormatBytes(catalog.DefaultMaxSize)+")")
+	fs.BoolVar(&c.RequireSandbox, "require-sandbox", false, "read no catalog in a reader without both Landlock and seccomp (config: require_sandbox)")
 }
 
 // check refuses limits that would refuse every catalog.
 func (c *catalogLimitFlags) check() error {
 	if c.MaxFiles <= 0 || c.Timeout <= 0 {
 		return fmt.Errorf("--catalog-max-files and --catalog-timeout must be positive")
+	}
+	// Said once a run: a reader without a layer still runs apart, with
+	// rlimits and an empty environment, and each version it reads is
+	// refused where the sandbox is required.
+	if l := catalog.ProbeSandbox(); len(l.Missing()) > 0 {
+		what := "warning"
+		if c.RequireSandbox {
+			what = "--require-sandbox: no catalog will be read"
+		}
+		fmt.Fprintf(os.Stderr, "fdl-mirror: %s: catalog readers run %s\n", what, l)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
@@ -136,8 +137,11 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 			// Pending: ancestors not mirrored yet, retried at every run.
 			Pending     []fdlsync.PendingVersion `json:"pending"`
 			PendingMore int                      `json:"pending_more,omitempty"` // left out of pending
+			// CatalogSandbox: the layers that would confine its catalog
+			// readers on this machine.
+			CatalogSandbox catalog.SandboxStatus `json:"catalog_sandbox"`
 		}{PendingMore: pendingMore, Mirror: job.Name, Source: redact.URL(job.Source), Sink: redact.URL(job.Sink), Behind: behind > 0 || len(pending) > 0, Refs: refs,
-			UpstreamStale: stale, UpstreamLastChange: lastChange, Pending: pending}
+			UpstreamStale: stale, UpstreamLastChange: lastChange, Pending: pending, CatalogSandbox: catalog.SandboxNow().Status()}
 		if out.Pending == nil {
 			out.Pending = []fdlsync.PendingVersion{}
 		}

@@ -103,6 +103,9 @@ type Mirror struct {
 	CatalogTimeout     time.Duration
 	CatalogMemoryLimit int64 // bytes
 	CatalogMaxSize     int64 // bytes
+	// RequireSandbox refuses to read a catalog in a reader without both
+	// Landlock and seccomp (require_sandbox; catalog.Limits).
+	RequireSandbox bool
 	// Refs and ExcludeRefs choose the upstream refs mirrored (patterns:
 	// * within a segment, ** across); none means branches and tags.
 	Refs        []string
@@ -471,6 +474,8 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 				}
 				m.BWLimit = n
 			}
+		case "require_sandbox":
+			m.RequireSandbox = p.boolean(v, where+".require_sandbox")
 		case "catalog_max_files":
 			m.CatalogMaxFiles = int64(p.integer(v, where+".catalog_max_files"))
 			if m.CatalogMaxFiles <= 0 && p.isInt(v) {

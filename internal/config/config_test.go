@@ -136,6 +136,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		CatalogTimeout:     2 * time.Minute,
 		CatalogMemoryLimit: 256 << 20,
 		CatalogMaxSize:     8 << 30,
+		RequireSandbox:     true,
 		Refs:               []string{"refs/heads/**", "refs/tags/**"},
 		ExcludeRefs:        []string{"refs/heads/wip/**"},
 		AllowRewind:        []string{"refs/heads/scratch"},

@@ -160,6 +160,10 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.warnExposed(cfg)
 	d.metrics.Reloaded(true)
+	if l := catalog.ProbeSandbox(); len(l.Missing()) > 0 {
+		d.log.Warn("catalog readers run "+l.String(), zap.Strings("missing", l.Missing()))
+	}
+	d.metrics.CatalogSandbox(catalog.ProbeSandbox())
 	return d, nil
 }
 
@@ -456,6 +460,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
 	d.metrics.Observe(m.Name, end, end.Sub(start), result, rep)
+	d.metrics.CatalogSandbox(catalog.SandboxNow())
 	if rep != nil {
 		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
 	}
@@ -567,6 +572,7 @@ func catalogLimits(m config.Mirror) catalog.Limits {
 	return catalog.Limits{
 		MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
 		MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
+		RequireSandbox: m.RequireSandbox,
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -47,6 +48,7 @@ type Metrics struct {
 	configSuccess prometheus.Gauge
 	prunes        *prometheus.CounterVec
 	pruned        *prometheus.CounterVec
+	sandbox       *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics and registers them, with the Go runtime and
@@ -136,8 +138,13 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "pruned_objects_total",
 			Help: "Objects removed from the mirror by prunes (ref files, HEAD, version files, data files).",
 		}, mirror),
+		sandbox: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "catalog_sandbox",
+			Help: "1 when catalog readers are confined by the layer (landlock, seccomp), 0 when the kernel does not give it.",
+		}, []string{"layer"}),
 	}
 	m.Registry.MustRegister(
+		m.sandbox,
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
@@ -147,6 +154,19 @@ func NewMetrics() *Metrics {
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failed")
 	return m
+}
+
+// CatalogSandbox records the layers catalog readers have.
+func (m *Metrics) CatalogSandbox(l catalog.Layers) {
+	m.sandbox.WithLabelValues("landlock").Set(b2f(l.Landlock()))
+	m.sandbox.WithLabelValues("seccomp").Set(b2f(l.Seccomp))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // AddMirror creates a mirror's series at zero, so that rates and alerts work

@@ -184,9 +184,13 @@ func (d *Daemon) serveTrigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	result := d.triggerRun(name)
-	d.trig.record(name, true, result, now)
-	if result == TriggerStopping {
+	d.trig.record(name, result != TriggerUnknown, result, now)
+	switch result {
+	case TriggerStopping:
 		http.Error(w, "the daemon is stopping", http.StatusServiceUnavailable)
+		return
+	case TriggerUnknown:
+		http.Error(w, "no such mirror in this daemon", http.StatusNotFound)
 		return
 	}
 	state := "queued"
