@@ -281,3 +281,30 @@ func TestUpstreamStatusLineEscapesAreInert(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialsOverPlainHTTPAreRefusedBeyondLoopback: a password or a
+// header is not sent in clear text to another host without
+// --http-allow-insecure-auth; the refusal says so, shows no secret, and
+// nothing is published. (192.0.2.1 is TEST-NET-1: no request is made.)
+func TestCredentialsOverPlainHTTPAreRefusedBeyondLoopback(t *testing.T) {
+	for _, args := range [][]string{
+		{"http://alice:pw-S3CRET-77@192.0.2.1/repo/"},
+		{"--http-header", "Authorization: Bearer hdr-S3CRET-78", "http://192.0.2.1/repo/"},
+	} {
+		sink := filepath.Join(t.TempDir(), "m")
+		for _, cmd := range [][]string{{"sync"}, {"status"}, {"prune"}} {
+			res := run(t, append(append(cmd, args...), sink)...)
+			out := res.stdout + res.stderr
+			if res.code == exitOK || !strings.Contains(out, "--http-allow-insecure-auth") || strings.Contains(out, "S3CRET") {
+				t.Errorf("%v: exit %d\n%s", append(cmd, args...), res.code, out)
+			}
+		}
+		if refs := mirrorRefs(t, sink); len(refs) != 0 {
+			t.Errorf("%v: published %v", args, refs)
+		}
+		res := run(t, append([]string{"verify"}, args...)...)
+		if res.code == exitOK || !strings.Contains(res.stderr, "--http-allow-insecure-auth") {
+			t.Errorf("verify %v: exit %d\n%s", args, res.code, res.stderr)
+		}
+	}
+}
