@@ -341,3 +341,59 @@ func TestPruneRemovesNothingOnInconsistentUpstream(t *testing.T) {
 		assertVerifies(t, sink)
 	})
 }
+
+// Case 6. Upstream marks X expired; main points at Y, X's child, which
+// the mirror refuses (a damaged catalog), so every sync walks Y's
+// ancestors again. Prune removes X, expired and named by no ref; sync
+// must not copy it back. A ref that points at X itself still brings it.
+func TestSyncDoesNotCopyBackAnExpiredAncestorPruneRemoved(t *testing.T) {
+	_, up, sink := layout(t)
+	g := gen(t, up, generate.Options{Versions: 2, FastParquet: true})
+	x, y := g.Versions[0], g.Versions[1]
+	catalog := filepath.Join(up, "versions", y, "ducklake.duckdb")
+	good, err := os.ReadFile(catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fdltest.Append(t, catalog, []byte{0})
+	writeFile(t, filepath.Join(up, "versions", x, "expired.json"), `{"expired": "2026-11-30"}`)
+	for i, step := range []string{"sync", "prune", "sync"} {
+		if step == "prune" {
+			if _, res := pruneJSON(t, up, sink); res.code != 0 {
+				t.Fatalf("prune: exit %d\n%s", res.code, res.stdout)
+			}
+			continue
+		}
+		rep, res := syncJSON(t, up, sink)
+		if res.code != 1 || !refusedFor(rep, "", y, fdlsync.ReasonSHA256) {
+			t.Fatalf("sync %d: exit %d, refused %+v; want %s refused", i, res.code, rep.Refused, y)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(sink, "versions", x, "version.json")); err == nil {
+		t.Errorf("sync copied back %s, which upstream marks expired and prune removed", x)
+	}
+	if rep, res := pruneJSON(t, "--dry-run", up, sink); res.code != 0 || len(rep.VersionsRemoved) != 0 {
+		t.Errorf("prune and sync still disagree: prune would remove %+v", rep.VersionsRemoved)
+	}
+	assertVerifies(t, sink)
+
+	// Y repaired upstream: it is mirrored without its expired parent.
+	writeFile(t, catalog, string(good))
+	if res := run(t, "sync", up, sink); res.code != 0 || readRef(t, sink, generate.MainRef) != y {
+		t.Fatalf("sync of the repaired Y: exit %d\n%s", res.code, res.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(sink, "versions", x, "version.json")); err == nil {
+		t.Errorf("sync copied the expired %s with its child", x)
+	}
+	assertVerifies(t, sink)
+
+	// A ref that points at the expired version itself brings it.
+	moveRef(t, up, "refs/tags/old", x)
+	if res := run(t, "sync", up, sink); res.code != 0 {
+		t.Fatalf("sync with a tag on the expired version: exit %d\n%s", res.code, res.stdout)
+	}
+	if readRef(t, sink, "refs/tags/old") != x {
+		t.Error("a tag on the expired version was not mirrored")
+	}
+	assertVerifies(t, sink)
+}

@@ -130,6 +130,14 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*p
 
 // readRecord fetches and parses a version's record into n.
 func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
+	if !n.isRoot && e.expiredUpstream(ctx, n.id) {
+		// Past its retention upstream, and no selected ref points at
+		// it: prune removes it from the mirror, so copying it back as an
+		// ancestor would only start that again at every run. Left out
+		// like an ancestor upstream no longer has.
+		e.log.Info("ancestor version expired upstream; not copied", zap.String("version", n.id))
+		return
+	}
 	name := repo.VersionFile(n.id, repo.RecordFile)
 	raw, err := backend.ReadAll(ctx, e.src, name, repo.MaxRecordFile)
 	switch {
@@ -149,6 +157,18 @@ func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
 			n.err = recordRefusal(n.id, err)
 		}
 	}
+}
+
+// expiredUpstream says whether upstream marks a version expired: its
+// listing says where it lists, else a request for the marker (an error
+// counts as not expired: the version is then copied, as before).
+func (e *engine) expiredUpstream(ctx context.Context, id string) bool {
+	if e.srcVersions != nil {
+		_, ok := e.srcVersions[id][repo.ExpiredFile]
+		return ok
+	}
+	_, err := e.src.Stat(ctx, repo.VersionFile(id, repo.ExpiredFile))
+	return err == nil
 }
 
 // refuseCycles refuses the versions whose parents lead back to themselves
