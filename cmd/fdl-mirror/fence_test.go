@@ -423,3 +423,43 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(keep, "\n")
 }
+
+// A ref moves only to a version whose data files are in the mirror now,
+// not to any folder with version.json: here the mirror holds the tip
+// complete but one of its data files was lost since (a prune over a
+// paused run, a hand), and main still names the tip's parent. The sync
+// refuses to move main, naming --repair; sync --repair copies the file
+// back and moves it.
+func TestRefMovesOnlyToAVersionWhoseFilesAreInTheMirror(t *testing.T) {
+	up, sink := filepath.Join(t.TempDir(), "upstream"), filepath.Join(t.TempDir(), "mirror")
+	g := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
+	if res := run(t, "sync", up, sink); res.code != 0 {
+		t.Fatalf("sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	parent, tip := g.Versions[0], g.Versions[1]
+	// The mirror as a run left it that published the tip and stopped
+	// before its refs: main at the parent, in its file and refs.json.
+	writeFile(t, filepath.Join(sink, generate.MainRef), parent+"\n")
+	writeFile(t, filepath.Join(sink, repo.RefsFile), string(repo.RefsJSON(repo.Refs{generate.MainRef: parent})))
+	lost := g.DataFiles[len(g.DataFiles)-1]
+	if err := os.Remove(filepath.Join(sink, lost)); err != nil {
+		t.Fatal(err)
+	}
+
+	res := run(t, "sync", up, sink)
+	if got := strings.TrimSpace(readObject(t, sink, generate.MainRef)); got != parent {
+		t.Fatalf("main moved to %s, a version with %s missing (exit %d)\n%s", got, lost, res.code, res.stdout)
+	}
+	if res.code == 0 || !strings.Contains(res.stdout, "--repair") || !strings.Contains(res.stdout, tip) {
+		t.Errorf("the refusal: exit %d, want non-zero naming the version and --repair\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if res := run(t, "sync", "--repair", up, sink); res.code != 0 {
+		t.Fatalf("sync --repair: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	if got := strings.TrimSpace(readObject(t, sink, generate.MainRef)); got != tip {
+		t.Errorf("after sync --repair main is %s, want %s", got, tip)
+	}
+	if res := run(t, "verify", sink); res.code != 0 {
+		t.Errorf("verify: exit %d\n%s", res.code, res.stdout)
+	}
+}

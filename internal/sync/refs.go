@@ -229,6 +229,11 @@ func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) 
 			}
 			seen[name] = true
 			size, ok, err := e.sinkDataFile(ctx, name)
+			if err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
+				// The listing is this run's first: a file this run
+				// copied since (a repair) is asked for alone.
+				size, ok, err = e.statSinkFile(ctx, name)
+			}
 			if err != nil {
 				return nil, err
 			}
