@@ -64,6 +64,7 @@ type engine struct {
 	report         *Report
 	published      map[string]bool           // versions complete in the sink, before or now
 	publishedNow   map[string]bool           // versions this run published
+	confirmed      map[string][]string       // versions from before confirmed in stage two → data files missing (see confirmFiles)
 	refused        map[string]*refusal       // versions refused in this run
 	dataCalls      map[string]*dataFileCall  // one copy per data file across versions
 	ancestry       *ancestry                 // parents of versions, read once (see ancestry.go)

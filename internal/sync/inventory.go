@@ -20,6 +20,11 @@ type inventory struct {
 	refs     repo.Refs
 	refsJSON []byte // nil when absent
 	head     []byte // nil when absent
+	// versions are the version tokens (backend.FileInfo.Version) of the
+	// ref files, refs.json and HEAD as this run read them, for the
+	// conditional writes of stage two (see putRead); an object absent
+	// when read has none. Empty on a store without conditional writes.
+	versions map[string]string
 	// refsMoving: RefsMovingFile is there (an earlier run stopped while
 	// moving refs, or this run is moving them).
 	refsMoving bool
@@ -28,7 +33,7 @@ type inventory struct {
 // takeInventory reads the sink's fdl.json, refs, refs.json and HEAD, and
 // lists versions/ in the sink and (where it lists) in the source.
 func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
-	inv := &inventory{}
+	inv := &inventory{versions: map[string]string{}}
 	var err error
 	if inv.settings, err = e.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
 		return nil, err
@@ -53,7 +58,7 @@ func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
 	if err := e.loadUnsynced(ctx); err != nil {
 		return nil, err
 	}
-	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
+	if inv.head, err = e.readVersioned(ctx, inv, repo.HeadFile, repo.MaxSmallFile); err != nil {
 		return nil, err
 	}
 	return inv, nil
@@ -67,6 +72,22 @@ func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]
 	}
 	if err != nil {
 		return nil, fatalf("sink %s: %s: %w", e.dst.Location(), name, err)
+	}
+	return b, nil
+}
+
+// readVersioned is readOptional that records the version read in
+// inv.versions, for a write of stage two conditional on it.
+func (e *engine) readVersioned(ctx context.Context, inv *inventory, name string, limit int64) ([]byte, error) {
+	b, version, err := backend.ReadAllVersion(ctx, e.dst, name, limit)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fatalf("sink %s: %s: %w", e.dst.Location(), name, err)
+	}
+	if version != "" {
+		inv.versions[name] = version
 	}
 	return b, nil
 }

@@ -45,6 +45,16 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 			e.addRefusal(r)
 			continue
 		}
+		if missing, err := e.confirmFiles(ctx, id); err != nil || len(missing) > 0 {
+			why := fmt.Sprintf("%d data files it needs are not in the mirror (%s first); sync --repair copies them back", len(missing), firstOf(missing))
+			if err != nil {
+				why = "its data files in the mirror could not be confirmed: " + err.Error()
+			}
+			r := refuse(ReasonVersion, id, name, "ref %s not moved to %s: %s", name, id, why)
+			r.Ref = name
+			e.addRefusal(r)
+			continue
+		}
 		if bad := e.checkRefTarget(ctx, id); bad != nil {
 			r := refuse(bad.Reason, id, name, "ref %s not moved to %s: %s", name, id, bad.Message)
 			r.Ref = name
@@ -92,10 +102,17 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 	}
 	e.eachOf(width, len(writes), func(k int) {
 		w := writes[k]
-		w.err = e.putBytes(ctx, w.name, repo.RefFileContent(w.id))
+		w.err = e.putRead(ctx, inv, w.name, repo.RefFileContent(w.id))
 	})
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	for _, w := range writes {
+		if backend.IsPreconditionFailed(w.err) {
+			// Another run moved refs after this run read them: neither
+			// refs.json nor HEAD from this run's view.
+			return fatalf("sink %s: %v", e.dst.Location(), w.err)
+		}
 	}
 	for _, w := range writes {
 		if w.err != nil {
@@ -150,7 +167,9 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 	want := repo.RefsJSON(sinkRefs)
 	refsJSONWritten := true
 	if string(inv.refsJSON) != string(want) {
-		if err := e.putBytes(ctx, repo.RefsFile, want); err != nil {
+		if err := e.putRead(ctx, inv, repo.RefsFile, want); backend.IsPreconditionFailed(err) {
+			return fatalf("sink %s: %v", e.dst.Location(), err)
+		} else if err != nil {
 			refsJSONWritten = false
 			e.addRefusal(refuse(ReasonCopy, "", repo.RefsFile, "writing %s: %v", repo.RefsFile, err))
 		}
@@ -165,12 +184,68 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 		}
 		content := []byte("ref: " + head + "\n")
 		if string(inv.head) != string(content) {
-			if err := e.putBytes(ctx, repo.HeadFile, content); err != nil {
+			if err := e.putRead(ctx, inv, repo.HeadFile, content); backend.IsPreconditionFailed(err) {
+				return fatalf("sink %s: %v", e.dst.Location(), err)
+			} else if err != nil {
 				e.addRefusal(refuse(ReasonCopy, "", repo.HeadFile, "writing %s: %v", repo.HeadFile, err))
 			}
 		}
 	}
 	return nil
+}
+
+// confirmFiles returns the data files that a version complete in the sink
+// from before this run names and the sink lacks now: a folder with
+// version.json is not proof that its files are all there (a prune that
+// ran while the run publishing it was paused, a hand's removal). A
+// version this run published was confirmed as it was, and costs nothing
+// here; another is confirmed once per run, from its catalogs in the sink
+// and one listing of data_dir.
+func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) {
+	e.mu.Lock()
+	now := e.publishedNow[id]
+	e.mu.Unlock()
+	if now || e.opts.DryRun {
+		return nil, nil
+	}
+	if e.confirmed == nil {
+		e.confirmed = map[string][]string{}
+	}
+	if missing, ok := e.confirmed[id]; ok {
+		return missing, nil
+	}
+	have := e.dstVersions[id]
+	var missing []string
+	seen := map[string]bool{}
+	for _, file := range append([]string{repo.MainCatalog(have)}, repo.AlternateCatalogs(have)...) {
+		cat, err := e.readSinkFile(ctx, id, file)
+		if err != nil {
+			return nil, fmt.Errorf("catalog %s: %w", repo.VersionFile(id, file), err)
+		}
+		for _, f := range cat.Files {
+			name := e.settings.DataDir + f.Path
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			size, ok, err := e.sinkDataFile(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			if !ok || (f.Size >= 0 && size != f.Size) {
+				missing = append(missing, name)
+			}
+		}
+	}
+	e.confirmed[id] = missing
+	return missing, nil
+}
+
+func firstOf(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
 }
 
 // refWrite is a ref file stage two writes, and how the write went.

@@ -32,7 +32,12 @@ func (e *engine) readSinkRefs(ctx context.Context, inv *inventory) error {
 	}
 	// refs.json is read up to a size the listed refs call for: the
 	// mirror wrote it from those refs.
-	if inv.refsJSON, err = e.readOptional(ctx, repo.RefsFile, repo.RefsJSONLimitListed(files)); err != nil {
+	for _, fi := range files {
+		if fi.Version != "" {
+			inv.versions[fi.Name] = fi.Version
+		}
+	}
+	if inv.refsJSON, err = e.readVersioned(ctx, inv, repo.RefsFile, repo.RefsJSONLimitListed(files)); err != nil {
 		return err
 	}
 	marker, err := lock.ReadState(ctx, e.dst, RefsMovingFile, repo.MaxSmallFile)

@@ -295,6 +295,9 @@ func ReadPending(ctx context.Context, dst backend.Reader, log *zap.Logger) ([]Pe
 // checkLock confirms the run still holds the mirror's lock (see
 // Options.CheckLock).
 func (e *engine) checkLock(ctx context.Context) error {
+	if e.lockLost.Load() {
+		return fatalf("sink %s: lost the mirror's lock to another run", e.dst.Location())
+	}
 	if !e.locked.Load() || e.opts.CheckLock == nil {
 		return nil
 	}

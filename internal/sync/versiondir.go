@@ -3,6 +3,7 @@ package sync
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"sort"
@@ -83,10 +84,66 @@ func (e *engine) publishVersion(ctx context.Context, id string, record, sig []by
 	if err := e.barrier(ctx); err != nil {
 		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
 	}
-	if err := e.putBytes(ctx, repo.VersionFile(id, repo.RecordFile), record); err != nil {
+	if err := e.createRecord(ctx, repo.VersionFile(id, repo.RecordFile), record); err != nil {
 		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
 	}
 	return nil
+}
+
+// createRecord writes a version's version.json only where there is none
+// (If-None-Match: * on an object store): a record already there was
+// published by another run, which is fine when it holds these bytes, and
+// means this run lost the mirror to another when it does not.
+func (e *engine) createRecord(ctx context.Context, name string, b []byte) error {
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	err := e.dst.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
+	if errors.Is(err, backend.ErrExist) {
+		there, rerr := backend.ReadAll(ctx, e.dst, name, int64(len(b))+1)
+		if rerr == nil && string(there) == string(b) {
+			return nil
+		}
+		return e.fenced(name, fmt.Errorf("%w: %w", backend.ErrPreconditionFailed, err))
+	}
+	if err != nil {
+		return err
+	}
+	e.copied(int64(len(b)))
+	return nil
+}
+
+// putRead writes a ref file, refs.json or HEAD only if it is still what
+// this run read in its inventory (If-Match its version token, or
+// If-None-Match: * where it was absent), on a store that can make writes
+// conditional. A run paused past its lock's lifetime (a GC pause, a
+// frozen VM) may check its lock, be paused, and write after another run
+// took the mirror over: only the store can refuse that write (see
+// backend.Conditional). A local folder needs no condition: its flock is
+// held by the kernel through any pause.
+func (e *engine) putRead(ctx context.Context, inv *inventory, name string, b []byte) error {
+	if e.opts.DryRun {
+		e.plan(name)
+		return nil
+	}
+	err := backend.ReplaceIfUnchanged(ctx, e.dst, name, b, inv.versions[name])
+	if backend.IsPreconditionFailed(err) {
+		return e.fenced(name, err)
+	}
+	if err != nil {
+		return err
+	}
+	e.copied(int64(len(b)))
+	return nil
+}
+
+// fenced records that the store refused a write of name because another
+// run changed it since this run read it: this run lost the mirror's lock,
+// whatever its renewal has seen so far, and stops before it writes more.
+func (e *engine) fenced(name string, err error) error {
+	e.lockLost.Store(true)
+	return fmt.Errorf("%s was changed by another run since this run read it; the store refused the write: %w", name, err)
 }
 
 // completeVersionDirs copies the files that appeared upstream in versions
