@@ -35,10 +35,12 @@ func misbehave(kind string) error {
 	case "spin":
 		for i := 0; i < 4; i++ {
 			go func() {
+				//lint:ignore SA5002 the reader spins on purpose, until its CPU limit stops it
 				for {
 				}
 			}()
 		}
+		//lint:ignore SA5002 the reader spins on purpose, until its CPU limit stops it
 		for {
 		}
 	case "sleep":
