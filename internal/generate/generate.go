@@ -44,6 +44,7 @@ type Options struct {
 	ExtraFiles           bool                                // dataset.json and files.json in each version directory
 	Signer               func(record []byte) ([]byte, error) // when set, version.json.sig = Signer(version.json bytes)
 	FastParquet          bool                                // write a few Parquet files with DuckDB and reuse their bytes under new names (catalog sizes still exact)
+	UnwrittenFiles       int                                 // rows of data files the first version's catalog lists that are NOT written (a catalog as large as a wide repository's, for benchmarks of reading it)
 	Seed                 int64                               // varies the generated values
 
 	// CatalogDataPath is the data_path stored in new catalogs (default
@@ -569,6 +570,9 @@ func (b *builder) firstVersion(ctx context.Context, c *catalog, now time.Time) e
 		return err
 	}
 	if err := b.addLargeFiles(ctx, c, b.opts.LargeFiles); err != nil {
+		return err
+	}
+	if err := c.addUnwrittenFiles(ctx, b.opts.UnwrittenFiles); err != nil {
 		return err
 	}
 	if b.opts.ScheduledForDeletion {
