@@ -133,7 +133,7 @@ func lie(kind string) {
 		// A difference whose counts do not add up: the child's files
 		// less those in the parent are not the files announced, more
 		// files in both than the parent has, fewer files than announced.
-		counts := map[string][4]uint64{"diff-count": {10, 10, 9, 2}, "diff-same": {10, 5, 9, 1}, "diff-short": {10, 10, 8, 2}}[kind]
+		counts := map[string][5]uint64{"diff-count": {10, 10, 8, 0, 1}, "diff-same": {10, 5, 11, 0, 1}, "diff-short": {10, 10, 8, 0, 2}}[kind]
 		out.begin(frameDiffMeta)
 		out.str("0.3")
 		out.str("/data/")
@@ -144,7 +144,7 @@ func lie(kind string) {
 		file("a.parquet", 10)
 		if kind != "diff-short" {
 			file("b.parquet", 10)
-			end(counts[3], 20)
+			end(counts[4], 20)
 		} else {
 			end(1, 10)
 		}

@@ -21,13 +21,25 @@ import (
 // The parent's catalog is the one the mirror published (verified then);
 // the child's is the upstream's, which may change any old row. So every
 // row of the child is still read and compared, by DuckDB in the reader:
-// each file row of both catalogs resolved to its path below the data
+// each file row of both catalogs is resolved to its path below the data
 // path (as resolve does: data path, schema path, table path, each where
-// relative), one row per path (the first, as read keeps it), and the
-// child's files that are not in the parent, with the same path, size,
-// footer size and kind, come out in path order. A changed old row is a
-// file the parent does not have, so it comes out as a new one. None of
-// the comparison happens in the mirror, which holds nothing per file.
+// relative), and the child's rows that have no row of the parent with the
+// same path, size, footer size and kind come out, one per path (the
+// first, as read keeps it), in path order. A changed old row is a file
+// the parent does not have, so it comes out as a new one. None of the
+// comparison happens in the mirror, which holds nothing per file.
+//
+// Rows are compared before they are made one per path, so that DuckDB
+// holds the parent's rows (the join's hash table) and the rows that come
+// out, never the child's: at 300,000 files the first way (each catalog's
+// paths grouped first) passed the default memory limit of 128 MiB. For a
+// catalog with a row per path, as DuckLake writes them, the difference is
+// the set difference of the two catalogs read whole. Where a path has
+// several rows, one equal to the parent's keeps none of the others out
+// (it may come out as read would not keep it: one more file checked),
+// and one that differs from the parent's in size comes out and meets the
+// parent's file in the mirror, which refuses it as of another size: a
+// row is never kept out that read would have needed.
 
 // Difference is a child catalog's files that are not in its parent's.
 type Difference struct {
@@ -36,12 +48,14 @@ type Difference struct {
 	// Files are the child's files not in the parent (path, size,
 	// footer, kind), sorted by Path; empty when Diff streamed them.
 	Files []File
-	// ChildFiles and ParentFiles are the files (distinct paths) of each
-	// catalog, SameFiles those of the child that are in the parent: the
-	// reader says them first, and the mirror checks that the files that
-	// came are ChildFiles − SameFiles, so that a difference cut short is
-	// refused as a read cut short is.
-	ChildFiles, ParentFiles, SameFiles int64
+	// ChildRows and ParentRows are the file rows (ducklake_data_file and
+	// ducklake_delete_file) of each catalog; of the child's, SameRows have
+	// an equal row in the parent, FoldedRows came out on a path another
+	// row came out on first, and the rest are Files. The reader says them
+	// first, and the mirror checks they add up and that the files that
+	// come are the rest, so that a difference cut short is refused as a
+	// read cut short is.
+	ChildRows, ParentRows, SameRows, FoldedRows int64
 }
 
 // ErrNoDifference is a pair of catalogs Diff does not compare: one of
@@ -123,14 +137,12 @@ func (p *readerProc) readDifference(ctx context.Context, q request, each func(Fi
 // add up, none above the limit.
 func diffCounts(d *Difference, files uint64, lim Limits) error {
 	most := uint64(lim.MaxFiles)
-	child, parent, same := uint64(d.ChildFiles), uint64(d.ParentFiles), uint64(d.SameFiles)
+	child, parent, same, folded := uint64(d.ChildRows), uint64(d.ParentRows), uint64(d.SameRows), uint64(d.FoldedRows)
 	switch {
 	case child > most || parent > most:
-		return fmt.Errorf("%w: a difference of catalogs of %d and %d files, more than the %d allowed", errInvalid, child, parent, most)
-	case same > child || same > parent:
-		return fmt.Errorf("%w: %d files said to be in both catalogs, of %d and %d", errInvalid, same, child, parent)
-	case files != child-same:
-		return fmt.Errorf("%w: a difference of %d files announced, where %d of the child's %d are not in the parent", errInvalid, files, child-same, child)
+		return fmt.Errorf("%w: a difference of catalogs of %d and %d rows, more than the %d allowed", errInvalid, child, parent, most)
+	case same > child || folded > child || files > child || same+folded+files != child:
+		return fmt.Errorf("%w: %d files announced, where %d of the child's %d rows are in the parent and %d folded", errInvalid, files, same, child, folded)
 	}
 	return nil
 }
@@ -172,10 +184,11 @@ func (w *diffWriter) meta(c *Catalog, d *Difference) error {
 	w.out.begin(frameDiffMeta)
 	w.out.str(truncate(c.DuckLakeVersion, 256))
 	w.out.str(c.DataPath)
-	w.out.u64(uint64(d.ChildFiles))
-	w.out.u64(uint64(d.ParentFiles))
-	w.out.u64(uint64(d.SameFiles))
-	w.out.u64(uint64(d.ChildFiles - d.SameFiles))
+	w.out.u64(uint64(d.ChildRows))
+	w.out.u64(uint64(d.ParentRows))
+	w.out.u64(uint64(d.SameRows))
+	w.out.u64(uint64(d.FoldedRows))
+	w.out.u64(uint64(d.ChildRows - d.SameRows - d.FoldedRows))
 	return w.out.end()
 }
 
@@ -257,27 +270,30 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 		if err := r.checkPlaceIDs(); err != nil {
 			return err
 		}
-		if err := r.resolvedFiles(diffTable(r), metas[i].DataPath); err != nil {
-			return err
-		}
+	}
+	if _, err := inst.conn.ExecContext(ctx, fmt.Sprintf(`CREATE TEMP TABLE %s AS
+SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
+	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
+	arg_min({'err': err, 'del': del, 'path': left(path, 200), 'len': strlen(path)}, ord) FILTER (WHERE err IS NOT NULL) AS bad
+FROM (%s) c ANTI JOIN (%s) p ON %s
+GROUP BY rel`, diffTable, child.resolvedSQL(metas[0].DataPath), parent.resolvedSQL(metas[1].DataPath), sameFile)); err != nil {
+		return child.errf("comparing with %s: %w", parent.name, err)
 	}
 	if err := child.checkResolved(); err != nil {
 		return err
 	}
-	d := &Difference{}
-	same := fmt.Sprintf("%s c SEMI JOIN %s p ON %s", diffTable(child), diffTable(parent), sameFile)
-	if err := inst.conn.QueryRowContext(ctx, fmt.Sprintf("SELECT (SELECT count(*) FROM %s), (SELECT count(*) FROM %s WHERE rel IS NOT NULL), (SELECT count(*) FROM %s)",
-		diffTable(child), diffTable(parent), same)).Scan(&d.ChildFiles, &d.ParentFiles, &d.SameFiles); err != nil {
+	var out, files int64
+	if err := inst.conn.QueryRowContext(ctx, "SELECT coalesce(sum(nrows), 0), count(*) FROM "+diffTable).Scan(&out, &files); err != nil {
 		return child.errf("comparing with %s: %w", parent.name, err)
 	}
-	if d.ChildFiles > lim.MaxFiles {
-		return child.tooManyFiles(d.ChildFiles)
+	if out > child.fileRows {
+		return child.errf("more rows out of the comparison (%d) than the catalog has (%d): it changed while read", out, child.fileRows)
 	}
+	d := &Difference{ChildRows: child.fileRows, ParentRows: parent.fileRows, SameRows: child.fileRows - out, FoldedRows: out - files}
 	if err := w.meta(metas[0], d); err != nil {
 		return errAnswer{err}
 	}
-	rows, err := inst.conn.QueryContext(ctx, fmt.Sprintf("SELECT c.rel, c.size, c.footer, c.del, c.puffin FROM %s c ANTI JOIN %s p ON %s ORDER BY c.rel",
-		diffTable(child), diffTable(parent), sameFile))
+	rows, err := inst.conn.QueryContext(ctx, "SELECT rel, size, footer, del, puffin FROM "+diffTable+" ORDER BY rel")
 	if err != nil {
 		return child.errf("comparing with %s: %w", parent.name, err)
 	}
@@ -335,8 +351,8 @@ func (r *reader) diffError(err error, parent *reader) error {
 	return &renamed{msg: msg, err: err}
 }
 
-// diffTable is the temporary table of a catalog's resolved files.
-func diffTable(r *reader) string { return "fdl_files_" + r.attachedAs() }
+// diffTable is the temporary table of the files of a difference.
+const diffTable = "fdl_difference"
 
 // sameFile is when a file of the child (c) is one of the parent (p):
 // everything the mirror is told of a file is equal.
@@ -367,12 +383,12 @@ func (r *reader) hasPaths(table string) bool {
 	return cols != nil && cols["path"] && cols["path_is_relative"]
 }
 
-// resolvedFiles makes the temporary table name of the catalog's files,
-// one row per resolved path, as read lists them: rel (the path below
-// the data path; NULL for the rows that read refuses, whose first is in
-// bad), size and footer (-1 for NULL), del, puffin, of the path's first
-// row (data files before delete files, each table in its order), and the
-// least and largest known size its rows give the path.
+// resolvedSQL is a query of the catalog's file rows, resolved: rel (the
+// path below the data path; NULL for a row that read refuses, with err
+// saying why: 1 no path, 2 too long, 3 outside the data path), size and
+// footer (-1 for NULL), del, puffin, the raw path, and ord, the row's
+// place in read's order (data files before delete files, each table in
+// its order), by which read keeps a path's first row.
 //
 // The resolution is resolve's, in SQL: a relative row's base is worked
 // out once per table and snapshot (bases), from the table's row live at
@@ -380,7 +396,7 @@ func (r *reader) hasPaths(table string) bool {
 // chosen the same way; each part is joined only where the joined length
 // stays within the data path and MaxPathBytes, so a part of megabytes is
 // never joined to each row (the row is refused instead).
-func (r *reader) resolvedFiles(name, dataPath string) error {
+func (r *reader) resolvedSQL(dataPath string) string {
 	limit := len(dataPath) + MaxPathBytes
 	dp := sqlString(dataPath)
 	files := func(table string, kind int, format string) string {
@@ -422,9 +438,12 @@ func (r *reader) resolvedFiles(name, dataPath string) error {
 			"FROM tp JOIN %s s ON CAST(s.schema_id AS BIGINT) = tp.sid "+
 			"QUALIFY row_number() OVER (PARTITION BY tp.tid, tp.b ORDER BY %s DESC, s.rowid) = 1", r.table("ducklake_schema"), live("s", "tp.b"))
 	}
-	q := fmt.Sprintf(`CREATE TEMP TABLE %[1]s AS
-WITH files AS (%[2]s UNION ALL %[3]s),
-keys AS (SELECT DISTINCT tid, b FROM files WHERE relative),
+	// The bases' keys are read apart from the rows (two columns of each
+	// table), so that no query holds the rows.
+	keys := func(table string) string {
+		return fmt.Sprintf("SELECT coalesce(CAST(table_id AS BIGINT), 0) AS tid, CAST(begin_snapshot AS BIGINT) AS b FROM %s WHERE coalesce(CAST(path_is_relative AS BOOLEAN), true)", r.table(table))
+	}
+	return fmt.Sprintf(`WITH keys AS (SELECT DISTINCT tid, b FROM (%[1]s UNION ALL %[9]s)),
 tp AS (%[4]s),
 sp AS (%[5]s),
 bases AS (
@@ -437,32 +456,24 @@ resolved AS (
 			WHEN NOT f.relative THEN CASE WHEN strlen(f.path) > %[7]d THEN NULL ELSE f.path END
 			WHEN bs.base IS NULL OR strlen(bs.base) + strlen(f.path) > %[7]d THEN NULL
 			ELSE bs.base || f.path END AS fullpath
-	FROM files f LEFT JOIN bases bs ON f.relative AND bs.tid = f.tid AND bs.b IS NOT DISTINCT FROM f.b),
-checked AS (
-	SELECT kind, size, footer, puffin, path, kind * 4611686018427387904 + rid AS ord,
-		CASE WHEN path IS NULL OR path = '' THEN 1 WHEN fullpath IS NULL THEN 2 WHEN NOT starts_with(fullpath, %[8]s) THEN 3 END AS err,
-		CASE WHEN fullpath IS NOT NULL AND starts_with(fullpath, %[8]s) THEN substr(fullpath, length(%[8]s) + 1) END AS rel
-	FROM resolved)
-SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(kind, ord) = 1 AS del, arg_min(puffin, ord) AS puffin,
-	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
-	arg_min({'err': err, 'kind': kind, 'path': left(path, 200), 'len': strlen(path)}, ord) FILTER (WHERE err IS NOT NULL) AS bad
-FROM checked GROUP BY rel`,
-		name, files("ducklake_data_file", 0, "file_format"), files("ducklake_delete_file", 1, "format"), tp, sp,
-		join(join(dp, "sp.spath", "sp.srel"), "tp.tpath", "tp.trel"), limit, dp)
-	if _, err := r.conn.ExecContext(r.ctx, q); err != nil {
-		return r.errf("resolving its files: %w", err)
-	}
-	return nil
+	FROM (%[2]s UNION ALL %[3]s) f LEFT JOIN bases bs ON f.relative AND bs.tid = f.tid AND bs.b IS NOT DISTINCT FROM f.b)
+SELECT size, footer, kind = 1 AS del, puffin, path, kind * 4611686018427387904 + rid AS ord,
+	CASE WHEN path IS NULL OR path = '' THEN 1 WHEN fullpath IS NULL THEN 2 WHEN NOT starts_with(fullpath, %[8]s) THEN 3 END AS err,
+	CASE WHEN fullpath IS NOT NULL AND starts_with(fullpath, %[8]s) THEN substr(fullpath, length(%[8]s) + 1) END AS rel
+FROM resolved`,
+		keys("ducklake_data_file"), files("ducklake_data_file", 0, "file_format"), files("ducklake_delete_file", 1, "format"), tp, sp,
+		join(join(dp, "sp.spath", "sp.srel"), "tp.tpath", "tp.trel"), limit, dp, keys("ducklake_delete_file"))
 }
 
 // checkResolved refuses a catalog as read would for its rows: one
 // without a path, one whose path is too long or outside the data path,
-// a file recorded with two sizes.
+// a file recorded with two sizes. Such a row has no equal in the parent
+// (whose rows passed), so it is among the rows of the difference.
 func (r *reader) checkResolved() error {
 	var kind, code sql.NullInt64
 	var path sql.NullString
 	var length sql.NullInt64
-	err := r.conn.QueryRowContext(r.ctx, "SELECT bad.err, bad.kind, bad.path, bad.len FROM "+diffTable(r)+" WHERE rel IS NULL").Scan(&code, &kind, &path, &length)
+	err := r.conn.QueryRowContext(r.ctx, "SELECT bad.err, bad.del::INTEGER, bad.path, bad.len FROM "+diffTable+" WHERE rel IS NULL").Scan(&code, &kind, &path, &length)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 	case err != nil:
@@ -489,7 +500,7 @@ func (r *reader) checkResolved() error {
 	}
 	var rel string
 	var a, b int64
-	err = r.conn.QueryRowContext(r.ctx, "SELECT rel, smin, smax FROM "+diffTable(r)+" WHERE smin <> smax LIMIT 1").Scan(&rel, &a, &b)
+	err = r.conn.QueryRowContext(r.ctx, "SELECT rel, smin, smax FROM "+diffTable+" WHERE smin <> smax LIMIT 1").Scan(&rel, &a, &b)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil

@@ -113,9 +113,10 @@ func (w wholeReads) checkDiff(t *testing.T, child, parent string) *Difference {
 		t.Fatalf("the difference is\n%v\nthe set difference of two reads\n%v", d.Files, want)
 	}
 	c, p := w.read(t, child, catalogName), w.read(t, parent, parentName)
-	if d.ChildFiles != int64(len(c.Files)) || d.ParentFiles != int64(len(p.Files)) || d.SameFiles != int64(len(c.Files)-len(want)) {
-		t.Errorf("counts %d, %d, %d; the reads have %d and %d files, %d of the child's in the parent",
-			d.ChildFiles, d.ParentFiles, d.SameFiles, len(c.Files), len(p.Files), len(c.Files)-len(want))
+	// The generator's catalogs have a row per file.
+	if d.ChildRows != int64(len(c.Files)) || d.ParentRows != int64(len(p.Files)) || d.SameRows != int64(len(c.Files)-len(want)) || d.FoldedRows != 0 {
+		t.Errorf("counts %d, %d, %d, %d; the reads have %d and %d files, %d of the child's in the parent",
+			d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows, len(c.Files), len(p.Files), len(c.Files)-len(want))
 	}
 	if d.DataPath != c.DataPath || d.DuckLakeVersion != c.DuckLakeVersion {
 		t.Errorf("data path %q, version %q; the read says %q, %q", d.DataPath, d.DuckLakeVersion, c.DataPath, c.DuckLakeVersion)
@@ -145,7 +146,7 @@ func TestDiffIsTheSetDifferenceOfTwoReads(t *testing.T) {
 				}
 			}
 			// A catalog against itself: nothing.
-			if d := w.checkDiff(t, cats[1], cats[1]); len(d.Files) != 0 || d.SameFiles != d.ChildFiles {
+			if d := w.checkDiff(t, cats[1], cats[1]); len(d.Files) != 0 || d.SameRows != d.ChildRows {
 				t.Errorf("a catalog against itself: %v", d.Files)
 			}
 		})
@@ -205,8 +206,8 @@ func TestDiffGivesAChangedOldRowAsNew(t *testing.T) {
 			switch {
 			case tc.more >= 0 && len(d.Files) != len(base.Files)+tc.more:
 				t.Errorf("%d files in the difference, want %d: %v", len(d.Files), len(base.Files)+tc.more, d.Files)
-			case tc.more < 0 && d.SameFiles != 0:
-				t.Errorf("%d files still in the parent after the table moved", d.SameFiles)
+			case tc.more < 0 && d.SameRows != 0:
+				t.Errorf("%d rows still in the parent after the table moved", d.SameRows)
 			}
 			if tc.more > 0 && tc.name != "the data path" {
 				found := false
@@ -237,8 +238,8 @@ func TestDiffRefusesWhatReadRefuses(t *testing.T) {
 		{"a row without a path", []string{"UPDATE ducklake_data_file SET path = NULL WHERE data_file_id = (SELECT max(data_file_id) FROM ducklake_data_file)"}, Limits{}, "without a path"},
 		{"a row outside the data path", []string{"UPDATE ducklake_data_file SET path = '/etc/passwd', path_is_relative = false WHERE data_file_id = (SELECT min(data_file_id) FROM ducklake_data_file)"}, Limits{}, "outside the catalog's data path"},
 		{"a path of 8 MB", []string{"UPDATE ducklake_table SET path = repeat('x', 8 << 20)"}, Limits{}, "longer than 1024 bytes"},
-		{"a file with two sizes", []string{"INSERT INTO ducklake_delete_file (delete_file_id, table_id, begin_snapshot, data_file_id, path, path_is_relative, format, delete_count, file_size_bytes, footer_size) " +
-			"SELECT 9999, table_id, begin_snapshot, data_file_id, path, path_is_relative, 'parquet', 1, file_size_bytes + 7, footer_size FROM ducklake_data_file ORDER BY data_file_id LIMIT 1"}, Limits{}, "two sizes"},
+		{"a new file with two sizes", []string{"INSERT INTO ducklake_data_file (data_file_id, table_id, begin_snapshot, path, path_is_relative, file_size_bytes) " +
+			"SELECT 9990 + i, 1, 1, 'twice.parquet', true, 10 + i FROM range(2) t(i)"}, Limits{}, "two sizes"},
 		{"more rows than the limit", nil, Limits{MaxFiles: 5}, KeyMaxFiles},
 		{"a view", dataFileView("range(1e15::BIGINT) t(i)", "'f' || i || '.parquet'"), Limits{}, "is a view"},
 	} {
@@ -253,6 +254,40 @@ func TestDiffRefusesWhatReadRefuses(t *testing.T) {
 				t.Fatalf("Diff: %v, %v; want a refusal of %s saying %q", d, err, catalogName, tc.says)
 			}
 		})
+	}
+}
+
+// An old file given a second row of another size (read refuses the
+// catalog: two sizes) comes out of the difference at that size, where
+// the mirror meets the parent's file of the other size and refuses it.
+func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
+	cats := chain(t, "0.3")
+	parent, child := cats[2], cats[3]
+	hostile := changed(t, child, "INSERT INTO ducklake_delete_file (delete_file_id, table_id, begin_snapshot, data_file_id, path, path_is_relative, format, delete_count, file_size_bytes, footer_size) "+
+		"SELECT 9999, table_id, begin_snapshot, data_file_id, path, path_is_relative, 'parquet', 1, file_size_bytes + 7, footer_size FROM ducklake_data_file ORDER BY data_file_id LIMIT 1")
+	if _, err := Read(context.Background(), hostile, catalogName, Limits{}); err == nil || !strings.Contains(err.Error(), "two sizes") {
+		t.Fatalf("Read: %v; want it refused for two sizes", err)
+	}
+	p, err := Read(context.Background(), parent, parentName, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Diff(context.Background(), hostile, catalogName, parent, parentName, Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[string]int64{}
+	for _, f := range p.Files {
+		sizes[f.Path] = f.Size
+	}
+	found := false
+	for _, f := range d.Files {
+		if size, ok := sizes[f.Path]; ok && f.Size != size {
+			found = found || f.Size == size+7
+		}
+	}
+	if !found {
+		t.Fatalf("no file of the parent comes out at its other size: %v", d.Files)
 	}
 }
 
@@ -302,8 +337,8 @@ func diffMisbehaving(t *testing.T, child, parent, behaviour string) (*Difference
 func TestTheMirrorChecksTheCountsOfADifference(t *testing.T) {
 	cats := chain(t, "0.1")
 	for _, tc := range []struct{ lie, says string }{
-		{"diff-count", "a difference of 2 files announced, where 1"},
-		{"diff-same", "9 files said to be in both catalogs, of 10 and 5"},
+		{"diff-count", "1 files announced, where 8 of the child's 10 rows are in the parent and 0 folded"},
+		{"diff-same", "where 11 of the child's 10 rows"},
 		{"diff-short", "the end says 1 files"},
 	} {
 		t.Run(tc.lie, func(t *testing.T) {

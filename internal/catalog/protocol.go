@@ -28,16 +28,16 @@ import (
 //	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end
 //
 //	mirror → reader  diff     'd' version(1) name(s) parentName(s) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
-//	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childFiles(8) parentFiles(8) sameFiles(8) files(8)
+//	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) files(8)
 //	                 then file frames and end, as for a catalog
 //
 // Files stream in path order, each checked as it comes (name, size,
 // order), so a consumer can merge them with another sorted listing
 // without holding the catalog. A diff asks for the files of the child
 // catalog (descriptor 3) that are not in the parent's (descriptor 4, see
-// diff.go); the reader says how many files each catalog has and how many
-// of the child's are in the parent, and the files that come must be the
-// rest.
+// diff.go); the reader says how many file rows each catalog has, how many
+// of the child's are in the parent or folded into another of the same
+// path, and the files that come must be the rest.
 const (
 	protocolVersion = 2
 	// maxFrame bounds every frame: the largest is a refusal (its

@@ -552,7 +552,7 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 	}
 	c = &Catalog{DuckLakeVersion: in.str(), DataPath: in.str()}
 	if q.diff {
-		d.ChildFiles, d.ParentFiles, d.SameFiles = int64(in.u64()), int64(in.u64()), int64(in.u64())
+		d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows = int64(in.u64()), int64(in.u64()), int64(in.u64()), int64(in.u64())
 	}
 	count := in.u64()
 	if err := in.done(); err != nil {
