@@ -4,8 +4,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

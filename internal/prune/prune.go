@@ -38,7 +38,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
-	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // DefaultMaxDelete is how many objects a prune removes before it refuses,
@@ -503,20 +503,16 @@ func (p *pruner) remove(ctx context.Context, name string) error {
 
 // sameRepository refuses to prune a mirror of another repository against
 // this upstream: its refs would all look withdrawn.
-func sameRepository(up, mine *repo.Settings, sink string) error {
-	if mine.ID != up.ID {
-		return fmt.Errorf("sink %s holds another repository: its %s has id %q, upstream's is %q; nothing removed",
-			sink, repo.SettingsFile, mine.ID, up.ID)
-	}
-	if mine.DataDir != up.DataDir {
-		return fmt.Errorf("sink %s: %s has data_dir %q, upstream's is %q; nothing removed", sink, repo.SettingsFile, mine.DataDir, up.DataDir)
+func sameRepository(up, mine *repo.Settings, location string) error {
+	if err := sink.SameRepository(location, up, mine); err != nil {
+		return fmt.Errorf("%w; nothing removed", err)
 	}
 	return nil
 }
 
 // sameSource refuses to prune, against a source at another address, a
 // mirror of a repository without id made from the address it recorded
-// (fdlsync.SourceFile). A mirror with no record is pruned: prune writes
+// (sink.SourceFile). A mirror with no record is pruned: prune writes
 // none, the next sync does.
 func sameSource(ctx context.Context, dst backend.Reader, up, mine *repo.Settings, source, fallback string) error {
 	if up.ID != "" || mine.ID != "" {
@@ -525,14 +521,14 @@ func sameSource(ctx context.Context, dst backend.Reader, up, mine *repo.Settings
 	if source == "" {
 		source = fallback
 	}
-	rec, err := fdlsync.ReadSourceRecord(ctx, dst)
+	rec, err := sink.ReadSourceRecord(ctx, dst)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
 	}
 	if rec != nil && rec.Address != source {
 		return fmt.Errorf("sink %s was made from %s (recorded in %s%s), not from %s, and neither side's fdl.json has an id: "+
 			"refusing to prune it against another repository; nothing removed (if it is the same repository at a new address, "+
-			"a sync with --force records the new one)", dst.Location(), rec.Address, backend.ReservedPrefix, fdlsync.SourceFile, source)
+			"a sync with --force records the new one)", dst.Location(), rec.Address, backend.ReservedPrefix, sink.SourceFile, source)
 	}
 	return nil
 }

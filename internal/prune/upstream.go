@@ -55,7 +55,7 @@ func readUpstream(ctx context.Context, src backend.Reader) (*upstream, error) {
 		return nil, fail("upstream has no refs at all")
 	}
 	if src.Properties().CanList {
-		if u.versions, err = versionListing(ctx, src); err != nil {
+		if u.versions, err = repo.ListVersions(ctx, src); err != nil {
 			return nil, fail("%w", err)
 		}
 	}

@@ -73,7 +73,7 @@ func (e *engine) waitToRetry(ctx context.Context, msg, name string, attempt int,
 }
 
 func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {
-	if c, ok := backend.As[backend.Copier](e.dst); ok && c.CanCopyFrom(e.src) {
+	if c, ok := backend.As[backend.Copier](e.sink.Backend()); ok && c.CanCopyFrom(e.src) {
 		have, err := e.sourceSize(ctx, name)
 		if err != nil {
 			return 0, &sourceError{err}
@@ -118,7 +118,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 		}
 		body = &exactReader{r: rc, left: size, name: name, want: size}
 	}
-	if err := e.dst.Put(ctx, name, body, size); err != nil {
+	if err := e.sink.Backend().Put(ctx, name, body, size); err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
 			return 0, r
@@ -144,7 +144,7 @@ func (e *engine) copyUnsized(ctx context.Context, name string) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	if err := e.dst.Put(ctx, name, f, fetched.Size); err != nil {
+	if err := e.sink.Backend().Put(ctx, name, f, fetched.Size); err != nil {
 		return 0, err
 	}
 	return fetched.Size, nil
@@ -169,9 +169,10 @@ func (e *sourceError) Permanent() bool { return true }
 // twenty thousand asks ten times rather than listing twenty pages, and
 // one copying everything pays at most twice the cheaper way.
 func (e *engine) sourceSize(ctx context.Context, name string) (int64, error) {
-	if e.dstData.loaded.Load() && e.src.Properties().CanList && strings.HasPrefix(name, e.settings.DataDir) &&
-		(e.srcData.loaded.Load() || e.srcStats.Add(1) > int64(len(e.dstData.files)/listPage+1)) {
-		files, err := e.srcData.load(ctx, e.src, e.settings.DataDir)
+	sinkListed, sinkFiles := e.sink.DataListed()
+	if sinkListed && e.src.Properties().CanList && strings.HasPrefix(name, e.settings.DataDir) &&
+		(e.srcData.Loaded() || e.srcStats.Add(1) > int64(sinkFiles/listPage+1)) {
+		files, err := e.srcData.Load(ctx, e.src, e.settings.DataDir)
 		if size, ok := files[name]; ok && err == nil {
 			return size, nil
 		}

@@ -345,7 +345,7 @@ func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catal
 // readSinkFile reads one catalog of a version in the sink.
 func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := e.catalogs.Fetch(ctx, e.dst, name)
+	fetched, err := e.catalogs.Fetch(ctx, e.sink.Backend(), name)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +357,7 @@ func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Ca
 // with the recorded size. Files in known (see knownFromParents) with the
 // recorded size are there already.
 func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
-	if len(cat.Files) >= 2*listPart && (!e.dstData.loaded.Load() || !e.srcData.loaded.Load()) {
+	if sinkListed, _ := e.sink.DataListed(); len(cat.Files) >= 2*listPart && (!sinkListed || !e.srcData.Loaded()) {
 		// Where data_dir is listed for this version, in parts split
 		// among the files its catalog names (worked out only by a store
 		// that lists in parts).
@@ -373,7 +373,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	var parents []int // those a parent has, to confirm
 	for i, f := range cat.Files {
 		name := e.settings.DataDir + f.Path
-		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.isDistrusted(name) {
+		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.sink.IsDistrusted(name) {
 			todo = append(todo, i)
 		} else {
 			parents = append(parents, i)
@@ -386,7 +386,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	gone := make([]bool, len(parents))
 	e.each(len(parents), func(k int) {
 		f := cat.Files[parents[k]]
-		gone[k] = !e.confirmInSink(ctx, e.settings.DataDir+f.Path, f.Size)
+		gone[k] = !e.sink.HasDataFile(ctx, e.settings.DataDir, e.settings.DataDir+f.Path, f.Size)
 	})
 	for k, i := range parents {
 		if gone[k] {
@@ -427,17 +427,17 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	for k, i := range mine {
 		names[k] = e.settings.DataDir + cat.Files[i].Path
 	}
-	if err := e.recordUnsynced(ctx, names); err != nil {
+	if err := e.sink.RecordUnsynced(ctx, names); err != nil {
 		for _, i := range mine {
 			calls[i].settle(err)
 		}
 		return err
 	}
-	dctx := e.withoutSync(ctx)
+	dctx := e.sink.WithoutSync(ctx)
 	e.each(len(mine), func(k int) {
 		i, name := mine[k], names[k]
 		err := e.copyFile(dctx, name, cat.Files[i].Size)
-		e.wroteUnsynced(name)
+		e.sink.WroteUnsynced(name)
 		calls[i].settle(err)
 		errs[i] = err
 	})
@@ -545,11 +545,11 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 	if err != nil || !need {
 		return err
 	}
-	if err := e.recordUnsynced(ctx, []string{name}); err != nil {
+	if err := e.sink.RecordUnsynced(ctx, []string{name}); err != nil {
 		return err
 	}
-	err = e.copyFile(e.withoutSync(ctx), name, size)
-	e.wroteUnsynced(name)
+	err = e.copyFile(e.sink.WithoutSync(ctx), name, size)
+	e.sink.WroteUnsynced(name)
 	return err
 }
 
@@ -558,12 +558,14 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 // another size than recorded: data files are immutable. byStat asks the
 // sink about this file alone rather than listing data_dir.
 func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat bool) (bool, error) {
-	if e.isDistrusted(name) {
+	if e.sink.IsDistrusted(name) {
 		return true, nil
 	}
-	lookup := e.sinkDataFile
-	if byStat && !e.dstData.loaded.Load() {
-		lookup = e.statSinkFile
+	lookup := func(ctx context.Context, name string) (int64, bool, error) {
+		return e.sink.DataFile(ctx, e.settings.DataDir, name)
+	}
+	if listed, _ := e.sink.DataListed(); byStat && !listed {
+		lookup = e.sink.StatFile
 	}
 	have, known, err := lookup(ctx, name)
 	if err != nil {
@@ -576,27 +578,4 @@ func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat 
 		return false, nil
 	}
 	return true, nil
-}
-
-// statSinkFile says whether the sink has a data file, asking for it alone.
-func (e *engine) statSinkFile(ctx context.Context, name string) (int64, bool, error) {
-	fi, err := e.dst.Stat(ctx, name)
-	if backend.IsNotExist(err) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("sink %s: %w", e.dst.Location(), err)
-	}
-	return fi.Size, true, nil
-}
-
-// sinkDataFile says whether the sink has a data file, from one listing of
-// its data_dir made the first time a version needs it.
-func (e *engine) sinkDataFile(ctx context.Context, name string) (int64, bool, error) {
-	files, err := e.dstData.load(ctx, e.dst, e.settings.DataDir)
-	if err != nil {
-		return 0, false, fmt.Errorf("sink %s: listing %s: %w", e.dst.Location(), e.settings.DataDir, err)
-	}
-	size, ok := files[name]
-	return size, ok, nil
 }

@@ -32,12 +32,13 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // engine is one run.
 type engine struct {
 	src      backend.Reader
-	dst      backend.Backend
+	sink     *sink.Sink
 	opts     Options
 	log      *zap.Logger
 	settings *repo.Settings
@@ -50,10 +51,9 @@ type engine struct {
 
 	// Inventories, each read with one listing where the store can list.
 	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
-	dstVersions map[string]map[string]int64
-	dstData     lazyListing  // the sink's data_dir, listed only when a version needs it
-	srcData     lazyListing  // the source's data_dir, listed for many server-side copies
-	srcStats    atomic.Int64 // source files asked for their size one by one (see sourceSize)
+	inv         *sink.Inventory             // what the sink holds, as last read
+	srcData     backend.LazyListing         // the source's data_dir, listed for many server-side copies
+	srcStats    atomic.Int64                // source files asked for their size one by one (see sourceSize)
 
 	// upstreamRead is every upstream ref as this run last read it, for
 	// its second read after taking the lock: a ref file whose listed MD5
@@ -62,24 +62,21 @@ type engine struct {
 
 	mu             sync.Mutex
 	report         *Report
-	published      map[string]bool           // versions complete in the sink, before or now
-	publishedNow   map[string]bool           // versions this run published
-	refused        map[string]*refusal       // versions refused in this run
-	dataCalls      map[string]*dataFileCall  // one copy per data file across versions
-	ancestry       *ancestry                 // parents of versions, read once (see ancestry.go)
-	upstreamState  *upstreamState            // when upstream refs last changed (see upstreamstate.go)
-	excluded       repo.Refs                 // upstream refs not selected
-	upstreamUnread bool                      // upstream's refs could not be read
-	pending        map[string]PendingVersion // ancestors earlier runs could not mirror
-	absent         map[string]bool           // ancestors upstream does not have
-	targetChecks   map[string]*refusal       // policy verdicts on ref targets, per run
-	source         sourceCheck               // the source on record, for a repository without id (see source.go)
-
-	dur durability // barriers and the record of unsynced files (see durability.go)
+	published      map[string]bool                // versions complete in the sink, before or now
+	publishedNow   map[string]bool                // versions this run published
+	refused        map[string]*refusal            // versions refused in this run
+	dataCalls      map[string]*dataFileCall       // one copy per data file across versions
+	ancestry       *ancestry                      // parents of versions, read once (see ancestry.go)
+	upstreamState  *upstreamState                 // when upstream refs last changed (see upstreamstate.go)
+	excluded       repo.Refs                      // upstream refs not selected
+	upstreamUnread bool                           // upstream's refs could not be read
+	pending        map[string]sink.PendingVersion // ancestors earlier runs could not mirror
+	absent         map[string]bool                // ancestors upstream does not have
+	targetChecks   map[string]*refusal            // policy verdicts on ref targets, per run
+	source         sourceCheck                    // the source on record, for a repository without id (see source.go)
 
 	catalogs *catalog.Pool // fetches and reads catalogs, upstream's and the sink's
 
-	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
 	lockLost atomic.Bool
 }
 
@@ -99,7 +96,6 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	e := &engine{
 		src:          src,
-		dst:          dst,
 		opts:         opts,
 		log:          opts.Logger,
 		copySlots:    make(chan struct{}, opts.Concurrency),
@@ -120,10 +116,8 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 			Refs: []RefStatus{},
 		},
 	}
-	e.dur.barrier, _ = backend.As[backend.Barrier](dst)
-	if opts.Lock != nil {
-		e.dst = guarded{dst, e}
-	}
+	e.sink = sink.New(dst, sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
+		Copied: e.copied, Planned: e.plan, NoUnsyncedRecord: noUnsyncedRecord})
 	e.ancestry = newAncestry(dst, src, opts.Trust)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
@@ -174,7 +168,7 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}()
 		ctx = locked
-		e.locked.Store(true)
+		e.sink.Locked()
 		// What another run wrote while we waited counts, upstream and in
 		// the sink: a plan made from the refs read before waiting could
 		// move a ref back to where another run had moved it from.
@@ -190,13 +184,13 @@ func (e *engine) run(ctx context.Context) error {
 	if err := e.recordSource(ctx); err != nil {
 		return err
 	}
-	if err := e.ensureSinkSettings(ctx, inv.settings); err != nil {
+	if err := e.ensureSinkSettings(ctx, inv.Settings); err != nil {
 		return err
 	}
 	// Files an earlier run wrote with no barrier behind them (a power
 	// cut) are copied again before any version that needs them is
 	// published.
-	e.rewriteDistrusted(ctx)
+	e.sink.RewriteDistrusted(ctx, func(ctx context.Context, name string) error { return e.copyFile(ctx, name, -1) })
 	if e.opts.Repair {
 		e.repair(ctx)
 	}
@@ -211,7 +205,7 @@ func (e *engine) run(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // never move refs after an interrupted stage one
 	}
-	e.settleUnsynced(ctx)
+	e.sink.SettleUnsynced(ctx)
 	isRoot := map[string]bool{}
 	for _, id := range roots {
 		isRoot[id] = true
@@ -237,10 +231,10 @@ func (e *engine) run(ctx context.Context) error {
 // readBothSides reads upstream's refs and takes the sink's inventory at
 // once: each is listings and reads that wait on their own store (two
 // listings of 20,000 refs took 2 s each on the test gateway).
-func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *inventory, error) {
+func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *sink.Inventory, error) {
 	// The state says what the mirror last saw upstream, for upstreamRefs.
 	e.loadUpstreamState(ctx)
-	var inv *inventory
+	var inv *sink.Inventory
 	var err error
 	done := make(chan struct{})
 	go func() {

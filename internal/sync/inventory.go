@@ -2,83 +2,54 @@ package sync
 
 import (
 	"context"
-	"fmt"
 	"iter"
-	"strings"
-	"sync"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
-// inventory is what the sink holds, read before anything is written.
-type inventory struct {
-	settings []byte // the sink's fdl.json; nil when it has none
-	refs     repo.Refs
-	refsJSON []byte // nil when absent
-	head     []byte // nil when absent
-	// refsMoving: RefsMovingFile is there (an earlier run stopped while
-	// moving refs, or this run is moving them).
-	refsMoving bool
-}
-
-// takeInventory reads the sink's fdl.json, refs, refs.json and HEAD, and
-// lists versions/ in the sink and (where it lists) in the source.
-func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
-	inv := &inventory{}
-	var err error
-	if inv.settings, err = e.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
-		return nil, err
+// takeInventory takes the sink's (see sink.TakeInventory), checks that it
+// holds this upstream's repository, and lists versions/ in the source
+// where it lists.
+func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
+	inv, err := e.sink.TakeInventory(ctx)
+	if err != nil {
+		return nil, &FatalError{err}
 	}
-	if inv.settings != nil {
-		if err := e.sameRepository(inv.settings); err != nil {
+	if inv.Settings != nil {
+		if err := e.sameRepository(inv.Settings); err != nil {
 			return nil, err
 		}
 	}
-	if err := e.checkSource(ctx, inv.settings != nil); err != nil {
+	if err := e.checkSource(ctx, inv.Settings != nil); err != nil {
 		return nil, err
 	}
-	if err := e.listVersions(ctx); err != nil {
+	if err := e.listSourceVersions(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.readSinkRefs(ctx, inv); err != nil {
-		return nil, err
+	e.inv = inv
+	e.published = map[string]bool{}
+	for id := range inv.Versions {
+		if inv.Complete(id) {
+			e.published[id] = true
+		}
 	}
-	if err := e.loadPending(ctx); err != nil {
-		return nil, err
-	}
-	if err := e.loadUnsynced(ctx); err != nil {
-		return nil, err
-	}
-	if inv.head, err = e.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
-		return nil, err
-	}
+	e.pending = inv.Pending
+	e.report.Distrusted = inv.Distrusted
 	return inv, nil
-}
-
-// readOptional reads a small file of the sink; nil when it is absent.
-func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]byte, error) {
-	b, err := backend.ReadAll(ctx, e.dst, name, limit)
-	if backend.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fatalf("sink %s: %s: %w", e.dst.Location(), name, err)
-	}
-	return b, nil
 }
 
 // hasWork says whether the run would write anything: it errs towards yes,
 // and a write without the lock fails loudly (see guarded) rather than race.
-func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
-	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair || len(e.dur.distrusted) > 0 || e.sourceUnrecorded() || inv.refsMoving {
+func (e *engine) hasWork(inv *sink.Inventory, upstream repo.Refs, head string) bool {
+	if inv.Settings == nil || len(e.pending) > 0 || e.opts.Repair || len(inv.Distrusted) > 0 || e.sourceUnrecorded() || inv.RefsMoving {
 		return true
 	}
 	for name, id := range upstream {
-		if inv.refs[name] != id || !e.published[id] {
+		if inv.Refs[name] != id || !e.published[id] {
 			return true
 		}
 	}
@@ -90,10 +61,10 @@ func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
 	}
 	// Every upstream ref is as upstream has it: what is left to write is
 	// refs.json and HEAD, if they do not say what the ref files say.
-	if string(inv.refsJSON) != string(repo.RefsJSON(inv.refs)) {
+	if string(inv.RefsJSON) != string(repo.RefsJSON(inv.Refs)) {
 		return true
 	}
-	return head != "" && inv.refs[head] != "" && string(inv.head) != "ref: "+head+"\n"
+	return head != "" && inv.Refs[head] != "" && string(inv.Head) != "ref: "+head+"\n"
 }
 
 // upstreamRefs reads every ref upstream: by listing refs/ where the source
@@ -175,47 +146,17 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 	return selected, head
 }
 
-// listVersions takes inventory of versions/ in the sink (which versions are
-// complete, which files they already have) and, where it can list, in the
-// source. Two listings, whatever the number of versions.
-func (e *engine) listVersions(ctx context.Context) error {
+// listSourceVersions lists versions/ in the source, where it can list:
+// one listing, whatever the number of versions.
+func (e *engine) listSourceVersions(ctx context.Context) error {
+	if !e.src.Properties().CanList {
+		return nil
+	}
 	var err error
-	e.dstVersions, err = versionListing(ctx, e.dst)
-	if err != nil {
-		return fatalf("sink %s: %w", e.dst.Location(), err)
-	}
-	e.published = map[string]bool{}
-	for id, files := range e.dstVersions {
-		if _, ok := files[repo.RecordFile]; ok {
-			e.published[id] = true
-		}
-	}
-	if e.src.Properties().CanList {
-		if e.srcVersions, err = versionListing(ctx, e.src); err != nil {
-			return fatalf("source %s: %w", e.src.Location(), err)
-		}
+	if e.srcVersions, err = repo.ListVersions(ctx, e.src); err != nil {
+		return fatalf("source %s: %w", e.src.Location(), err)
 	}
 	return nil
-}
-
-func versionListing(ctx context.Context, r backend.Reader) (map[string]map[string]int64, error) {
-	out := map[string]map[string]int64{}
-	err := r.List(ctx, repo.VersionsDir, func(fi backend.FileInfo) error {
-		rest := strings.TrimPrefix(fi.Name, repo.VersionsDir)
-		id, file, ok := strings.Cut(rest, "/")
-		if !ok || repo.CheckVersionID(id) != nil {
-			return nil // not a version directory: someone else's file
-		}
-		if out[id] == nil {
-			out[id] = map[string]int64{}
-		}
-		out[id][file] = fi.Size
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", repo.VersionsDir, err)
-	}
-	return out, nil
 }
 
 // newVersionFile is a file upstream in a version the sink holds complete,
@@ -237,7 +178,7 @@ func (e *engine) newFilesInCompleteVersions() iter.Seq[newVersionFile] {
 		if e.srcVersions == nil {
 			return
 		}
-		for id, have := range e.dstVersions {
+		for id, have := range e.inv.Versions {
 			if _, complete := have[repo.RecordFile]; !complete {
 				continue
 			}
@@ -264,25 +205,3 @@ const (
 	listPart     = 2500
 	maxListParts = 4
 )
-
-// lazyListing is one folder of a store, listed the first time a run needs
-// it and then shared by every goroutine that asks.
-type lazyListing struct {
-	once   sync.Once
-	files  map[string]int64 // name → size
-	err    error
-	loaded atomic.Bool // once has run
-}
-
-// load lists dir in r on the first call; every call returns that listing.
-func (l *lazyListing) load(ctx context.Context, r backend.Reader, dir string) (map[string]int64, error) {
-	l.once.Do(func() {
-		l.files = map[string]int64{}
-		l.err = r.List(ctx, dir, func(fi backend.FileInfo) error {
-			l.files[fi.Name] = fi.Size
-			return nil
-		})
-		l.loaded.Store(true)
-	})
-	return l.files, l.err
-}

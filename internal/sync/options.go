@@ -7,6 +7,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // Options tune one run of the engine.
@@ -70,3 +71,11 @@ type Trust interface {
 	// lists differ from the trusted ones ("" when they agree).
 	CompareRepoSigners(lines []string) string
 }
+
+// noUnsyncedRecord turns the sink's record of unsynced files off, for the
+// test that shows what a power cut does without it (export_test.go).
+var noUnsyncedRecord = false
+
+// UnsyncedFile (under .fdl-mirror/) names the data files a run was
+// writing without a barrier behind them yet (see sink.UnsyncedFile).
+const UnsyncedFile = sink.UnsyncedFile

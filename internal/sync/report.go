@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // Refusal reasons: stable, short labels for summaries and metrics.
@@ -24,6 +26,10 @@ const (
 	ReasonDiverged     = "diverged"        // a branch moved to an unrelated history upstream
 	ReasonReplay       = "replayed-record" // a record whose "id" is another version's
 )
+
+// PendingVersion is an ancestor the mirror keeps to retry (see
+// sink.PendingVersion), as a Report lists it.
+type PendingVersion = sink.PendingVersion
 
 // Refusal is one thing the run would not do, and why.
 type Refusal struct {

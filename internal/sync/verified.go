@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -12,53 +11,9 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
-
-// PendingFile is the mirror's list of versions it could not mirror yet,
-// under .fdl-mirror/ (readers never look there).
-const PendingFile = "pending.json"
-
-// maxPendingFile bounds the state file read back.
-const maxPendingFile = 64 << 20
-
-// PendingVersion is an ancestor a run refused: a later run finds nothing
-// to walk below the complete child, so the mirror remembers it and every
-// run tries it again until it is mirrored or upstream no longer has it.
-type PendingVersion struct {
-	Version string    `json:"version"`
-	Reason  string    `json:"reason"`
-	Message string    `json:"message"`
-	Since   time.Time `json:"since"` // first refused
-}
-
-// loadPending reads the mirror's pending versions.
-func (e *engine) loadPending(ctx context.Context) error {
-	e.pending = map[string]PendingVersion{}
-	raw, err := lock.ReadState(ctx, e.dst, PendingFile, maxPendingFile)
-	if err != nil {
-		return fatalf("sink %s: %s%s: %w", e.dst.Location(), backend.ReservedPrefix, PendingFile, err)
-	}
-	if raw == nil {
-		return nil
-	}
-	var list []PendingVersion
-	if err := json.Unmarshal(raw, &list); err != nil {
-		// The mirror's own file, damaged: start again rather than stop
-		// every run. What was pending is found again only where a ref
-		// still leads to it through an incomplete version.
-		e.log.Warn("the mirror's list of pending versions is unreadable; starting a new one",
-			zap.String("file", backend.ReservedPrefix+PendingFile), zap.Error(err))
-		return nil
-	}
-	for _, p := range list {
-		if repo.CheckVersionID(p.Version) == nil {
-			e.pending[p.Version] = p
-		}
-	}
-	return nil
-}
 
 // savePending writes what is pending after this run: the versions
 // pending before and the ancestors refused now, less those published and
@@ -66,7 +21,7 @@ func (e *engine) loadPending(ctx context.Context) error {
 // them at every run.
 func (e *engine) savePending(ctx context.Context, roots map[string]bool) {
 	now := time.Now().UTC()
-	next := map[string]PendingVersion{}
+	next := map[string]sink.PendingVersion{}
 	e.mu.Lock()
 	for id, p := range e.pending {
 		if !e.published[id] && !e.absent[id] {
@@ -79,13 +34,13 @@ func (e *engine) savePending(ctx context.Context, roots map[string]bool) {
 		}
 		p, ok := next[id]
 		if !ok {
-			p = PendingVersion{Version: id, Since: now}
+			p = sink.PendingVersion{Version: id, Since: now}
 		}
 		p.Reason, p.Message = r.Reason, r.Message
 		next[id] = p
 	}
 	e.mu.Unlock()
-	list := make([]PendingVersion, 0, len(next))
+	list := make([]sink.PendingVersion, 0, len(next))
 	for _, p := range next {
 		list = append(list, p)
 	}
@@ -94,9 +49,8 @@ func (e *engine) savePending(ctx context.Context, roots map[string]bool) {
 	if e.opts.DryRun || (len(list) == 0 && len(e.pending) == 0) {
 		return
 	}
-	raw, _ := json.MarshalIndent(list, "", "  ")
-	if err := lock.WriteState(ctx, e.dst, PendingFile, append(raw, '\n')); err != nil {
-		e.addRefusal(refuse(ReasonCopy, "", backend.ReservedPrefix+PendingFile, "writing the list of pending versions: %v", err))
+	if err := e.sink.WritePending(ctx, list); err != nil {
+		e.addRefusal(refuse(ReasonCopy, "", backend.ReservedPrefix+sink.PendingFile, "writing the list of pending versions: %v", err))
 	}
 }
 
@@ -121,7 +75,7 @@ func (e *engine) checkRefTarget(ctx context.Context, id string) *refusal {
 
 func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	recordName := repo.VersionFile(id, repo.RecordFile)
-	raw, err := backend.ReadAll(ctx, e.dst, recordName, repo.MaxRecordFile)
+	raw, err := backend.ReadAll(ctx, e.sink.Backend(), recordName, repo.MaxRecordFile)
 	if err != nil {
 		return refuse(ReasonRecord, id, recordName, "version %s: reading the mirror's %s: %v", id, recordName, err)
 	}
@@ -132,7 +86,7 @@ func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {
 		return nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
-	sig, err := backend.ReadAll(ctx, e.dst, sigName, repo.MaxSmallFile)
+	sig, err := backend.ReadAll(ctx, e.sink.Backend(), sigName, repo.MaxSmallFile)
 	if backend.IsNotExist(err) {
 		sig, err = nil, nil
 	}
@@ -155,18 +109,6 @@ func recordRefusal(id string, err error) *refusal {
 	return refuse(ReasonRecord, id, name, "%v", err)
 }
 
-// confirmInSink says whether the sink holds a data file at size, without a
-// request per file on an object store: a local sink is asked (a stat is a
-// system call), an object store's data_dir is listed once per run.
-func (e *engine) confirmInSink(ctx context.Context, name string, size int64) bool {
-	lookup := e.sinkDataFile
-	if _, ok := backend.Innermost(e.dst).(interface{ Dir() string }); ok {
-		lookup = e.statSinkFile
-	}
-	have, ok, err := lookup(ctx, name)
-	return err == nil && ok && (size < 0 || have == size)
-}
-
 // repair re-checks every version complete in the sink against the sink's
 // data_dir listing and copies back from upstream the data files missing
 // or of another size than the version's catalog records (sync --repair).
@@ -184,7 +126,7 @@ func (e *engine) repair(ctx context.Context) {
 		}
 		// Every catalog of the version: an alternate one's files are
 		// needed by its readers as much as the main one's.
-		have := e.dstVersions[id]
+		have := e.inv.Versions[id]
 		var files []catalog.File
 		for _, file := range append([]string{repo.MainCatalog(have)}, repo.AlternateCatalogs(have)...) {
 			cat, err := e.readSinkFile(ctx, id, file)
@@ -200,7 +142,7 @@ func (e *engine) repair(ctx context.Context) {
 				continue
 			}
 			done[name] = true
-			have, ok, err := e.sinkDataFile(ctx, name)
+			have, ok, err := e.sink.DataFile(ctx, e.settings.DataDir, name)
 			if err != nil {
 				e.addRefusal(refuse(ReasonCopy, id, name, "repair: %v", err))
 				return
@@ -227,7 +169,7 @@ func (e *engine) repair(ctx context.Context) {
 // sinkCatalogIs says whether the catalog an interrupted run left in a
 // version's folder (name) has the record's sha256: its size proves nothing.
 func (e *engine) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
-	fetched, err := catalog.Fetch(ctx, e.dst, name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
+	fetched, err := catalog.Fetch(ctx, e.sink.Backend(), name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return false
 	}
@@ -235,29 +177,15 @@ func (e *engine) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
 	return fetched.SHA256 == sha256
 }
 
-// ReadPending reads the versions a mirror has kept to retry (see
-// PendingVersion) from its sink; none when there are none.
-func ReadPending(ctx context.Context, dst backend.Reader) ([]PendingVersion, error) {
-	raw, err := lock.ReadState(ctx, dst, PendingFile, maxPendingFile)
-	if err != nil || raw == nil {
-		return nil, err
-	}
-	var list []PendingVersion
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, fmt.Errorf("mirror %s: %s%s: %w", dst.Location(), backend.ReservedPrefix, PendingFile, err)
-	}
-	return list, nil
-}
-
 // checkLock confirms the run still holds the mirror's lock (see
 // Options.CheckLock).
 func (e *engine) checkLock(ctx context.Context) error {
-	if !e.locked.Load() || e.opts.CheckLock == nil {
+	if !e.sink.IsLocked() || e.opts.CheckLock == nil {
 		return nil
 	}
 	if err := e.opts.CheckLock(ctx); err != nil {
 		e.lockLost.Store(true)
-		return fatalf("sink %s: %v", e.dst.Location(), err)
+		return fatalf("sink %s: %v", e.sink.Location(), err)
 	}
 	return nil
 }

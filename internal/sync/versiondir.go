@@ -3,22 +3,20 @@ package sync
 import (
 	"context"
 	"errors"
-	"os"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // writeVersionFiles copies the version's own directory but for its
 // record and signature: the opaque files, then the catalogs from the
 // local copies that were read (their bytes are not fetched again).
 func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[string]int64, main *versionCatalog, alternates []*versionCatalog) error {
-	have := e.dstVersions[id]
+	have := e.inv.Versions[id]
 	catalogs := map[string]bool{main.file: true}
 	for _, a := range alternates {
 		catalogs[a.file] = true
@@ -33,7 +31,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 	// Written without an fsync each: the barrier before version.json
 	// covers them, and a folder without version.json is rewritten by the
 	// next run whatever it holds (see durability.go).
-	dctx := e.withoutSync(ctx)
+	dctx := e.sink.WithoutSync(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, len(opaque))
 	for i, f := range opaque {
@@ -57,7 +55,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		}
 	}
 	for _, a := range alternates {
-		if err := e.putCatalog(dctx, a.name, a.fetched); err != nil {
+		if err := e.sink.PutCatalog(dctx, a.name, a.fetched); err != nil {
 			return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 		}
 	}
@@ -65,28 +63,21 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 	if size, ok := have[main.file]; ok && size == cat.Size && e.sinkCatalogIs(ctx, main.name, cat.SHA256) {
 		// Written by an interrupted run from a copy of this record's
 		// catalog (same sha256).
-	} else if err := e.putCatalog(dctx, main.name, cat); err != nil {
+	} else if err := e.sink.PutCatalog(dctx, main.name, cat); err != nil {
 		return refuse(ReasonCopy, id, main.name, "version %s: writing catalog: %v", id, err)
 	}
 	return nil
 }
 
-// publishVersion writes version.json.sig, then, once a barrier has made
-// every file the version needs durable, version.json (durable when it
-// returns): from this moment the version is complete.
+// publishVersion publishes a version whose files are all in the sink
+// (sink.PublishVersion: version.json last, behind a barrier); a write
+// that fails refuses it, naming the file.
 func (e *engine) publishVersion(ctx context.Context, id string, record, sig []byte) error {
-	if sig != nil {
-		if err := e.putBytes(e.withoutSync(ctx), repo.VersionFile(id, repo.SignatureFile), sig); err != nil {
-			return refuse(ReasonCopy, id, repo.VersionFile(id, repo.SignatureFile), "version %s: %v", id, err)
-		}
+	err := e.sink.PublishVersion(ctx, id, record, sig)
+	if fe := (*sink.FileError)(nil); errors.As(err, &fe) {
+		return refuse(ReasonCopy, id, fe.File, "version %s: %v", id, fe.Err)
 	}
-	if err := e.barrier(ctx); err != nil {
-		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
-	}
-	if err := e.putBytes(ctx, repo.VersionFile(id, repo.RecordFile), record); err != nil {
-		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
-	}
-	return nil
+	return err
 }
 
 // completeVersionDirs copies the files that appeared upstream in versions
@@ -95,7 +86,7 @@ func (e *engine) publishVersion(ctx context.Context, id string, record, sig []by
 func (e *engine) completeVersionDirs(ctx context.Context) {
 	for nf := range e.newFilesInCompleteVersions() {
 		name := repo.VersionFile(nf.version, nf.file)
-		if isAlternateCatalog(nf.file, e.dstVersions[nf.version]) {
+		if isAlternateCatalog(nf.file, e.inv.Versions[nf.version]) {
 			if err := e.addAlternateCatalog(ctx, nf.version, nf.file, nf.size); err != nil && ctx.Err() == nil {
 				var r *refusal
 				if !errors.As(err, &r) {
@@ -134,40 +125,8 @@ func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size 
 	if err := e.mirrorDataFiles(ctx, id, a.cat, nil); err != nil {
 		return listedBy(err, a.name)
 	}
-	if err := e.putCatalog(ctx, a.name, a.fetched); err != nil {
+	if err := e.sink.PutCatalog(ctx, a.name, a.fetched); err != nil {
 		return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 	}
-	return nil
-}
-
-// putCatalog writes a fetched catalog from its local copy, with the
-// SHA-256 of the bytes that were read: a store that can check a write
-// against it (S3) stores those bytes or nothing.
-func (e *engine) putCatalog(ctx context.Context, name string, cat *catalog.Fetched) error {
-	if e.opts.DryRun {
-		e.plan(name)
-		return nil
-	}
-	f, err := os.Open(cat.Path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := e.dst.Put(backend.WithContentSHA256(ctx, cat.SHA256), name, f, cat.Size); err != nil {
-		return err
-	}
-	e.copied(cat.Size)
-	return nil
-}
-
-func (e *engine) putBytes(ctx context.Context, name string, b []byte) error {
-	if e.opts.DryRun {
-		e.plan(name)
-		return nil
-	}
-	if err := e.dst.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
-		return err
-	}
-	e.copied(int64(len(b)))
 	return nil
 }

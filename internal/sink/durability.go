@@ -1,0 +1,259 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+)
+
+// Durability on a sink with a backend.Barrier (a local disk).
+//
+// A version's data files and the files of its folder are written without
+// an fsync each; before its version.json, one barrier makes everything
+// written so far durable, and version.json is then written with its own
+// fsync. A power cut before the barrier can leave files written since the
+// last barrier empty, missing, or of the right size with wrong bytes. A
+// version folder without version.json is rewritten by the next run
+// anyway (its catalog checked by sha256), but a data file is trusted by
+// its size: so before writing data files the run records their names,
+// fsynced, in UnsyncedFile; a barrier settles the names written before
+// it. A run that finds the record copies those files again (an atomic
+// replace) before anything else, and treats the ones it could not copy
+// as absent. Object stores have no barrier: every write is durable when
+// it returns, and nothing is recorded.
+
+// UnsyncedFile (under .fdl-mirror/) names the data files a run was
+// writing without a barrier behind them yet.
+const UnsyncedFile = "unsynced.json"
+
+// maxUnsyncedFile bounds the record read back.
+const maxUnsyncedFile = 64 << 20
+
+type unsyncedRecord struct {
+	Files []string `json:"files"`
+}
+
+// durability is a run's part of the above.
+type durability struct {
+	barrier backend.Barrier // nil: every write is durable when it returns
+
+	mu       sync.Mutex // held while the record is written
+	recorded map[string]bool
+	written  map[string]bool // recorded names whose write returned
+	onDisk   bool            // the record file exists (or may)
+
+	barrierMu sync.Mutex // one barrier at a time
+
+	distrusted map[string]bool // found in the record, not copied again yet
+}
+
+func (s *Sink) deferSync() bool { return s.dur.barrier != nil && !s.opts.DryRun }
+
+// WithoutSync is ctx for a write the next barrier makes durable.
+func (s *Sink) WithoutSync(ctx context.Context) context.Context {
+	if !s.deferSync() {
+		return ctx
+	}
+	return backend.WithoutSync(ctx)
+}
+
+// loadUnsynced reads the record an earlier run left: those files were
+// written without a barrier behind them and may hold wrong bytes. It
+// returns their names, sorted.
+func (s *Sink) loadUnsynced(ctx context.Context) ([]string, error) {
+	s.dur.distrusted = map[string]bool{}
+	if s.dur.barrier == nil {
+		return nil, nil
+	}
+	raw, err := lock.ReadState(ctx, s.b, UnsyncedFile, maxUnsyncedFile)
+	if err != nil {
+		return nil, s.errorf("%s%s: %w", backend.ReservedPrefix, UnsyncedFile, err)
+	}
+	if raw == nil {
+		return nil, nil
+	}
+	s.dur.onDisk = true
+	var rec unsyncedRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		// Torn it cannot be (it is written to a temporary file, fsynced
+		// and renamed); unreadable, it names nothing we can check.
+		s.log.Error("the record of files written without a barrier is unreadable; files written before a power cut may be damaged (verify --deep, then sync --repair)",
+			zap.String("file", backend.ReservedPrefix+UnsyncedFile), zap.Error(err))
+		return nil, nil
+	}
+	for _, name := range rec.Files {
+		if backend.CheckName(name) == nil && !strings.HasPrefix(name, backend.ReservedPrefix) {
+			s.dur.distrusted[name] = true
+		}
+	}
+	var distrusted []string
+	for name := range s.dur.distrusted {
+		distrusted = append(distrusted, name)
+	}
+	sort.Strings(distrusted)
+	if len(distrusted) > 0 {
+		s.log.Warn("files written before an interrupted run (a power cut?) had no barrier behind them; copying them again",
+			zap.Int("files", len(distrusted)), zap.Strings("first", distrusted[:min(10, len(distrusted))]))
+	}
+	return distrusted, nil
+}
+
+// RewriteDistrusted copies the files of the record again with copyFile
+// (from the source, replacing what the mirror has), before any version is
+// published. Those it cannot copy stay distrusted: treated as absent, and
+// so copied (or their versions refused) like any missing file.
+func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string) error) {
+	if len(s.dur.distrusted) == 0 || s.opts.DryRun {
+		return
+	}
+	s.dur.mu.Lock()
+	if s.dur.recorded == nil {
+		s.dur.recorded, s.dur.written = map[string]bool{}, map[string]bool{}
+	}
+	for name := range s.dur.distrusted {
+		s.dur.recorded[name] = true // the record on disk names them
+	}
+	s.dur.mu.Unlock()
+	var names []string
+	for name := range s.dur.distrusted {
+		names = append(names, name)
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := copyFile(s.WithoutSync(ctx), name); err != nil {
+				// Left in the record: its bytes are as untrusted as before.
+				s.log.Warn("file written before a power cut could not be copied again; treated as absent",
+					zap.String("file", name), zap.Error(err))
+				return
+			}
+			s.WroteUnsynced(name)
+			mu.Lock()
+			delete(s.dur.distrusted, name)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+}
+
+// IsDistrusted says whether a file of the sink may hold wrong bytes.
+func (s *Sink) IsDistrusted(name string) bool {
+	return len(s.dur.distrusted) > 0 && s.dur.distrusted[name]
+}
+
+// RecordUnsynced adds names to the record, durably, before they are
+// written without a barrier.
+func (s *Sink) RecordUnsynced(ctx context.Context, names []string) error {
+	if !s.deferSync() || s.opts.NoUnsyncedRecord || len(names) == 0 {
+		return nil
+	}
+	s.dur.mu.Lock()
+	defer s.dur.mu.Unlock()
+	if s.dur.recorded == nil {
+		s.dur.recorded, s.dur.written = map[string]bool{}, map[string]bool{}
+	}
+	added := false
+	for _, n := range names {
+		if !s.dur.recorded[n] {
+			s.dur.recorded[n] = true
+			added = true
+		}
+	}
+	if !added {
+		return nil
+	}
+	return s.writeUnsyncedLocked(ctx)
+}
+
+func (s *Sink) writeUnsyncedLocked(ctx context.Context) error {
+	rec := unsyncedRecord{Files: make([]string, 0, len(s.dur.recorded))}
+	for n := range s.dur.recorded {
+		rec.Files = append(rec.Files, n)
+	}
+	sort.Strings(rec.Files)
+	raw, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := lock.WriteState(ctx, s.b, UnsyncedFile, append(raw, '\n')); err != nil {
+		return s.errorf("writing %s%s: %w", backend.ReservedPrefix, UnsyncedFile, err)
+	}
+	s.dur.onDisk = true
+	return nil
+}
+
+// WroteUnsynced notes that a recorded file's write returned: the next
+// barrier to start covers it.
+func (s *Sink) WroteUnsynced(name string) {
+	s.dur.mu.Lock()
+	defer s.dur.mu.Unlock()
+	if s.dur.recorded[name] {
+		s.dur.written[name] = true
+	}
+}
+
+// Barrier makes every write so far durable, and settles the recorded
+// names written before it started. The record on disk keeps them until it
+// is written again (or removed by SettleUnsynced): a power cut in between
+// costs only copying them again.
+func (s *Sink) Barrier(ctx context.Context) error {
+	if !s.deferSync() {
+		return nil
+	}
+	s.dur.barrierMu.Lock()
+	defer s.dur.barrierMu.Unlock()
+	s.dur.mu.Lock()
+	covered := make([]string, 0, len(s.dur.written))
+	for n := range s.dur.written {
+		covered = append(covered, n)
+	}
+	s.dur.mu.Unlock()
+	if err := s.dur.barrier.Barrier(ctx); err != nil {
+		return err
+	}
+	s.dur.mu.Lock()
+	for _, n := range covered {
+		delete(s.dur.written, n)
+		delete(s.dur.recorded, n)
+	}
+	s.dur.mu.Unlock()
+	return nil
+}
+
+// SettleUnsynced ends stage one: a last barrier for what no version's
+// barrier covered (files of refused versions, say), then the record goes.
+func (s *Sink) SettleUnsynced(ctx context.Context) {
+	if !s.deferSync() {
+		return
+	}
+	if err := s.Barrier(ctx); err != nil {
+		s.log.Warn("could not make the run's writes durable; the next run copies them again", zap.Error(err))
+		return
+	}
+	s.dur.mu.Lock()
+	defer s.dur.mu.Unlock()
+	if len(s.dur.recorded) > 0 || !s.dur.onDisk {
+		// Names not written by this run (a cancelled copy) stay recorded.
+		if len(s.dur.recorded) > 0 {
+			if err := s.writeUnsyncedLocked(ctx); err != nil {
+				s.log.Warn("could not rewrite the record of unsynced files", zap.Error(err))
+			}
+		}
+		return
+	}
+	if err := lock.RemoveState(ctx, s.b, UnsyncedFile); err != nil {
+		s.log.Warn("could not remove the record of unsynced files; the next run copies them again", zap.Error(err))
+		return
+	}
+	s.dur.onDisk = false
+}

@@ -1,0 +1,181 @@
+package sink
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+)
+
+// The mirror's state files, under .fdl-mirror/ (readers never look
+// there), written only by a run that holds the lock (lock.WriteState).
+
+// PendingFile is the mirror's list of versions it could not mirror yet.
+const PendingFile = "pending.json"
+
+// maxPendingFile bounds the state file read back.
+const maxPendingFile = 64 << 20
+
+// PendingVersion is an ancestor a run refused: a later run finds nothing
+// to walk below the complete child, so the mirror remembers it and every
+// run tries it again until it is mirrored or upstream no longer has it.
+type PendingVersion struct {
+	Version string    `json:"version"`
+	Reason  string    `json:"reason"`
+	Message string    `json:"message"`
+	Since   time.Time `json:"since"` // first refused
+}
+
+// ReadPending reads the versions a mirror has kept to retry (see
+// PendingVersion); none when there are none.
+func ReadPending(ctx context.Context, dst backend.Reader) ([]PendingVersion, error) {
+	raw, err := lock.ReadState(ctx, dst, PendingFile, maxPendingFile)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	var list []PendingVersion
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, fmt.Errorf("mirror %s: %s%s: %w", dst.Location(), backend.ReservedPrefix, PendingFile, err)
+	}
+	return list, nil
+}
+
+// readPending is the inventory's reading of PendingFile: a damaged one is
+// the mirror's own file, started again rather than stopping every run
+// (what was pending is found again only where a ref still leads to it
+// through an incomplete version).
+func (s *Sink) readPending(ctx context.Context) (map[string]PendingVersion, error) {
+	pending := map[string]PendingVersion{}
+	raw, err := lock.ReadState(ctx, s.b, PendingFile, maxPendingFile)
+	if err != nil {
+		return nil, s.errorf("%s%s: %w", backend.ReservedPrefix, PendingFile, err)
+	}
+	if raw == nil {
+		return pending, nil
+	}
+	var list []PendingVersion
+	if err := json.Unmarshal(raw, &list); err != nil {
+		s.log.Warn("the mirror's list of pending versions is unreadable; starting a new one",
+			zapFile(PendingFile), zapErr(err))
+		return pending, nil
+	}
+	for _, p := range list {
+		if repo.CheckVersionID(p.Version) == nil {
+			pending[p.Version] = p
+		}
+	}
+	return pending, nil
+}
+
+// WritePending replaces the list of pending versions, sorted by version.
+func (s *Sink) WritePending(ctx context.Context, list []PendingVersion) error {
+	sort.Slice(list, func(i, j int) bool { return list[i].Version < list[j].Version })
+	raw, _ := json.MarshalIndent(list, "", "  ")
+	return lock.WriteState(ctx, s.b, PendingFile, append(raw, '\n'))
+}
+
+// SourceFile records the address a mirror of a repository without an id
+// was made from. fdl.json's id is what tells two repositories apart;
+// where neither side has one, the address is all there is, and without it
+// two repositories would be merged into one sink (their versions side by
+// side, main overwritten by the other's).
+const SourceFile = "source.json"
+
+// SourceRecord is the content of SourceFile.
+type SourceRecord struct {
+	// Address is the source's address as location.Clean gives it: no
+	// credentials, no query.
+	Address  string    `json:"address"`
+	Recorded time.Time `json:"recorded"`
+}
+
+// maxSourceRecord bounds the record read back: an address and a time.
+const maxSourceRecord = 64 << 10
+
+// ReadSourceRecord reads a mirror's SourceFile; nil when it has none.
+func ReadSourceRecord(ctx context.Context, dst backend.Reader) (*SourceRecord, error) {
+	raw, err := lock.ReadState(ctx, dst, SourceFile, maxSourceRecord)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	var r SourceRecord
+	if err := json.Unmarshal(raw, &r); err != nil || r.Address == "" {
+		return nil, fmt.Errorf("%s%s: not a source record: %v", backend.ReservedPrefix, SourceFile, err)
+	}
+	return &r, nil
+}
+
+// WriteSourceRecord records the source's address for the next runs.
+func (s *Sink) WriteSourceRecord(ctx context.Context, address string) error {
+	raw, err := json.MarshalIndent(SourceRecord{Address: address, Recorded: time.Now().UTC()}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := lock.WriteState(ctx, s.b, SourceFile, append(raw, '\n')); err != nil {
+		return s.errorf("recording the source in %s%s: %w", backend.ReservedPrefix, SourceFile, err)
+	}
+	return nil
+}
+
+// UpstreamStateFile is when the mirror saw each selected upstream ref
+// change: an upstream that stops changing (a freeze, TUF's name for it)
+// shows as an old last change, for status and an alert.
+const UpstreamStateFile = "upstream.json"
+
+// maxUpstreamState bounds the state file read back: a record a ref, as
+// refs.json is bounded by the refs the mirror holds.
+const maxUpstreamState = 64 << 20
+
+// UpstreamState is the content of UpstreamStateFile.
+type UpstreamState struct {
+	// LastRead is when a run that wrote the state last read upstream's
+	// refs; runs with nothing to write leave the file as it is.
+	LastRead time.Time          `json:"last_read"`
+	Refs     map[string]RefSeen `json:"refs"`
+}
+
+// RefSeen is an upstream ref's value and when the mirror first saw it.
+type RefSeen struct {
+	Version string    `json:"version"`
+	Changed time.Time `json:"changed"`
+}
+
+// LastChange is the latest change of any ref in the state (zero if none).
+func (s UpstreamState) LastChange() time.Time {
+	var t time.Time
+	for _, r := range s.Refs {
+		if r.Changed.After(t) {
+			t = r.Changed
+		}
+	}
+	return t
+}
+
+// ReadUpstreamState reads a mirror's UpstreamStateFile; the zero value when
+// it has none or it is unreadable (the mirror's own file: a damaged one is
+// replaced by the next run that writes). raw is nil when it has none.
+func ReadUpstreamState(ctx context.Context, dst backend.Reader) (state UpstreamState, raw []byte, err error) {
+	raw, err = lock.ReadState(ctx, dst, UpstreamStateFile, maxUpstreamState)
+	if err != nil || raw == nil {
+		return UpstreamState{}, nil, err
+	}
+	var s UpstreamState
+	if json.Unmarshal(raw, &s) != nil {
+		return UpstreamState{}, raw, nil
+	}
+	return s, raw, nil
+}
+
+// WriteUpstreamState replaces the mirror's UpstreamStateFile.
+func (s *Sink) WriteUpstreamState(ctx context.Context, state UpstreamState) error {
+	raw, err := json.MarshalIndent(state, "", "  ")
+	if err != nil {
+		return err
+	}
+	return lock.WriteState(ctx, s.b, UpstreamStateFile, append(raw, '\n'))
+}
