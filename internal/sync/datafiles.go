@@ -31,20 +31,16 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 	id, raw, rec := n.id, n.raw, n.rec
 	var sig []byte
 	parents := rec.Parents
-	files, err := e.versionFiles(ctx, id)
+	files, err := e.src.VersionFiles(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	if _, ok := files[repo.SignatureFile]; ok {
-		if sig, err = backend.ReadAll(ctx, e.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
-			return 0, err
-		}
+	if sig, err = e.src.ReadSignature(ctx, id, files); err != nil {
+		return 0, err
 	}
 	n.sig = sig
-	if e.opts.Trust != nil {
-		if err := e.opts.Trust.CheckVersion(id, raw, sig); err != nil {
-			return 0, refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
-		}
+	if err := e.src.CheckSignature(id, raw, sig); err != nil {
+		return 0, err
 	}
 
 	// Every catalog is read before any data file is copied: a bad one
@@ -174,7 +170,7 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			fetchCtx = backend.WithCheckedRead(ctx)
 		}
 		start := time.Now()
-		fetched, err := e.catalogs.Fetch(fetchCtx, e.src, catalogName)
+		fetched, err := e.catalogs.Fetch(fetchCtx, e.src.Reader(), catalogName)
 		e.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 		if err != nil {
 			if backend.IsNotExist(err) {
@@ -240,45 +236,6 @@ func listedBy(err error, catalogName string) error {
 	return &c
 }
 
-// versionFiles names the files of a version's directory upstream, with
-// their sizes (-1 where unknown until read). A source that cannot list is
-// asked for the names the layout knows.
-func (e *engine) versionFiles(ctx context.Context, id string) (map[string]int64, error) {
-	if e.srcVersions != nil {
-		return e.srcVersions[id], nil
-	}
-	names := append(append([]string{}, repo.KnownVersionFiles...), e.settings.CatalogFiles()...)
-	files := map[string]int64{}
-	for _, n := range names {
-		if err := e.statVersionFile(ctx, id, n, files); err != nil {
-			return nil, err
-		}
-	}
-	// ducklake.duckdb first, then metadata.db, as newer tools name the
-	// catalog: a version with both is read from ducklake.duckdb, and
-	// its metadata.db is not asked for.
-	if _, ok := files[repo.CatalogFile]; !ok {
-		if err := e.statVersionFile(ctx, id, repo.MetadataFile, files); err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
-}
-
-// statVersionFile adds a file of a version's folder upstream to files
-// with its size, where it exists.
-func (e *engine) statVersionFile(ctx context.Context, id, name string, files map[string]int64) error {
-	fi, err := e.src.Stat(ctx, repo.VersionFile(id, name))
-	if backend.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	files[name] = fi.Size
-	return nil
-}
-
 // maxStatChecks is how many data files of a version are checked in the
 // sink one by one (Stat) before one listing of data_dir is cheaper: about
 // one list page of S3 or GCS.
@@ -326,7 +283,7 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 			return nil
 		}
 		for _, f := range cat.Files {
-			known[e.settings.DataDir+f.Path] = f.Size
+			known[e.src.Settings().DataDir+f.Path] = f.Size
 		}
 	}
 	return known
@@ -357,14 +314,14 @@ func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Ca
 // with the recorded size. Files in known (see knownFromParents) with the
 // recorded size are there already.
 func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
-	if sinkListed, _ := e.sink.DataListed(); len(cat.Files) >= 2*listPart && (!sinkListed || !e.srcData.Loaded()) {
+	if sinkListed, _ := e.sink.DataListed(); len(cat.Files) >= 2*listPart && (!sinkListed || !e.src.DataListed()) {
 		// Where data_dir is listed for this version, in parts split
 		// among the files its catalog names (worked out only by a store
 		// that lists in parts).
 		ctx = backend.WithListBounds(ctx, func() []string {
 			names := make([]string, len(cat.Files))
 			for i, f := range cat.Files {
-				names[i] = e.settings.DataDir + f.Path
+				names[i] = e.src.Settings().DataDir + f.Path
 			}
 			return backend.SplitBounds(names, listPart, maxListParts)
 		})
@@ -372,7 +329,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	var todo []int    // indexes into cat.Files of the files to check
 	var parents []int // those a parent has, to confirm
 	for i, f := range cat.Files {
-		name := e.settings.DataDir + f.Path
+		name := e.src.Settings().DataDir + f.Path
 		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.sink.IsDistrusted(name) {
 			todo = append(todo, i)
 		} else {
@@ -386,7 +343,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	gone := make([]bool, len(parents))
 	e.each(len(parents), func(k int) {
 		f := cat.Files[parents[k]]
-		gone[k] = !e.sink.HasDataFile(ctx, e.settings.DataDir, e.settings.DataDir+f.Path, f.Size)
+		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size)
 	})
 	for k, i := range parents {
 		if gone[k] {
@@ -407,7 +364,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	e.each(len(todo), func(k int) {
 		i := todo[k]
 		f := cat.Files[i]
-		name := e.settings.DataDir + f.Path
+		name := e.src.Settings().DataDir + f.Path
 		calls[i], owned[i] = e.claimDataFile(name, f.Size)
 		call := calls[i]
 		if !owned[i] {
@@ -425,7 +382,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	})
 	names := make([]string, len(mine))
 	for k, i := range mine {
-		names[k] = e.settings.DataDir + cat.Files[i].Path
+		names[k] = e.src.Settings().DataDir + cat.Files[i].Path
 	}
 	if err := e.sink.RecordUnsynced(ctx, names); err != nil {
 		for _, i := range mine {
@@ -444,14 +401,14 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	for _, i := range todo {
 		if !owned[i] {
 			f := cat.Files[i]
-			errs[i] = e.awaitDataFile(ctx, calls[i], e.settings.DataDir+f.Path, f.Size)
+			errs[i] = e.awaitDataFile(ctx, calls[i], e.src.Settings().DataDir+f.Path, f.Size)
 		}
 	}
 	for i, err := range errs {
 		if err == nil {
 			continue
 		}
-		name := e.settings.DataDir + cat.Files[i].Path
+		name := e.src.Settings().DataDir + cat.Files[i].Path
 		var r *refusal
 		if errors.As(err, &r) {
 			c := *r
@@ -562,7 +519,7 @@ func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat 
 		return true, nil
 	}
 	lookup := func(ctx context.Context, name string) (int64, bool, error) {
-		return e.sink.DataFile(ctx, e.settings.DataDir, name)
+		return e.sink.DataFile(ctx, e.src.Settings().DataDir, name)
 	}
 	if listed, _ := e.sink.DataListed(); byStat && !listed {
 		lookup = e.sink.StatFile

@@ -33,15 +33,15 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // engine is one run.
 type engine struct {
-	src      backend.Reader
-	sink     *sink.Sink
-	opts     Options
-	log      *zap.Logger
-	settings *repo.Settings
+	src  *source.Source
+	sink *sink.Sink
+	opts Options
+	log  *zap.Logger
 
 	copySlots    chan struct{} // bounds file copies across all versions
 	catalogSlots chan struct{} // bounds catalogs fetched and read at once
@@ -49,16 +49,7 @@ type engine struct {
 	aheadSlots   chan struct{} // bounds versions with a catalog fetched, waiting for a version slot
 	aheadFetch   chan struct{} // one catalog download ahead of its version at a time
 
-	// Inventories, each read with one listing where the store can list.
-	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
-	inv         *sink.Inventory             // what the sink holds, as last read
-	srcData     backend.LazyListing         // the source's data_dir, listed for many server-side copies
-	srcStats    atomic.Int64                // source files asked for their size one by one (see sourceSize)
-
-	// upstreamRead is every upstream ref as this run last read it, for
-	// its second read after taking the lock: a ref file whose listed MD5
-	// is that of the value read is not read again.
-	upstreamRead repo.Refs
+	inv *sink.Inventory // what the sink holds, as last read
 
 	mu             sync.Mutex
 	report         *Report
@@ -73,7 +64,7 @@ type engine struct {
 	pending        map[string]sink.PendingVersion // ancestors earlier runs could not mirror
 	absent         map[string]bool                // ancestors upstream does not have
 	targetChecks   map[string]*refusal            // policy verdicts on ref targets, per run
-	source         sourceCheck                    // the source on record, for a repository without id (see source.go)
+	recorded       sourceCheck                    // the source on record, for a repository without id (see recordedsource.go)
 
 	catalogs *catalog.Pool // fetches and reads catalogs, upstream's and the sink's
 
@@ -95,7 +86,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		opts.Source = src.Location()
 	}
 	e := &engine{
-		src:          src,
+		src:          source.New(src, opts.Trust, opts.Logger),
 		opts:         opts,
 		log:          opts.Logger,
 		copySlots:    make(chan struct{}, opts.Concurrency),

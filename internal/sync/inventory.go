@@ -6,7 +6,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
@@ -67,62 +66,22 @@ func (e *engine) hasWork(inv *sink.Inventory, upstream repo.Refs, head string) b
 	return head != "" && inv.Refs[head] != "" && string(inv.Head) != "ref: "+head+"\n"
 }
 
-// upstreamRefs reads every ref upstream: by listing refs/ where the source
-// can list, else from refs.json. Refs that break the rules are refused and
-// left out; the rest go on. A ref file whose listing shows the content of
-// the value the mirror last saw upstream (see repo.ListingHolds) is not
-// read again. The upstream state must be loaded first.
+// upstreamRefs reads every ref upstream (source.ReadRefs), refusing those
+// that break the rules, with the values the mirror last saw upstream as
+// the hint. The upstream state must be loaded first.
 func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
-	var refs repo.Refs
-	var bad []*repo.RefError
-	var err error
-	if e.src.Properties().CanList {
-		var files []backend.FileInfo
-		if files, err = repo.ListRefFiles(ctx, e.src); err == nil {
-			seen, read := e.upstreamState.loaded.Refs, e.upstreamRead
-			refs, bad, err = repo.ReadRefFiles(ctx, e.src, files, func(fi backend.FileInfo) (string, bool) {
-				if s, ok := seen[fi.Name]; ok && repo.ListingHolds(fi, s.Version) {
-					return s.Version, true
-				}
-				// What this run read before it took the lock.
-				id, ok := read[fi.Name]
-				return id, ok && repo.ListingHolds(fi, id)
-			})
-			if err == nil {
-				e.upstreamRead = refs
-			}
-		}
-	} else {
-		refs, bad, err = repo.ReadRefs(ctx, e.src)
-	}
-	if err != nil {
-		where := repo.RefsDir
-		if !e.src.Properties().CanList {
-			where = repo.RefsFile
-		}
-		e.addRefusal(refuse(ReasonBadRef, "", where, "source %s: %v", e.src.Location(), err))
-		refs = repo.Refs{}
-		e.upstreamUnread = true
-	}
-	for _, b := range bad {
-		r := refuse(ReasonBadRef, "", b.Ref, "%v", b.Err)
-		r.Ref = b.Ref
+	seen := e.upstreamState.loaded.Refs
+	got := e.src.ReadRefs(ctx, func(ref string) (string, bool) {
+		s, ok := seen[ref]
+		return s.Version, ok
+	})
+	for _, r := range got.Refused {
 		e.addRefusal(r)
 	}
-
-	head := ""
-	raw, err := backend.ReadAll(ctx, e.src, repo.HeadFile, repo.MaxSmallFile)
-	switch {
-	case err == nil:
-		if head, err = repo.ParseHead(raw); err != nil {
-			r := refuse(ReasonBadRef, "", repo.HeadFile, "%v", err)
-			r.Ref = repo.HeadFile
-			e.addRefusal(r)
-		}
-	case !backend.IsNotExist(err):
-		e.addRefusal(refuse(ReasonBadRef, "", repo.HeadFile, "reading %s: %v", repo.HeadFile, err))
+	if got.Unread {
+		e.upstreamUnread = true
 	}
-	return e.selectRefs(refs, head)
+	return e.selectRefs(got.Refs, got.Head)
 }
 
 // selectRefs keeps the refs the operator chose (Options.Refs); the others,
@@ -146,15 +105,10 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 	return selected, head
 }
 
-// listSourceVersions lists versions/ in the source, where it can list:
-// one listing, whatever the number of versions.
+// listSourceVersions lists versions/ in the source, where it can list.
 func (e *engine) listSourceVersions(ctx context.Context) error {
-	if !e.src.Properties().CanList {
-		return nil
-	}
-	var err error
-	if e.srcVersions, err = repo.ListVersions(ctx, e.src); err != nil {
-		return fatalf("source %s: %w", e.src.Location(), err)
+	if err := e.src.ListVersions(ctx); err != nil {
+		return &FatalError{err}
 	}
 	return nil
 }
@@ -175,14 +129,15 @@ type newVersionFile struct {
 // among them: they are written before version.json, never after.
 func (e *engine) newFilesInCompleteVersions() iter.Seq[newVersionFile] {
 	return func(yield func(newVersionFile) bool) {
-		if e.srcVersions == nil {
+		upstream := e.src.Versions()
+		if upstream == nil {
 			return
 		}
 		for id, have := range e.inv.Versions {
 			if _, complete := have[repo.RecordFile]; !complete {
 				continue
 			}
-			for f, size := range e.srcVersions[id] {
+			for f, size := range upstream[id] {
 				if _, ok := have[f]; ok || f == repo.SignatureFile || f == repo.CatalogFile {
 					continue
 				}

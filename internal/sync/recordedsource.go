@@ -26,11 +26,11 @@ type sourceCheck struct {
 // has an id, unless Options.Force. A run that writes records the address
 // later (recordSource).
 func (e *engine) checkSource(ctx context.Context, sinkHasSettings bool) error {
-	e.source = sourceCheck{warned: e.source.warned}
-	if e.settings.ID != "" {
+	e.recorded = sourceCheck{warned: e.recorded.warned}
+	if e.src.Settings().ID != "" {
 		return nil // the ids are compared (sameRepository)
 	}
-	e.source.applies = true
+	e.recorded.applies = true
 	if !sinkHasSettings {
 		return nil // a new mirror: this run's source is the first
 	}
@@ -38,15 +38,15 @@ func (e *engine) checkSource(ctx context.Context, sinkHasSettings bool) error {
 	if err != nil {
 		return fatalf("sink %s: %w", e.sink.Location(), err)
 	}
-	e.source.recorded = rec
+	e.recorded.recorded = rec
 	if rec == nil || rec.Address == e.opts.Source {
 		return nil
 	}
 	if e.opts.Force {
-		if e.source.warned {
+		if e.recorded.warned {
 			return nil // said at the first inventory; this is the one after the lock
 		}
-		e.source.warned = true
+		e.recorded.warned = true
 		e.log.Warn("source differs from the one the mirror was made from; --force: mirroring it all the same",
 			zap.String("recorded", rec.Address), zap.String("source", e.opts.Source))
 		return nil
@@ -56,7 +56,7 @@ func (e *engine) checkSource(ctx context.Context, sinkHasSettings bool) error {
 
 // sourceUnrecorded says whether this run has a source address to record.
 func (e *engine) sourceUnrecorded() bool {
-	return e.source.applies && (e.source.recorded == nil || e.source.recorded.Address != e.opts.Source)
+	return e.recorded.applies && (e.recorded.recorded == nil || e.recorded.recorded.Address != e.opts.Source)
 }
 
 // recordSource writes the source's address for the next runs, under the
@@ -68,6 +68,6 @@ func (e *engine) recordSource(ctx context.Context) error {
 	if err := e.sink.WriteSourceRecord(ctx, e.opts.Source); err != nil {
 		return &FatalError{err}
 	}
-	e.source.recorded = &sink.SourceRecord{Address: e.opts.Source}
+	e.recorded.recorded = &sink.SourceRecord{Address: e.opts.Source}
 	return nil
 }

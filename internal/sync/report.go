@@ -7,38 +7,33 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
-// Refusal reasons: stable, short labels for summaries and metrics.
+// Refusal reasons, as source defines them: the Report's vocabulary.
 const (
-	ReasonBadRef       = "bad-ref"         // ref name or content against the rules
-	ReasonTagMoved     = "tag-moved"       // a tag in the sink with another value
-	ReasonRecord       = "bad-record"      // version.json missing or malformed
-	ReasonSHA256       = "sha256-mismatch" // catalog does not match its record
-	ReasonCatalog      = "bad-catalog"     // catalog cannot be read or breaks a path rule
-	ReasonMissingFile  = "missing-file"    // a file the version needs is not upstream
-	ReasonSizeMismatch = "size-mismatch"   // a file's size differs from its record
-	ReasonSignature    = "signature"       // signature missing, bad or untrusted
-	ReasonVersion      = "version-refused" // ref not moved: its version was refused
-	ReasonCopy         = "copy-failed"     // an I/O error that retries did not cure
-	ReasonLimit        = "limit-exceeded"  // a catalog past one of the catalog limits
-	ReasonRewound      = "rewound"         // a branch moved back to an ancestor upstream
-	ReasonDiverged     = "diverged"        // a branch moved to an unrelated history upstream
-	ReasonReplay       = "replayed-record" // a record whose "id" is another version's
+	ReasonBadRef       = source.ReasonBadRef
+	ReasonTagMoved     = source.ReasonTagMoved
+	ReasonRecord       = source.ReasonRecord
+	ReasonSHA256       = source.ReasonSHA256
+	ReasonCatalog      = source.ReasonCatalog
+	ReasonMissingFile  = source.ReasonMissingFile
+	ReasonSizeMismatch = source.ReasonSizeMismatch
+	ReasonSignature    = source.ReasonSignature
+	ReasonVersion      = source.ReasonVersion
+	ReasonCopy         = source.ReasonCopy
+	ReasonLimit        = source.ReasonLimit
+	ReasonRewound      = source.ReasonRewound
+	ReasonDiverged     = source.ReasonDiverged
+	ReasonReplay       = source.ReasonReplay
 )
 
 // PendingVersion is an ancestor the mirror keeps to retry (see
 // sink.PendingVersion), as a Report lists it.
 type PendingVersion = sink.PendingVersion
 
-// Refusal is one thing the run would not do, and why.
-type Refusal struct {
-	Ref     string `json:"ref,omitempty"`
-	Version string `json:"version,omitempty"`
-	File    string `json:"file,omitempty"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
+// Refusal is one thing the run would not do, and why (see source.Refusal).
+type Refusal = source.Refusal
 
 // RefMove is one ref written in the sink.
 type RefMove struct {
@@ -152,14 +147,9 @@ func fatalf(format string, args ...any) error {
 }
 
 // refusal is an error that carries its report entry.
-type refusal struct{ Refusal }
+type refusal = source.RefusalError
 
-func (r *refusal) Error() string { return r.Message }
-
-// Permanent: a refusal is a verdict on the upstream's bytes, which a
-// retry would only read again (backend.IsPermanent).
-func (r *refusal) Permanent() bool { return true }
-
+// refuse is source.Refuse: a refusal of version over file.
 func refuse(reason, version, file string, format string, args ...any) *refusal {
-	return &refusal{Refusal{Version: version, File: file, Reason: reason, Message: fmt.Sprintf(format, args...)}}
+	return source.Refuse(reason, version, file, format, args...)
 }

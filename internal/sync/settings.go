@@ -5,28 +5,15 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // readSettings reads and checks the upstream's fdl.json.
 func (e *engine) readSettings(ctx context.Context) error {
-	raw, err := backend.ReadAll(ctx, e.src, repo.SettingsFile, repo.MaxSmallFile)
-	if err != nil {
-		return fatalf("source %s: %s: %w", e.src.Location(), repo.SettingsFile, err)
+	if _, err := e.src.ReadSettings(ctx); err != nil {
+		return &FatalError{err}
 	}
-	s, err := repo.ParseSettings(raw)
-	if err != nil {
-		return fatalf("source %s: %w", e.src.Location(), err)
-	}
-	e.settings = s
-	if e.opts.Trust != nil {
-		if w := e.opts.Trust.CompareRepoSigners(s.Signers); w != "" {
-			e.log.Warn("repository signers differ from the trusted signers", zap.String("detail", w))
-		}
-	}
-
 	return nil
 }
 
@@ -36,7 +23,7 @@ func (e *engine) sameRepository(have []byte) error {
 	if err != nil {
 		return fatalf("sink %s: existing %w", e.sink.Location(), err)
 	}
-	if err := sink.SameRepository(e.sink.Location(), e.settings, mine); err != nil {
+	if err := sink.SameRepository(e.sink.Location(), e.src.Settings(), mine); err != nil {
 		return fatalf("%w; refusing to mix them", err)
 	}
 	return nil
@@ -46,7 +33,7 @@ func (e *engine) sameRepository(have []byte) error {
 // only where it has none (If-None-Match: *); an existing one is kept.
 func (e *engine) ensureSinkSettings(ctx context.Context, have []byte) error {
 	if have != nil {
-		if string(have) != string(e.settings.Raw) {
+		if string(have) != string(e.src.Settings().Raw) {
 			// fdl.json is created once and kept: a changed upstream copy
 			// is reported, not copied over.
 			e.log.Warn("upstream fdl.json differs from the mirror's; the mirror keeps the one it was created with",
@@ -56,7 +43,7 @@ func (e *engine) ensureSinkSettings(ctx context.Context, have []byte) error {
 	}
 	// Made between our read and our create (or by our own create whose
 	// answer was lost and retried): judge what is there.
-	have, err := e.sink.CreateSettings(ctx, e.settings.Raw)
+	have, err := e.sink.CreateSettings(ctx, e.src.Settings().Raw)
 	if err != nil {
 		return &FatalError{err}
 	}

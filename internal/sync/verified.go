@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // savePending writes what is pending after this run: the versions
@@ -80,7 +80,7 @@ func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {
 		return refuse(ReasonRecord, id, recordName, "version %s: reading the mirror's %s: %v", id, recordName, err)
 	}
 	if _, err := repo.ParseRecord(id, raw); err != nil {
-		return recordRefusal(id, err)
+		return source.RecordRefusal(id, err)
 	}
 	if e.opts.Trust == nil {
 		return nil
@@ -97,16 +97,6 @@ func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {
 		return refuse(ReasonSignature, id, sigName, "%v", err)
 	}
 	return nil
-}
-
-// recordRefusal is the refusal of a record that does not parse: a replay
-// where its "id" names another version.
-func recordRefusal(id string, err error) *refusal {
-	name := repo.VersionFile(id, repo.RecordFile)
-	if errors.Is(err, repo.ErrReplay) {
-		return refuse(ReasonReplay, id, name, "%v", err)
-	}
-	return refuse(ReasonRecord, id, name, "%v", err)
 }
 
 // repair re-checks every version complete in the sink against the sink's
@@ -137,12 +127,12 @@ func (e *engine) repair(ctx context.Context) {
 			files = append(files, cat.Files...)
 		}
 		for _, f := range files {
-			name := e.settings.DataDir + f.Path
+			name := e.src.Settings().DataDir + f.Path
 			if done[name] {
 				continue
 			}
 			done[name] = true
-			have, ok, err := e.sink.DataFile(ctx, e.settings.DataDir, name)
+			have, ok, err := e.sink.DataFile(ctx, e.src.Settings().DataDir, name)
 			if err != nil {
 				e.addRefusal(refuse(ReasonCopy, id, name, "repair: %v", err))
 				return

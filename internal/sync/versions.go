@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -128,27 +127,12 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*p
 	return nodes
 }
 
-// readRecord fetches and parses a version's record into n.
+// readRecord fetches and parses a version's record into n (see
+// source.ReadRecord: an ancestor upstream lacks is left with neither).
 func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
-	name := repo.VersionFile(n.id, repo.RecordFile)
-	raw, err := backend.ReadAll(ctx, e.src, name, repo.MaxRecordFile)
-	switch {
-	case backend.IsNotExist(err) && !n.isRoot:
-		e.log.Info("ancestor version absent upstream; skipped", zap.String("version", n.id))
-	case backend.IsNotExist(err):
-		n.err = refuse(ReasonMissingFile, n.id, name, "version %s: %s is missing upstream", n.id, name)
-	case errors.Is(err, backend.ErrTooLarge):
-		n.err = refuse(ReasonRecord, n.id, name, "version %s: %s is larger than the %d bytes a record may have", n.id, name, repo.MaxRecordFile)
-	case err != nil:
-		n.err = err
-	default:
-		n.raw = raw
-		// Its parents count for ancestry only once it passed the policy
-		// (see ancestry), noted as it is published.
-		if n.rec, err = repo.ParseRecord(n.id, raw); err != nil {
-			n.err = recordRefusal(n.id, err)
-		}
-	}
+	// Its parents count for ancestry only once it passed the policy
+	// (see ancestry), noted as it is published.
+	n.raw, n.rec, n.err = e.src.ReadRecord(ctx, n.id, n.isRoot)
 }
 
 // refuseCycles refuses the versions whose parents lead back to themselves
