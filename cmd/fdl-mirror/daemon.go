@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
@@ -118,8 +120,9 @@ func selectMirrors(w io.Writer, cmd string, cfg *config.Config, name string) ([]
 // syncFromConfig runs the config's mirrors (those of a shard, or the one
 // named) once, one after the other, for CI and CronJobs. A mirror's failure
 // does not stop the next; the exit code is the worst of theirs, as for a
-// plain sync.
-func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard config.Shard, dryRun, force, jsonOut bool, log *zap.Logger) int {
+// plain sync. Notifications go out as each mirror ends; at the end it
+// waits at most notifyWait for those still being sent.
+func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard config.Shard, dryRun, force, jsonOut bool, notifyWait time.Duration, log *zap.Logger) int {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		printConfigError(os.Stderr, "sync", configPath, err)
@@ -133,6 +136,8 @@ func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard co
 	if !ok {
 		return exitUsage
 	}
+	notifier := daemon.NewNotifier(log, prometheus.NewRegistry(), daemon.NotifyOptions{})
+	defer notifier.Close(notifyWait)
 	code := exitOK
 	for _, m := range mirrors {
 		if ctx.Err() != nil {
@@ -146,6 +151,7 @@ func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard co
 		progress, done := newProgress(!jsonOut)
 		report, err := mirror.Run(ctx, job, log, progress)
 		done()
+		notifier.AfterRun(m, report)
 		code = max(code, finishSync(os.Stdout, job, report, err, jsonOut, log))
 	}
 	return code

@@ -79,10 +79,11 @@ func cmdStatus(args []string) int {
 	for _, job := range jobs {
 		refs, err := mirror.Status(ctx, job, log)
 		var pending []fdlsync.PendingVersion
+		var more int
 		if err == nil {
-			pending, err = mirror.Pending(ctx, job, log)
+			pending, more, err = mirror.Pending(ctx, job, log)
 		}
-		code = max(code, printStatus(os.Stdout, job, refs, pending, err, *jsonOut, log))
+		code = max(code, printStatus(os.Stdout, job, refs, pending, more, err, *jsonOut, log))
 	}
 	return code
 }
@@ -90,7 +91,8 @@ func cmdStatus(args []string) int {
 // printStatus prints one mirror's refs and returns its exit code: 0 current,
 // 1 behind or unreadable, 2 for a job that cannot work (bad address).
 // Ancestors the mirror keeps to retry (pending) make it behind too.
-func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending []fdlsync.PendingVersion, err error, jsonOut bool, log *zap.Logger) int {
+// pendingMore counts the pending versions the mirror's list left out.
+func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending []fdlsync.PendingVersion, pendingMore int, err error, jsonOut bool, log *zap.Logger) int {
 	code := exitOK
 	behind := 0
 	for _, r := range refs {
@@ -119,8 +121,9 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 			UpstreamStale      bool      `json:"upstream_stale"`
 			UpstreamLastChange time.Time `json:"upstream_last_change,omitzero"`
 			// Pending: ancestors not mirrored yet, retried at every run.
-			Pending []fdlsync.PendingVersion `json:"pending"`
-		}{Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0 || len(pending) > 0, Refs: refs,
+			Pending     []fdlsync.PendingVersion `json:"pending"`
+			PendingMore int                      `json:"pending_more,omitempty"` // left out of pending
+		}{PendingMore: pendingMore, Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0 || len(pending) > 0, Refs: refs,
 			UpstreamStale: stale, UpstreamLastChange: lastChange, Pending: pending}
 		if out.Pending == nil {
 			out.Pending = []fdlsync.PendingVersion{}
@@ -151,11 +154,14 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 		if state == "current" {
 			state = "refs current"
 		}
-		state += fmt.Sprintf("; %d ancestor versions not mirrored yet", len(pending))
+		state += fmt.Sprintf("; %d ancestor versions not mirrored yet", len(pending)+pendingMore)
 	}
 	fmt.Fprintf(w, "%s%s -> %s: %s\n", name, job.Source, job.Sink, state)
 	for _, p := range pending {
 		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: %s\n", p.Version, p.Since.Format(time.RFC3339), p.Reason, p.Message)
+	}
+	if pendingMore > 0 {
+		fmt.Fprintf(w, "  PENDING and %d more versions, not listed\n", pendingMore)
 	}
 	if stale {
 		since := "never recorded"

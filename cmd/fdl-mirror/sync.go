@@ -39,6 +39,7 @@ func cmdSync(args []string) int {
 	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
 	configPath := fs.String("config", "", "run the mirrors of this config `file` once")
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
+	notifyWait := fs.Duration("notify-wait", 30*time.Second, "with --config: how long to wait at exit for notifications still being sent")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
 	repair := fs.Bool("repair", false, "re-check every complete version's data files in the sink and copy back what is missing or of another size")
@@ -88,7 +89,7 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, bwlimit, refs, exclude_refs and allow_rewind in the config")
 			return exitUsage
 		}
-		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *force, *jsonOut, log)
+		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *force, *jsonOut, *notifyWait, log)
 	}
 	if len(pos) != 2 {
 		fs.Usage()

@@ -25,6 +25,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -35,6 +36,18 @@ type Config struct {
 	// Listen is the host:port of /metrics, /healthz and /readyz; "" serves none.
 	Listen  string
 	Mirrors []Mirror
+	// LiteralSecrets says where the file itself holds a credential (a
+	// password or token in an address, a header value) rather than a
+	// ${VAR} or an http_headers_file: one "line N: what" each. See
+	// ExposedSecrets.
+	LiteralSecrets []string
+	// TriggerTokenFile holds the bearer token of POST /mirrors/{name}/sync
+	// (TriggerToken); "" serves no trigger.
+	TriggerTokenFile string
+	TriggerToken     Secret
+	// Notify are the receivers of every mirror's notifications; each
+	// mirror's Notify starts with them.
+	Notify []NotifyTarget
 }
 
 // Mirror is one upstream repository and where to mirror it.
@@ -54,8 +67,16 @@ type Mirror struct {
 	SignatureNamespace string
 	// Concurrency is the number of parallel copies; 0 means the engine default.
 	Concurrency int
-	// HTTPHeaders are sent with every request to an HTTP(S) source ("Name: value").
+	// HTTPHeaders are sent with every request to an HTTP(S) source ("Name:
+	// value"): those of http_headers, then those of http_headers_file.
 	HTTPHeaders []string
+	// HTTPAllowInsecureAuth lets headers and a password go to a plain
+	// http:// source that is not loopback.
+	HTTPAllowInsecureAuth bool
+	// CAFile is a PEM bundle trusted besides the system's roots for HTTPS
+	// sources and S3/GCS endpoints, made absolute against the config
+	// file's folder.
+	CAFile string
 	// LockWait is how long a run waits for another run's lock on the sink.
 	LockWait time.Duration
 	// LockTTL is how long an object-store sink's lock outlives a holder
@@ -99,6 +120,9 @@ type Mirror struct {
 	// ids was made from, and records it (sync --force): for a repository
 	// that moved. Default false.
 	Force bool
+	// Notify are the receivers of this mirror's notifications: the
+	// top-level ones, then the mirror's own.
+	Notify []NotifyTarget
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
@@ -133,15 +157,17 @@ type Problem struct {
 	Msg  string
 }
 
+// String is the problem as shown: a value it quotes has its credentials
+// redacted, since it may be an address after ${VAR} expansion.
 func (p Problem) String() string {
 	file := p.File
 	if file == "" {
 		file = "config"
 	}
 	if p.Line > 0 {
-		return fmt.Sprintf("%s:%d: %s", file, p.Line, p.Msg)
+		return fmt.Sprintf("%s:%d: %s", file, p.Line, redact.Text(p.Msg))
 	}
-	return fmt.Sprintf("%s: %s", file, p.Msg)
+	return fmt.Sprintf("%s: %s", file, redact.Text(p.Msg))
 }
 
 // Problems is every problem found in a config file; it is the error Load and
@@ -172,6 +198,7 @@ func Parse(data []byte, file string, lookupEnv func(string) (string, bool)) (*Co
 	p := &parser{file: file, lookupEnv: lookupEnv}
 	cfg := &Config{Path: file}
 	p.parse(data, cfg)
+	cfg.LiteralSecrets = p.literal
 	if len(p.problems) > 0 {
 		sort.SliceStable(p.problems, func(i, j int) bool { return p.problems[i].Line < p.problems[j].Line })
 		return nil, p.problems
@@ -180,9 +207,11 @@ func Parse(data []byte, file string, lookupEnv func(string) (string, bool)) (*Co
 }
 
 type parser struct {
-	file      string
-	lookupEnv func(string) (string, bool)
-	problems  Problems
+	file        string
+	lookupEnv   func(string) (string, bool)
+	problems    Problems
+	literal     []string // Config.LiteralSecrets
+	triggerLine int
 }
 
 func (p *parser) addf(line int, format string, args ...any) {
@@ -230,6 +259,10 @@ func (p *parser) parse(data []byte, cfg *Config) {
 		case "mirrors":
 			sawMirrors = true
 			p.mirrors(v, cfg)
+		case "trigger_token_file":
+			p.triggerToken(v, cfg)
+		case "notify":
+			cfg.Notify = p.notifyTargets(v, "notify")
 		default:
 			return false
 		}
@@ -238,6 +271,7 @@ func (p *parser) parse(data []byte, cfg *Config) {
 	if !sawMirrors {
 		p.addf(root.Line, "no mirrors: list")
 	}
+	p.finishNotify(cfg)
 }
 
 // fields walks a mapping, reporting duplicate keys, and unknown ones (those
@@ -349,7 +383,23 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 				p.addf(v.Line, "%s.concurrency: %d: must be at least 1", where, m.Concurrency)
 			}
 		case "http_headers":
-			m.HTTPHeaders = p.headers(v, where+".http_headers")
+			m.HTTPHeaders = append(p.headers(v, where+".http_headers"), m.HTTPHeaders...)
+			p.literalHeaders(v, where+".http_headers")
+		case "http_headers_file":
+			if file := p.path(str(v, key)); file != "" {
+				hs, err := ReadHeaderFile(file)
+				if err != nil {
+					p.addf(v.Line, "%s.http_headers_file: %v", where, err)
+				}
+				m.HTTPHeaders = append(m.HTTPHeaders, hs...)
+			}
+		case "http_allow_insecure_auth":
+			m.HTTPAllowInsecureAuth = p.boolean(v, where+".http_allow_insecure_auth")
+		case "ca_file":
+			m.CAFile = p.path(str(v, key))
+			if _, err := location.CertPool(m.CAFile); err != nil {
+				p.addf(v.Line, "%s.ca_file: %v", where, err)
+			}
 		case "retries":
 			m.Retries = p.integer(v, where+".retries")
 			if m.Retries < 0 {
@@ -445,6 +495,8 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 				}
 				m.LockTTL = d
 			}
+		case "notify":
+			m.Notify = p.notifyTargets(v, where+".notify")
 		default:
 			return false
 		}
@@ -473,9 +525,7 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 		p.addf(sinkNode.Line, "%s: sink is the source", where)
 	}
 	if m.TrustedSigners != "" {
-		if !filepath.IsAbs(m.TrustedSigners) && p.file != "" {
-			m.TrustedSigners = filepath.Join(filepath.Dir(p.file), m.TrustedSigners)
-		}
+		m.TrustedSigners = p.path(m.TrustedSigners)
 		if f, err := os.Open(m.TrustedSigners); err != nil {
 			p.addf(signersNode.Line, "%s: trusted_signers: %v", where, err)
 		} else {
@@ -488,9 +538,27 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 	return m
 }
 
+// path makes a file named in the config absolute against the config
+// file's folder.
+func (p *parser) path(file string) string {
+	if file != "" && !filepath.IsAbs(file) && p.file != "" {
+		return filepath.Join(filepath.Dir(p.file), file)
+	}
+	return file
+}
+
 // checkAddress refuses schemes no backend handles, and HTTP as a sink, here
-// rather than at the first tick hours later.
+// rather than at the first tick hours later. The address's credentials are
+// made known to redact first: no message, here or later, shows them.
 func (p *parser) checkAddress(v *yaml.Node, where, addr string, sink bool) {
+	redact.AddressSecrets(addr)
+	for _, c := range redact.Credentials(v.Value) {
+		if !envPattern.MatchString(c) {
+			p.literal = append(p.literal, fmt.Sprintf("line %d: %s: a credential in the address", v.Line, where))
+			break
+		}
+	}
+	addr = redact.URL(addr)
 	scheme, _ := location.Scheme(addr)
 	switch scheme {
 	case "file", "s3", "gs":
@@ -614,6 +682,64 @@ func (p *parser) integer(v *yaml.Node, where string) int {
 	return n
 }
 
+// literalHeaders notes the header values written in the file itself.
+func (p *parser) literalHeaders(v *yaml.Node, where string) {
+	if v.Kind != yaml.SequenceNode {
+		return
+	}
+	for i, item := range v.Content {
+		if _, value, ok := strings.Cut(item.Value, ":"); ok && strings.TrimSpace(value) != "" && !envPattern.MatchString(value) {
+			p.literal = append(p.literal, fmt.Sprintf("line %d: %s[%d]: a header value", item.Line, where, i))
+		}
+	}
+}
+
+// ReadHeaderFile reads HTTP headers from a file, one "Name: value" a line
+// (--http-header-file, http_headers_file); blank lines and lines starting
+// with # are skipped. Like a secret file (ReadSecretFile) it is refused
+// where group or others may read or change it. A bad line is named by its
+// number, never shown: it may be all secret.
+func ReadHeaderFile(file string) ([]string, error) {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("%s: mode %04o lets group or others read or change the headers; chmod 600 it", file, perm)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		if _, err := httpstore.ParseHeaders([]string{line}); err != nil {
+			return nil, fmt.Errorf("%s:%d: not a \"Name: value\" header (a name of letters, digits and !#$%%&'*+-.^_`|~, a value without control characters)", file, i+1)
+		}
+		out = append(out, line)
+	}
+	redact.HeaderSecrets(out)
+	return out, nil
+}
+
+// ExposedSecrets returns LiteralSecrets when the config file can be read by
+// every user of the machine (mode o+r), which the daemon warns about; nil
+// otherwise.
+func ExposedSecrets(cfg *Config) []string {
+	if len(cfg.LiteralSecrets) == 0 || cfg.Path == "" {
+		return nil
+	}
+	fi, err := os.Stat(cfg.Path)
+	if err != nil || fi.Mode().Perm()&0o004 == 0 {
+		return nil
+	}
+	return cfg.LiteralSecrets
+}
+
 func (p *parser) headers(v *yaml.Node, where string) []string {
 	if isNull(v) {
 		return nil
@@ -637,6 +763,7 @@ func (p *parser) headers(v *yaml.Node, where string) []string {
 		}
 		out = append(out, h)
 	}
+	redact.HeaderSecrets(out)
 	return out
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -77,6 +79,22 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	signers := writeFile(t, t.TempDir(), "towns.allowed_signers", "")
 	data = []byte(strings.Replace(string(data), examplePath, signers, 1))
+	// So are its header file and CA bundle.
+	headerFile := writeSecret(t, t.TempDir(), "towns.headers", "# from a Secret\nX-Api-Key: k3y-from-file\n\n")
+	data = []byte(strings.Replace(string(data), "/etc/fdl-mirror/towns.headers", headerFile, 1))
+	caFile := testserver.NewCA(t).WriteFile(t)
+	data = []byte(strings.Replace(string(data), "/etc/fdl-mirror/ca.pem", caFile, 1))
+	// And its secret files at files of the same names, readable by their
+	// owner only.
+	secrets := map[string]string{}
+	for _, name := range []string{"trigger.token", "hooks.secret", "towns-ci.secret"} {
+		path := writeSecret(t, t.TempDir(), name, name+"-0123456789abcdef")
+		if n := strings.Count(string(data), "/etc/fdl-mirror/"+name); n != 1 {
+			t.Fatalf("example names /etc/fdl-mirror/%s %d times, want 1", name, n)
+		}
+		data = []byte(strings.Replace(string(data), "/etc/fdl-mirror/"+name, path, 1))
+		secrets[name] = path
+	}
 
 	cfg, err := Parse(data, "config.example.yaml", env(map[string]string{"TOWNS_TOKEN": "s3cret"}))
 	if err != nil {
@@ -84,6 +102,13 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	if cfg.Listen != "127.0.0.1:9464" {
 		t.Errorf("listen = %q", cfg.Listen)
+	}
+	if cfg.TriggerTokenFile != secrets["trigger.token"] || cfg.TriggerToken.Reveal() != "trigger.token-0123456789abcdef" {
+		t.Errorf("trigger token from %q", cfg.TriggerTokenFile)
+	}
+	hooks := NotifyTarget{URL: "https://hooks.example.org/fdl", SecretFile: secrets["hooks.secret"], Secret: "hooks.secret-0123456789abcdef", Line: notifyLine(t, data, "https://hooks.example.org/fdl")}
+	if !reflect.DeepEqual(cfg.Notify, []NotifyTarget{hooks}) {
+		t.Errorf("notify = %+v", cfg.Notify)
 	}
 	if got := cfg.Names(); !reflect.DeepEqual(got, []string{"towns", "rivers"}) {
 		t.Fatalf("mirrors = %v", got)
@@ -98,7 +123,8 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		RequireSignatures:  true,
 		SignatureNamespace: "fdl",
 		Concurrency:        8,
-		HTTPHeaders:        []string{"Authorization: Bearer s3cret"},
+		HTTPHeaders:        []string{"Authorization: Bearer s3cret", "X-Api-Key: k3y-from-file"},
+		CAFile:             caFile,
 		LockWait:           30 * time.Second,
 		LockTTL:            2 * time.Minute,
 		Retries:            5,
@@ -115,7 +141,9 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		AllowRewind:        []string{"refs/heads/scratch"},
 		MaxUpstreamAge:     72 * time.Hour,
 		Repair:             true,
-		Line:               towns.Line,
+		Notify: []NotifyTarget{hooks, {URL: "https://ci.example.org/hooks/towns", SecretFile: secrets["towns-ci.secret"],
+			Secret: "towns-ci.secret-0123456789abcdef", Line: notifyLine(t, data, "https://ci.example.org/hooks/towns")}},
+		Line: towns.Line,
 	}
 	if !reflect.DeepEqual(towns, want) {
 		t.Errorf("towns =\n%+v\nwant\n%+v", towns, want)
@@ -126,9 +154,12 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	if !strings.Contains(string(data), "    force: false\n") {
 		t.Error("the example does not document force: false")
 	}
+	if !strings.Contains(string(data), "    http_allow_insecure_auth: false\n") {
+		t.Error("the example does not document http_allow_insecure_auth: false")
+	}
 	v := reflect.ValueOf(towns)
 	for i := 0; i < v.NumField(); i++ {
-		if v.Type().Field(i).Name == "Force" {
+		if name := v.Type().Field(i).Name; name == "Force" || name == "HTTPAllowInsecureAuth" {
 			continue
 		}
 		if v.Field(i).IsZero() {
@@ -137,7 +168,8 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	rivers := cfg.Mirrors[1]
 	if rivers.Source != "/srv/fdl/rivers" || rivers.Sink != "gs://mirror-bucket/rivers/" ||
-		rivers.Schedule != "0 * * * *" || rivers.Concurrency != 0 || rivers.TrustedSigners != "" {
+		rivers.Schedule != "0 * * * *" || rivers.Concurrency != 0 || rivers.TrustedSigners != "" ||
+		!reflect.DeepEqual(rivers.Notify, []NotifyTarget{hooks}) {
 		t.Errorf("rivers = %+v", rivers)
 	}
 }
@@ -431,4 +463,86 @@ func TestForceKey(t *testing.T) {
 		t.Error("force: true not read")
 	}
 	wantProblem(t, problems(t, "mirrors:\n  - {name: a, source: /u, sink: /d, force: maybe}\n", nil), 2, "force")
+}
+
+// TestProblemsNeverShowASecret: every problem that quotes an address
+// quotes it redacted, whether the secret is in the file or in a ${VAR}.
+func TestProblemsNeverShowASecret(t *testing.T) {
+	const pw, token, header = "s3cretPW-from-env", "tok-0123456789", "Bearer hdr-secret-42"
+	dir := t.TempDir()
+	headers := writeSecret(t, dir, "headers", "Authorization: "+header+"\nnot a header "+header+"\n")
+	open := writeFile(t, dir, "open.headers", "Authorization: "+header+"\n")
+	text := `mirrors:
+  - name: one
+    source: ftp://alice:${PW}@host/repo/?token=${TOKEN}
+    sink: https://bob:literal-pw-99@host/m/?sig=` + token + `
+    http_headers_file: ` + headers + `
+    ca_file: ` + headers + `
+  - name: two
+    source: /srv/two
+    sink: /srv/m2
+    http_headers_file: ` + open + `
+`
+	_, err := Parse([]byte(text), filepath.Join(dir, "c.yaml"), env(map[string]string{"PW": pw, "TOKEN": token}))
+	if err == nil {
+		t.Fatal("parsed")
+	}
+	msg := err.Error()
+	for _, want := range []string{"unknown scheme", "HTTP(S) can only be a source", "ftp://alice:REDACTED@host/repo/?token=REDACTED",
+		"https://bob:REDACTED@host/m/?sig=REDACTED", "headers:2: not a \"Name: value\" header", "ca_file: CA file " + headers + ": no PEM certificate",
+		"open.headers: mode 0644 lets group or others read or change the headers"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("problems lack %q:\n%s", want, msg)
+		}
+	}
+	for _, secret := range []string{pw, token, "literal-pw-99", "hdr-secret-42"} {
+		if strings.Contains(msg, secret) {
+			t.Errorf("problems show %q:\n%s", secret, msg)
+		}
+	}
+}
+
+// TestLiteralSecretsAreFoundAndReportedWhenTheFileIsWorldReadable.
+func TestLiteralSecretsAreFoundAndReportedWhenTheFileIsWorldReadable(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FDL_TEST_TOKEN", "from-the-environment")
+	clean := writeFile(t, dir, "clean.yaml", `mirrors:
+  - name: one
+    source: https://alice:${FDL_TEST_TOKEN}@host/repo/?token=${FDL_TEST_TOKEN}&region=x
+    sink: /srv/m
+    http_headers: ["Authorization: Bearer ${FDL_TEST_TOKEN}"]
+`)
+	literal := writeFile(t, dir, "literal.yaml", `mirrors:
+  - name: one
+    source: https://host/repo/?token=abc123literal
+    sink: /srv/m
+  - name: two
+    source: https://host/two/
+    sink: /srv/two
+    http_headers: ["Authorization: Bearer literal", "X-Env: ${FDL_TEST_TOKEN}"]
+`)
+	cfg, err := Load(clean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.LiteralSecrets) != 0 || ExposedSecrets(cfg) != nil {
+		t.Errorf("a config of ${VAR}s holds literal secrets: %v", cfg.LiteralSecrets)
+	}
+	cfg, err = Load(literal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"line 3: mirrors[0].source: a credential in the address", "line 8: mirrors[1].http_headers[0]: a header value"}
+	if !reflect.DeepEqual(cfg.LiteralSecrets, want) {
+		t.Errorf("LiteralSecrets = %q, want %q", cfg.LiteralSecrets, want)
+	}
+	if got := ExposedSecrets(cfg); !reflect.DeepEqual(got, want) {
+		t.Errorf("mode 0644: ExposedSecrets = %q", got)
+	}
+	if err := os.Chmod(literal, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if got := ExposedSecrets(cfg); got != nil {
+		t.Errorf("mode 0640: ExposedSecrets = %q, want none", got)
+	}
 }

@@ -24,11 +24,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
+	"golang.org/x/net/netutil"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
@@ -60,7 +62,35 @@ type Options struct {
 	// StopTimeout bounds the wait for running syncs at a stop; 0 means
 	// DefaultStopTimeout.
 	StopTimeout time.Duration
+	// HTTPIdleTimeout closes a kept-alive connection to the status server
+	// that sends no request for this long; 0 means DefaultHTTPIdleTimeout.
+	HTTPIdleTimeout time.Duration
+	// HTTPMaxConnections bounds the connections the status server holds
+	// at once; 0 means DefaultHTTPMaxConnections.
+	HTTPMaxConnections int
+	// Notify tunes the delivery of notifications; the zero value is the
+	// production default.
+	Notify NotifyOptions
 }
+
+// The status server's bounds. Its pages are small and made in
+// milliseconds, so a client that takes longer than these is stuck or
+// hostile, and each connection it holds is a descriptor the daemon needs
+// for its stores.
+const (
+	// DefaultHTTPReadTimeout bounds reading one request, headers and
+	// body (the endpoints take none).
+	DefaultHTTPReadTimeout = 10 * time.Second
+	// DefaultHTTPWriteTimeout bounds a response from the end of its
+	// request: far above the largest page (the status page of a
+	// thousand mirrors, /metrics of as many) on a slow link.
+	DefaultHTTPWriteTimeout = 60 * time.Second
+	// DefaultHTTPIdleTimeout closes a kept-alive connection left idle.
+	DefaultHTTPIdleTimeout = 60 * time.Second
+	// DefaultHTTPMaxConnections: a Prometheus, a few browsers and probes
+	// need a handful; connections above the bound wait to be accepted.
+	DefaultHTTPMaxConnections = 64
+)
 
 // Daemon schedules the mirrors of one config file.
 type Daemon struct {
@@ -80,8 +110,12 @@ type Daemon struct {
 	gen      int // bumped at every reload; ticks of an older schedule are ignored
 	sched    *cron.Cron
 	running  map[string]bool
+	queued   map[string]bool // a trigger came during the run (trigger.go)
 	stopping bool
 	runs     sync.WaitGroup
+
+	trig   *triggers // POST /mirrors/{name}/sync (trigger.go)
+	notify *Notifier // events after runs (notify.go)
 }
 
 // New loads the config and prepares the daemon. A config that does not
@@ -99,6 +133,12 @@ func New(opts Options) (*Daemon, error) {
 	if opts.StopTimeout <= 0 {
 		opts.StopTimeout = DefaultStopTimeout
 	}
+	if opts.HTTPIdleTimeout <= 0 {
+		opts.HTTPIdleTimeout = DefaultHTTPIdleTimeout
+	}
+	if opts.HTTPMaxConnections <= 0 {
+		opts.HTTPMaxConnections = DefaultHTTPMaxConnections
+	}
 	cfg, err := load(opts.ConfigPath, opts.Shard)
 	if err != nil {
 		return nil, err
@@ -112,9 +152,12 @@ func New(opts Options) (*Daemon, error) {
 		running: map[string]bool{},
 	}
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
+	d.trig = newTriggers(d.metrics.Registry)
+	d.notify = NewNotifier(d.log, d.metrics.Registry, opts.Notify)
 	for _, m := range cfg.Mirrors {
 		d.track(m)
 	}
+	d.warnExposed(cfg)
 	d.metrics.Reloaded(true)
 	return d, nil
 }
@@ -141,6 +184,15 @@ func load(path string, shard config.Shard) (*config.Config, error) {
 	return cfg.InShard(shard), nil
 }
 
+// warnExposed warns when the config file holds a credential itself and
+// every user of the machine can read it.
+func (d *Daemon) warnExposed(cfg *config.Config) {
+	if where := config.ExposedSecrets(cfg); where != nil {
+		d.log.Warn("the config holds secrets and every user can read it: chmod o-r it, or move them to ${VAR}s or http_headers_file",
+			zap.String("config", cfg.Path), zap.Strings("secrets_at", where))
+	}
+}
+
 // track makes a configured mirror known to the metrics and the status page.
 func (d *Daemon) track(m config.Mirror) {
 	now := time.Now()
@@ -162,19 +214,20 @@ func (d *Daemon) Config() *config.Config {
 // Handler serves the status page on / and as JSON on /status.json,
 // /metrics, /healthz (200 while the process serves) and /readyz (200 once
 // the config is loaded and the mirrors scheduled, 503 before and while
-// stopping).
+// stopping). Each takes GET (and HEAD); another method is 405.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", d.servePage)
 	mux.HandleFunc("GET /status.json", d.serveStatusJSON)
-	mux.Handle("/metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{
 		Registry:          d.metrics.Registry,
 		EnableOpenMetrics: true,
 	}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+	d.handleTriggers(mux)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !d.ready.Load() {
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
@@ -196,7 +249,17 @@ func (d *Daemon) Serve(ctx context.Context, reload <-chan struct{}) error {
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", listen, err)
 		}
-		srv = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		ln = netutil.LimitListener(ln, d.opts.HTTPMaxConnections)
+		srv = &http.Server{
+			Handler:           d.Handler(),
+			ReadHeaderTimeout: DefaultHTTPReadTimeout,
+			ReadTimeout:       DefaultHTTPReadTimeout,
+			WriteTimeout:      DefaultHTTPWriteTimeout,
+			IdleTimeout:       d.opts.HTTPIdleTimeout,
+			// The server's own errors (a bad TLS hello, a client gone)
+			// are the client's business, not the operator's.
+			ErrorLog: zap.NewStdLog(d.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel))),
+		}
 		d.log.Info("serving the status page (/, /status.json), /metrics, /healthz, /readyz", zap.String("address", ln.Addr().String()))
 		go func() {
 			defer close(srvDone)
@@ -225,6 +288,13 @@ wait:
 
 	d.ready.Store(false)
 	d.stop()
+	// Notifications still queued go out while the server shuts down.
+	notified := make(chan struct{})
+	go func() {
+		defer close(notified)
+		d.notify.Close(NotifyWaitAtStop)
+	}()
+	defer func() { <-notified }()
 	if srv != nil {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -308,6 +378,7 @@ func (d *Daemon) Reload() error {
 	d.cfg = cfg
 	d.scheduleLocked(cfg)
 	d.metrics.Reloaded(true)
+	d.warnExposed(cfg)
 	d.log.Info("config reloaded", zap.String("config", d.opts.ConfigPath), zap.Strings("mirrors", cfg.Names()))
 	return nil
 }
@@ -329,7 +400,7 @@ func (d *Daemon) scheduleLocked(cfg *config.Config) {
 			continue
 		}
 		d.log.Info("mirror scheduled", zap.String("mirror", name), zap.String("schedule", m.Schedule),
-			zap.String("source", m.Source), zap.String("sink", m.Sink))
+			zap.String("source", redact.URL(m.Source)), zap.String("sink", redact.URL(m.Sink)))
 	}
 	d.sched.Start()
 }
@@ -355,18 +426,7 @@ func (d *Daemon) tick(gen int, name string) {
 	d.running[name] = true
 	d.runs.Add(1)
 	d.mu.Unlock()
-
-	defer d.runs.Done()
-	d.runOnce(m)
-
-	d.mu.Lock()
-	delete(d.running, name)
-	if _, still := d.cfg.Mirror(name); !still {
-		// Removed by a reload while it ran.
-		d.metrics.RemoveMirror(name)
-		d.board.remove(name)
-	}
-	d.mu.Unlock()
+	d.runThenQueued(m)
 }
 
 // runOnce runs a mirror and records the outcome. A panic in the run is
@@ -398,6 +458,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
 	}
 	d.board.finished(m.Name, start, end, result, rep, err)
+	d.notify.AfterRun(m, rep)
 
 	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}
 	if rep != nil {
@@ -407,14 +468,14 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	}
 	switch {
 	case err != nil && result == ResultCanceled:
-		log.Info("run stopped at a safe point", append(fields, zap.Error(err))...)
+		log.Info("run stopped at a safe point", append(fields, zap.Error(redact.Error(err)))...)
 	case result == ResultLocked:
 		// Daemon replicas meet here at every tick with something new: the
 		// one that got the lock runs the mirror. Nothing is wrong, so info;
 		// a lock held past its expiry is taken over in lock.Lock instead.
-		log.Info("another run holds the sink's lock (another replica, a manual sync); skipped until the next tick", append(fields, zap.Error(err))...)
+		log.Info("another run holds the sink's lock (another replica, a manual sync); skipped until the next tick", append(fields, zap.Error(redact.Error(err)))...)
 	case err != nil:
-		log.Error("run failed", append(fields, zap.Error(err))...)
+		log.Error("run failed", append(fields, zap.Error(redact.Error(err)))...)
 	case result == ResultRefused:
 		log.Warn("run finished with refusals", fields...)
 	default:
@@ -456,7 +517,7 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 			zap.Int("data_files_removed", len(rep.DataFilesRemoved)), zap.Int("objects_removed", len(rep.Removed)))
 	}
 	if err != nil {
-		log.Error("prune failed", append(fields, zap.Error(err))...)
+		log.Error("prune failed", append(fields, zap.Error(redact.Error(err)))...)
 		return
 	}
 	log.Info("prune finished", fields...)

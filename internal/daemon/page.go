@@ -109,6 +109,9 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 <dt>Last run</dt><dd>none yet</dd>
 {{- end}}
 <dt>Last success</dt><dd>{{with .LastSuccess}}{{when .}} ({{ago .}}){{else}}none yet{{end}}</dd>
+{{- with .LastTrigger}}
+<dt>Last trigger</dt><dd>{{when .At}} ({{ago .At}}): {{.Result}}</dd>
+{{- end}}
 </dl>
 {{- with .Error}}
 <p class="error">Error: {{.}}</p>
@@ -174,7 +177,9 @@ func summary(st Status) string {
 
 // Status returns what the status page shows.
 func (d *Daemon) Status() Status {
-	return d.board.snapshot(d.Config(), time.Now())
+	st := d.board.snapshot(d.Config(), time.Now())
+	d.trig.addToStatus(&st)
+	return st
 }
 
 // servePage serves the status page: HTML made on the server, no script.

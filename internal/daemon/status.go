@@ -1,14 +1,12 @@
 package daemon
 
 import (
-	"net/url"
-	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/robfig/cron/v3"
 )
@@ -65,6 +63,8 @@ type MirrorStatus struct {
 	// RefsCompared is when the refs were compared (the end of the last run
 	// that went to the end).
 	RefsCompared *time.Time `json:"refs_compared,omitempty"`
+	// LastTrigger is the last POST /mirrors/{name}/sync (trigger.go).
+	LastTrigger *TriggerStatus `json:"last_trigger,omitempty"`
 }
 
 // RunStatus is one finished run.
@@ -262,51 +262,10 @@ func period(schedule string, now time.Time) time.Duration {
 	return s.Next(next).Sub(next)
 }
 
-// safeQueryKeys are the address options shown as they are: they say where
-// the data is, not who may read it. Any other query value is replaced.
-var safeQueryKeys = map[string]bool{"endpoint": true, "region": true, "use_path_style": true, "anonymous": true}
+// Redact is redact.URL: an address fit for a page anyone on the network
+// may read.
+func Redact(addr string) string { return redact.URL(addr) }
 
-// Redact returns an address fit for a page anyone on the network may read:
-// no user information, and the value of every query parameter other than
-// the address options above replaced by REDACTED (a presigned URL's
-// signature, a token=). A local path is returned as it is.
-func Redact(addr string) string {
-	if !strings.Contains(addr, "://") {
-		return addr
-	}
-	u, err := url.Parse(addr)
-	if err != nil {
-		scheme, _, _ := strings.Cut(addr, "://")
-		return scheme + "://(address not shown: it does not parse)"
-	}
-	u.User = nil
-	u.Fragment, u.RawFragment = "", ""
-	if u.RawQuery != "" {
-		q := u.Query()
-		for k, vs := range q {
-			for i := range vs {
-				if safeQueryKeys[k] {
-					vs[i] = Redact(vs[i]) // an endpoint could carry user information too
-				} else {
-					vs[i] = "REDACTED"
-				}
-			}
-		}
-		u.RawQuery = q.Encode()
-	}
-	return u.String()
-}
-
-// urlInText finds the URLs an error message quotes.
-var urlInText = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s"'<>]+`)
-
-// RedactText redacts every URL in a message (see Redact): an error may quote
-// the address it failed on, user information and query included. The
-// punctuation that ends a sentence or an error's prefix ("GET URL: 403")
-// stays out of the URL.
-func RedactText(s string) string {
-	return urlInText.ReplaceAllStringFunc(s, func(u string) string {
-		trimmed := strings.TrimRight(u, ".,:;)")
-		return Redact(trimmed) + u[len(trimmed):]
-	})
-}
+// RedactText is redact.Text: a message with every address it quotes, and
+// every known secret, redacted.
+func RedactText(s string) string { return redact.Text(s) }

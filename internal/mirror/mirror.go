@@ -178,15 +178,15 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 
 // Pending reads the versions a mirror has kept to retry (see
 // fdlsync.PendingVersion); none for a mirror not made yet.
-func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVersion, error) {
+func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVersion, int, error) {
 	log = jobLogger(log, "")
 	dst, closeDst, err := location.Open(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
+		return nil, 0, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
 	defer closeDst()
-	return sink.ReadPending(ctx, dst)
+	return sink.ReadPending(ctx, dst, log)
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
@@ -22,12 +24,18 @@ import (
 // last barrier empty, missing, or of the right size with wrong bytes. A
 // version folder without version.json is rewritten by the next run
 // anyway (its catalog checked by sha256), but a data file is trusted by
-// its size: so before writing data files the run records their names,
-// fsynced, in UnsyncedFile; a barrier settles the names written before
-// it. A run that finds the record copies those files again (an atomic
-// replace) before anything else, and treats the ones it could not copy
-// as absent. Object stores have no barrier: every write is durable when
-// it returns, and nothing is recorded.
+// its size: so before writing data files the run records their names and
+// the sizes their catalogs give, fsynced, in UnsyncedFile; a barrier
+// settles the names written before it. A run that finds the record copies
+// those files again (an atomic replace) at the recorded size before
+// anything else, and treats the ones it could not copy as absent. The
+// record is the mirror's own file, but a damaged (or hand-made) one must
+// not become a way to copy anything upstream holds: only data files of
+// the mirror's data_dir are taken from it, each only at the size recorded
+// for it; a name without a size is treated as absent for the run and
+// not copied; ref files, refs.json, HEAD and version folders never are.
+// Object stores have no barrier: every write is durable when it returns,
+// and nothing is recorded.
 
 // UnsyncedFile (under .fdl-mirror/) names the data files a run was
 // writing without a barrier behind them yet.
@@ -37,21 +45,43 @@ const UnsyncedFile = "unsynced.json"
 const maxUnsyncedFile = 64 << 20
 
 type unsyncedRecord struct {
-	Files []string `json:"files"`
+	Files []unsyncedEntry `json:"files"`
+}
+
+// unsyncedEntry is one file of the record: its name and the size its
+// catalog records. A record of an earlier release names files without a
+// size (a bare string): Size is then -1.
+type unsyncedEntry struct {
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+}
+
+func (u *unsyncedEntry) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		u.Size = -1
+		return json.Unmarshal(b, &u.Name)
+	}
+	type plain unsyncedEntry
+	p := plain{Size: -1}
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*u = unsyncedEntry(p)
+	return nil
 }
 
 // durability is a run's part of the above.
 type durability struct {
 	barrier backend.Barrier // nil: every write is durable when it returns
 
-	mu       sync.Mutex // held while the record is written
-	recorded map[string]bool
-	written  map[string]bool // recorded names whose write returned
-	onDisk   bool            // the record file exists (or may)
+	mu       sync.Mutex       // held while the record is written
+	recorded map[string]int64 // name → size its catalog records
+	written  map[string]bool  // recorded names whose write returned
+	onDisk   bool             // the record file exists (or may)
 
 	barrierMu sync.Mutex // one barrier at a time
 
-	distrusted map[string]bool // found in the record, not copied again yet
+	distrusted map[string]int64 // found in the record, not copied again yet: name → recorded size, -1 if none
 }
 
 func (s *Sink) deferSync() bool { return s.dur.barrier != nil && !s.opts.DryRun }
@@ -66,13 +96,13 @@ func (s *Sink) WithoutSync(ctx context.Context) context.Context {
 
 // loadUnsynced reads the record an earlier run left: those files were
 // written without a barrier behind them and may hold wrong bytes. It
-// returns their names, sorted.
-func (s *Sink) loadUnsynced(ctx context.Context) ([]string, error) {
-	s.dur.distrusted = map[string]bool{}
+// returns their names, sorted; only data files below dataDir count.
+func (s *Sink) loadUnsynced(ctx context.Context, dataDir string) ([]string, error) {
+	s.dur.distrusted = map[string]int64{}
 	if s.dur.barrier == nil {
 		return nil, nil
 	}
-	raw, err := lock.ReadState(ctx, s.b, UnsyncedFile, maxUnsyncedFile)
+	raw, err := lock.ReadStateOrSetAside(ctx, s.b, UnsyncedFile, maxUnsyncedFile, !s.opts.DryRun, s.log)
 	if err != nil {
 		return nil, s.errorf("%s%s: %w", backend.ReservedPrefix, UnsyncedFile, err)
 	}
@@ -88,10 +118,13 @@ func (s *Sink) loadUnsynced(ctx context.Context) ([]string, error) {
 			zap.String("file", backend.ReservedPrefix+UnsyncedFile), zap.Error(err))
 		return nil, nil
 	}
-	for _, name := range rec.Files {
-		if backend.CheckName(name) == nil && !strings.HasPrefix(name, backend.ReservedPrefix) {
-			s.dur.distrusted[name] = true
+	for _, f := range rec.Files {
+		if !isDataFileName(f.Name, dataDir) {
+			s.log.Warn("the record of files written without a barrier names a file that is not a data file; ignored",
+				zap.String("file", backend.ReservedPrefix+UnsyncedFile), zap.String("name", quoteName(f.Name)))
+			continue
 		}
+		s.dur.distrusted[f.Name] = f.Size
 	}
 	var distrusted []string
 	for name := range s.dur.distrusted {
@@ -106,32 +139,41 @@ func (s *Sink) loadUnsynced(ctx context.Context) ([]string, error) {
 }
 
 // RewriteDistrusted copies the files of the record again with copyFile
-// (from the source, replacing what the mirror has), before any version is
-// published. Those it cannot copy stay distrusted: treated as absent, and
-// so copied (or their versions refused) like any missing file.
-func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string) error) {
+// (from the source), each at its recorded size and replacing what the
+// sink has, before any version is published. Those it cannot copy, and those recorded without a size,
+// stay distrusted: treated as absent, and so copied at the size a
+// catalog gives (or their versions refused) like any missing file.
+func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string, size int64) error) {
 	if len(s.dur.distrusted) == 0 || s.opts.DryRun {
 		return
 	}
 	s.dur.mu.Lock()
 	if s.dur.recorded == nil {
-		s.dur.recorded, s.dur.written = map[string]bool{}, map[string]bool{}
+		s.dur.recorded, s.dur.written = map[string]int64{}, map[string]bool{}
 	}
-	for name := range s.dur.distrusted {
-		s.dur.recorded[name] = true // the record on disk names them
+	var names []string
+	var sizes []int64
+	for name, size := range s.dur.distrusted {
+		if size < 0 {
+			// Nothing to confirm a copy by: absent for this run, and
+			// not kept in the record (a file a barrier did not cover
+			// belongs to a version not published yet, which copies it
+			// again with its catalog's size).
+			continue
+		}
+		s.dur.recorded[name] = size // the record on disk names them
+		names = append(names, name)
+		sizes = append(sizes, size)
 	}
 	s.dur.mu.Unlock()
-	var names []string
-	for name := range s.dur.distrusted {
-		names = append(names, name)
-	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, name := range names {
+	for i, name := range names {
+		size := sizes[i]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := copyFile(s.WithoutSync(ctx), name); err != nil {
+			if err := copyFile(s.WithoutSync(ctx), name, size); err != nil {
 				// Left in the record: its bytes are as untrusted as before.
 				s.log.Warn("file written before a power cut could not be copied again; treated as absent",
 					zap.String("file", name), zap.Error(err))
@@ -148,24 +190,56 @@ func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.
 
 // IsDistrusted says whether a file of the sink may hold wrong bytes.
 func (s *Sink) IsDistrusted(name string) bool {
-	return len(s.dur.distrusted) > 0 && s.dur.distrusted[name]
+	if len(s.dur.distrusted) == 0 {
+		return false
+	}
+	_, ok := s.dur.distrusted[name]
+	return ok
 }
 
-// RecordUnsynced adds names to the record, durably, before they are
-// written without a barrier.
-func (s *Sink) RecordUnsynced(ctx context.Context, names []string) error {
+// isDataFileName says whether name is a data file of the mirror's layout:
+// below data_dir (dir), a clean name outside the mirror's own folder, and
+// none of the names a repository's readers start from.
+func isDataFileName(name, dir string) bool {
+	if backend.CheckName(name) != nil || strings.HasPrefix(name, backend.ReservedPrefix) {
+		return false
+	}
+	if dir == "" || !strings.HasPrefix(name, dir) || len(name) == len(dir) {
+		return false
+	}
+	switch {
+	case name == repo.SettingsFile, name == repo.HeadFile, name == repo.RefsFile,
+		strings.HasPrefix(name, "refs/"), strings.HasPrefix(name, repo.VersionsDir):
+		return false // a data_dir of "" or "/" cannot reach them either way
+	}
+	return true
+}
+
+// quoteName is a name from a file the run did not write, fit for a log
+// line: quoted, non-UTF-8 bytes escaped, at most 256 bytes.
+func quoteName(name string) string {
+	if len(name) > 256 {
+		name = name[:256] + "…"
+	}
+	return strconv.Quote(name)
+}
+
+// RecordUnsynced adds names to the record, with the sizes their catalogs
+// give (sizes[i] for names[i]), durably, before they are written without
+// a barrier.
+func (s *Sink) RecordUnsynced(ctx context.Context, names []string, sizes []int64) error {
 	if !s.deferSync() || s.opts.NoUnsyncedRecord || len(names) == 0 {
 		return nil
 	}
 	s.dur.mu.Lock()
 	defer s.dur.mu.Unlock()
 	if s.dur.recorded == nil {
-		s.dur.recorded, s.dur.written = map[string]bool{}, map[string]bool{}
+		s.dur.recorded, s.dur.written = map[string]int64{}, map[string]bool{}
 	}
 	added := false
-	for _, n := range names {
-		if !s.dur.recorded[n] {
-			s.dur.recorded[n] = true
+	for i, n := range names {
+		if size, ok := s.dur.recorded[n]; !ok || size != sizes[i] {
+			s.dur.recorded[n] = sizes[i]
 			added = true
 		}
 	}
@@ -176,11 +250,11 @@ func (s *Sink) RecordUnsynced(ctx context.Context, names []string) error {
 }
 
 func (s *Sink) writeUnsyncedLocked(ctx context.Context) error {
-	rec := unsyncedRecord{Files: make([]string, 0, len(s.dur.recorded))}
-	for n := range s.dur.recorded {
-		rec.Files = append(rec.Files, n)
+	rec := unsyncedRecord{Files: make([]unsyncedEntry, 0, len(s.dur.recorded))}
+	for n, size := range s.dur.recorded {
+		rec.Files = append(rec.Files, unsyncedEntry{n, size})
 	}
-	sort.Strings(rec.Files)
+	sort.Slice(rec.Files, func(i, j int) bool { return rec.Files[i].Name < rec.Files[j].Name })
 	raw, err := json.Marshal(rec)
 	if err != nil {
 		return err
@@ -197,7 +271,7 @@ func (s *Sink) writeUnsyncedLocked(ctx context.Context) error {
 func (s *Sink) WroteUnsynced(name string) {
 	s.dur.mu.Lock()
 	defer s.dur.mu.Unlock()
-	if s.dur.recorded[name] {
+	if _, ok := s.dur.recorded[name]; ok {
 		s.dur.written[name] = true
 	}
 }

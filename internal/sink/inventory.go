@@ -35,8 +35,9 @@ func (inv *Inventory) Complete(id string) bool {
 // TakeInventory reads the mirror's fdl.json, refs, refs.json and HEAD,
 // its pending versions and the record of unsynced files, and lists its
 // versions/ (one listing, whatever the number of versions). The sink
-// keeps the record for the run's durability (see durability.go).
-func (s *Sink) TakeInventory(ctx context.Context) (*Inventory, error) {
+// keeps the record for the run's durability (see durability.go): only
+// data files below dataDir (the upstream's data_dir) count in it.
+func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, error) {
 	inv := &Inventory{}
 	var err error
 	if inv.Settings, err = s.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
@@ -51,7 +52,7 @@ func (s *Sink) TakeInventory(ctx context.Context) (*Inventory, error) {
 	if inv.Pending, err = s.readPending(ctx); err != nil {
 		return nil, err
 	}
-	if inv.Distrusted, err = s.loadUnsynced(ctx); err != nil {
+	if inv.Distrusted, err = s.loadUnsynced(ctx, dataDir); err != nil {
 		return nil, err
 	}
 	if inv.Head, err = s.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,19 @@ func (s *Sink) readRefs(ctx context.Context, inv *Inventory) error {
 		return err
 	}
 	marker, err := lock.ReadState(ctx, s.b, RefsMovingFile, repo.MaxSmallFile)
+	var unusable *lock.UnusableStateError
+	if errors.As(err, &unusable) {
+		// Whatever it holds, it says a run may have stopped mid-move:
+		// every ref file is read, and the next move writes it anew.
+		s.log.Warn("the mirror's marker of a move of refs is unusable; reading every ref file",
+			zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.Error(err))
+		if !s.opts.DryRun {
+			if aside, serr := lock.SetAside(ctx, s.b, RefsMovingFile); serr == nil {
+				s.log.Warn("the unusable state file is set aside", zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.String("set_aside_as", backend.ReservedPrefix+aside))
+			}
+		}
+		marker, err = []byte{}, nil
+	}
 	if err != nil {
 		return s.errorf("%s%s: %w", backend.ReservedPrefix, RefsMovingFile, err)
 	}

@@ -1,11 +1,13 @@
 package sink
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"sort"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -18,8 +20,48 @@ import (
 // PendingFile is the mirror's list of versions it could not mirror yet.
 const PendingFile = "pending.json"
 
-// maxPendingFile bounds the state file read back.
-const maxPendingFile = 64 << 20
+// maxPendingFile bounds the state file read back: MaxPendingVersions
+// entries of messages bounded by repo.BoundText, with room to spare.
+const maxPendingFile = 4 << 20
+
+// MaxPendingVersions caps the versions the list keeps; the rest are
+// counted (pendingFile.More). An upstream can make any number of
+// ancestors fail; the list is for a person to read, and a version left
+// out is found again while a ref still leads to it.
+const MaxPendingVersions = 1000
+
+// pendingFile is PendingFile's content. An earlier release wrote the
+// bare list.
+type pendingFile struct {
+	Versions []PendingVersion `json:"versions"`
+	More     int              `json:"more,omitempty"` // versions left out
+}
+
+// parsePending reads PendingFile, bounded: at most MaxPendingVersions
+// versions (the rest counted in more), each message bounded.
+func parsePending(raw []byte) (list []PendingVersion, more int, err error) {
+	var f pendingFile
+	if len(bytes.TrimSpace(raw)) > 0 && bytes.TrimSpace(raw)[0] == '[' {
+		err = json.Unmarshal(raw, &f.Versions)
+	} else {
+		err = json.Unmarshal(raw, &f)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, p := range f.Versions {
+		if repo.CheckVersionID(p.Version) != nil {
+			continue
+		}
+		if len(list) == MaxPendingVersions {
+			more++
+			continue
+		}
+		p.Reason, p.Message = repo.BoundText(p.Reason, 64), repo.BoundText(p.Message, repo.MaxMessage)
+		list = append(list, p)
+	}
+	return list, more + f.More, nil
+}
 
 // PendingVersion is an ancestor a run refused: a later run finds nothing
 // to walk below the complete child, so the mirror remembers it and every
@@ -32,50 +74,51 @@ type PendingVersion struct {
 }
 
 // ReadPending reads the versions a mirror has kept to retry (see
-// PendingVersion); none when there are none.
-func ReadPending(ctx context.Context, dst backend.Reader) ([]PendingVersion, error) {
-	raw, err := lock.ReadState(ctx, dst, PendingFile, maxPendingFile)
+// PendingVersion), at most MaxPendingVersions, and how many more it
+// counts; none when there are none. An unusable file is logged and read
+// as none (the next sync sets it aside).
+func ReadPending(ctx context.Context, dst backend.Reader, log *zap.Logger) ([]PendingVersion, int, error) {
+	raw, err := lock.ReadStateOrSetAside(ctx, dst, PendingFile, maxPendingFile, false, log)
 	if err != nil || raw == nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var list []PendingVersion
-	if err := json.Unmarshal(raw, &list); err != nil {
-		return nil, fmt.Errorf("mirror %s: %s%s: %w", dst.Location(), backend.ReservedPrefix, PendingFile, err)
+	list, more, err := parsePending(raw)
+	if err != nil {
+		return nil, 0, fmt.Errorf("mirror %s: %s%s: %w", dst.Location(), backend.ReservedPrefix, PendingFile, err)
 	}
-	return list, nil
+	return list, more, nil
 }
 
 // readPending is the inventory's reading of PendingFile: a damaged one is
 // the mirror's own file, started again rather than stopping every run
 // (what was pending is found again only where a ref still leads to it
-// through an incomplete version).
+// through an incomplete version); an unusable one is set aside by a run
+// that writes.
 func (s *Sink) readPending(ctx context.Context) (map[string]PendingVersion, error) {
 	pending := map[string]PendingVersion{}
-	raw, err := lock.ReadState(ctx, s.b, PendingFile, maxPendingFile)
+	raw, err := lock.ReadStateOrSetAside(ctx, s.b, PendingFile, maxPendingFile, !s.opts.DryRun, s.log)
 	if err != nil {
 		return nil, s.errorf("%s%s: %w", backend.ReservedPrefix, PendingFile, err)
 	}
 	if raw == nil {
 		return pending, nil
 	}
-	var list []PendingVersion
-	if err := json.Unmarshal(raw, &list); err != nil {
+	list, _, err := parsePending(raw)
+	if err != nil {
 		s.log.Warn("the mirror's list of pending versions is unreadable; starting a new one",
 			zapFile(PendingFile), zapErr(err))
 		return pending, nil
 	}
 	for _, p := range list {
-		if repo.CheckVersionID(p.Version) == nil {
-			pending[p.Version] = p
-		}
+		pending[p.Version] = p
 	}
 	return pending, nil
 }
 
-// WritePending replaces the list of pending versions, sorted by version.
-func (s *Sink) WritePending(ctx context.Context, list []PendingVersion) error {
-	sort.Slice(list, func(i, j int) bool { return list[i].Version < list[j].Version })
-	raw, _ := json.MarshalIndent(list, "", "  ")
+// WritePending replaces the list of pending versions (sorted), with the
+// count of those left out.
+func (s *Sink) WritePending(ctx context.Context, list []PendingVersion, more int) error {
+	raw, _ := json.MarshalIndent(pendingFile{Versions: list, More: more}, "", "  ")
 	return lock.WriteState(ctx, s.b, PendingFile, append(raw, '\n'))
 }
 
@@ -99,7 +142,7 @@ const maxSourceRecord = 64 << 10
 
 // ReadSourceRecord reads a mirror's SourceFile; nil when it has none.
 func ReadSourceRecord(ctx context.Context, dst backend.Reader) (*SourceRecord, error) {
-	raw, err := lock.ReadState(ctx, dst, SourceFile, maxSourceRecord)
+	raw, err := lock.ReadStateOrSetAside(ctx, dst, SourceFile, maxSourceRecord, false, nil)
 	if err != nil || raw == nil {
 		return nil, err
 	}
@@ -160,7 +203,7 @@ func (s UpstreamState) LastChange() time.Time {
 // it has none or it is unreadable (the mirror's own file: a damaged one is
 // replaced by the next run that writes). raw is nil when it has none.
 func ReadUpstreamState(ctx context.Context, dst backend.Reader) (state UpstreamState, raw []byte, err error) {
-	raw, err = lock.ReadState(ctx, dst, UpstreamStateFile, maxUpstreamState)
+	raw, err = lock.ReadStateOrSetAside(ctx, dst, UpstreamStateFile, maxUpstreamState, false, nil)
 	if err != nil || raw == nil {
 		return UpstreamState{}, nil, err
 	}

@@ -43,9 +43,12 @@ func (r *RefusalError) Error() string { return r.Message }
 // retry would only read again (backend.IsPermanent).
 func (r *RefusalError) Permanent() bool { return true }
 
-// Refuse is a refusal of version (or of no version: "") over file.
+// Refuse is a refusal of version (or of no version: "") over file. Its
+// message is bounded (repo.BoundText): upstream text (a table path, a
+// record's field) can be megabytes, and a message is kept in the mirror's
+// state, the report, the daemon's status page and logs.
 func Refuse(reason, version, file string, format string, args ...any) *RefusalError {
-	return &RefusalError{Refusal{Version: version, File: file, Reason: reason, Message: fmt.Sprintf(format, args...)}}
+	return &RefusalError{Refusal{Version: version, File: file, Reason: reason, Message: repo.BoundText(fmt.Sprintf(format, args...), repo.MaxMessage)}}
 }
 
 // RecordRefusal is the refusal of a record that does not parse: a replay

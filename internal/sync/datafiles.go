@@ -381,10 +381,11 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 		mu.Unlock()
 	})
 	names := make([]string, len(mine))
+	sizes := make([]int64, len(mine))
 	for k, i := range mine {
-		names[k] = e.src.Settings().DataDir + cat.Files[i].Path
+		names[k], sizes[k] = e.src.Settings().DataDir+cat.Files[i].Path, cat.Files[i].Size
 	}
-	if err := e.sink.RecordUnsynced(ctx, names); err != nil {
+	if err := e.sink.RecordUnsynced(ctx, names, sizes); err != nil {
 		for _, i := range mine {
 			calls[i].settle(err)
 		}
@@ -502,7 +503,7 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 	if err != nil || !need {
 		return err
 	}
-	if err := e.sink.RecordUnsynced(ctx, []string{name}); err != nil {
+	if err := e.sink.RecordUnsynced(ctx, []string{name}, []int64{size}); err != nil {
 		return err
 	}
 	err = e.copyFile(e.sink.WithoutSync(ctx), name, size)

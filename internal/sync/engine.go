@@ -181,7 +181,7 @@ func (e *engine) run(ctx context.Context) error {
 	// Files an earlier run wrote with no barrier behind them (a power
 	// cut) are copied again before any version that needs them is
 	// published.
-	e.sink.RewriteDistrusted(ctx, func(ctx context.Context, name string) error { return e.copyFile(ctx, name, -1) })
+	e.sink.RewriteDistrusted(ctx, e.copyFile)
 	if e.opts.Repair {
 		e.repair(ctx)
 	}

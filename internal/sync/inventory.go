@@ -14,7 +14,7 @@ import (
 // holds this upstream's repository, and lists versions/ in the source
 // where it lists.
 func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
-	inv, err := e.sink.TakeInventory(ctx)
+	inv, err := e.sink.TakeInventory(ctx, e.src.Settings().DataDir)
 	if err != nil {
 		return nil, &FatalError{err}
 	}

@@ -90,6 +90,9 @@ type Report struct {
 	// Pending lists the ancestors not mirrored yet, kept in the mirror's
 	// state and tried again by every run (see PendingVersion).
 	Pending []PendingVersion `json:"pending"`
+	// PendingMore counts the pending versions left out of Pending (it
+	// keeps at most 1,000).
+	PendingMore int `json:"pending_more,omitempty"`
 	// Distrusted lists the files an earlier run was writing with no
 	// barrier behind them when it stopped (a power cut, a kill): they may
 	// hold wrong bytes, and were copied again before any version that

@@ -45,11 +45,13 @@ func (e *engine) savePending(ctx context.Context, roots map[string]bool) {
 		list = append(list, p)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].Version < list[j].Version })
-	e.report.Pending = list
+	more := max(0, len(list)-sink.MaxPendingVersions)
+	list = list[:len(list)-more]
+	e.report.Pending, e.report.PendingMore = list, more
 	if e.opts.DryRun || (len(list) == 0 && len(e.pending) == 0) {
 		return
 	}
-	if err := e.sink.WritePending(ctx, list); err != nil {
+	if err := e.sink.WritePending(ctx, list, more); err != nil {
 		e.addRefusal(refuse(ReasonCopy, "", backend.ReservedPrefix+sink.PendingFile, "writing the list of pending versions: %v", err))
 	}
 }

@@ -14,12 +14,15 @@ package gcs
 import (
 	"context"
 	"crypto/md5"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -28,10 +31,13 @@ import (
 	"cloud.google.com/go/storage"
 	"cloud.google.com/go/storage/experimental"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	gax "github.com/googleapis/gax-go/v2"
 	"go.uber.org/zap"
 	"google.golang.org/api/googleapi"
 	"google.golang.org/api/iterator"
+	"google.golang.org/api/option"
+	htransport "google.golang.org/api/transport/http"
 )
 
 // DefaultChunkSize is the part size of resumable uploads: the writer holds
@@ -59,6 +65,10 @@ type Options struct {
 	// MaxBackoff caps the wait between two tries (default 10 s); the wait
 	// starts at 200 ms (or MaxBackoff, if less), doubles, and is jittered.
 	MaxBackoff time.Duration
+	// RootCAs are the roots an https endpoint's chain must end in (the
+	// system's and --ca-file's: for STORAGE_EMULATOR_HOST or a proxy that
+	// re-signs); nil means the system's.
+	RootCAs *x509.CertPool
 	// StallTimeout (default DefaultStallTimeout) retries a download whose
 	// response headers do not come, and a chunk of a resumable upload
 	// that the server does not acknowledge, within this time. Other calls
@@ -91,10 +101,10 @@ type Store struct {
 // network: a missing bucket shows up at the first request.
 func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	if u.Scheme != "gs" || u.Host == "" {
-		return nil, fmt.Errorf("%s: not a gs://BUCKET/PREFIX/ address", u.Redacted())
+		return nil, fmt.Errorf("%s: not a gs://BUCKET/PREFIX/ address", redact.URL(u.String()))
 	}
 	if u.RawQuery != "" {
-		return nil, fmt.Errorf("%s: gs:// addresses take no query parameters", u.Redacted())
+		return nil, fmt.Errorf("%s: gs:// addresses take no query parameters", redact.URL(u.String()))
 	}
 	prefix := strings.Trim(u.Path, "/")
 	if prefix != "" {
@@ -113,7 +123,15 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	}
 	// The stall timeout adapts upwards to the bucket's observed latency
 	// (99th percentile), never below stall.
-	client, err := storage.NewClient(ctx, experimental.WithReadStallTimeout(&experimental.ReadStallTimeoutConfig{Min: stall, TargetPercentile: 0.99}))
+	clientOpts := []option.ClientOption{experimental.WithReadStallTimeout(&experimental.ReadStallTimeoutConfig{Min: stall, TargetPercentile: 0.99})}
+	if opts.RootCAs != nil {
+		hc, err := httpClientTrusting(ctx, opts.RootCAs)
+		if err != nil {
+			return nil, fmt.Errorf("gs://%s/%s: creating client: %w", u.Host, prefix, err)
+		}
+		clientOpts = append(clientOpts, option.WithHTTPClient(hc))
+	}
+	client, err := storage.NewClient(ctx, clientOpts...)
 	if err != nil {
 		return nil, fmt.Errorf("gs://%s/%s: creating client: %w", u.Host, prefix, err)
 	}
@@ -149,6 +167,23 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	)
 	s.bucket = client.Bucket(u.Host)
 	return s, nil
+}
+
+// httpClientTrusting is the client's HTTP client with roots of the
+// operator's: an HTTP client given to the storage client replaces its
+// authenticated one, so the credentials are layered on it here as the
+// storage client would, unless it talks to an emulator (which takes none).
+func httpClientTrusting(ctx context.Context, roots *x509.CertPool) (*http.Client, error) {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.TLSClientConfig = &tls.Config{RootCAs: roots}
+	if os.Getenv("STORAGE_EMULATOR_HOST") != "" {
+		return &http.Client{Transport: base}, nil
+	}
+	rt, err := htransport.NewTransport(ctx, base, option.WithScopes(storage.ScopeFullControl))
+	if err != nil {
+		return nil, err
+	}
+	return &http.Client{Transport: rt}, nil
 }
 
 // shouldRetry is the client's default decision, plus a log line for every

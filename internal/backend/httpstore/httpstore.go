@@ -12,6 +12,8 @@ package httpstore
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +26,7 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	retryablehttp "github.com/hashicorp/go-retryablehttp"
 	"go.uber.org/zap"
 )
@@ -64,6 +67,13 @@ type Options struct {
 	// on any port, or "cdn.example.com:8443" on that port only. A redirect
 	// anywhere else, or from https to http, is refused.
 	AllowRedirects []string
+	// RootCAs are the certificates an https:// server's chain must end
+	// in; nil means the system's roots.
+	RootCAs *x509.CertPool
+	// AllowInsecureAuth lets Headers and a password in the address go to
+	// an http:// host other than loopback, in clear text
+	// (--http-allow-insecure-auth). Without it such an address is refused.
+	AllowInsecureAuth bool
 }
 
 // MaxRedirects bounds the redirects followed for one request.
@@ -122,7 +132,7 @@ type Store struct {
 // touch the network.
 func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 	if (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("%s: not an http:// or https:// address", base.Redacted())
+		return nil, fmt.Errorf("%s: not an http:// or https:// address", shown(base))
 	}
 	b := *base
 	b.Fragment, b.RawFragment = "", ""
@@ -134,13 +144,16 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 	}
 	header, err := ParseHeaders(opts.Headers)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", b.Redacted(), err)
+		return nil, fmt.Errorf("%s: %w", shown(&b), err)
+	}
+	if b.Scheme == "http" && (len(header) > 0 || b.User != nil) && !isLoopback(b.Hostname()) && !opts.AllowInsecureAuth {
+		return nil, fmt.Errorf("%s: credentials (an HTTP header or a password) would cross the network in clear text over http://; use https://, or --http-allow-insecure-auth (config: http_allow_insecure_auth) to send them anyway", shown(&b))
 	}
 	var allowed []allowedHost
 	for _, entry := range opts.AllowRedirects {
 		a, err := parseAllowedHost(entry)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", b.Redacted(), err)
+			return nil, fmt.Errorf("%s: %w", shown(&b), err)
 		}
 		allowed = append(allowed, a)
 	}
@@ -157,7 +170,7 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
-	s.log = s.log.With(zap.String("store", b.Redacted()))
+	s.log = s.log.With(zap.String("store", shown(&b)))
 	if s.idle <= 0 {
 		s.idle = DefaultReadIdleTimeout
 	}
@@ -187,6 +200,9 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 		// Content-Length stays the length of what is stored.
 		DisableCompression: true,
 	}
+	if opts.RootCAs != nil {
+		transport.TLSClientConfig = &tls.Config{RootCAs: opts.RootCAs}
+	}
 	s.client = &retryablehttp.Client{
 		HTTPClient:     &http.Client{Transport: transport, CheckRedirect: s.checkRedirect},
 		RetryMax:       s.retryMax,
@@ -213,7 +229,7 @@ func Open(ctx context.Context, base *url.URL, opts Options) (*Store, error) {
 func (s *Store) checkRedirect(req *http.Request, via []*http.Request) error {
 	from := via[len(via)-1].URL
 	refuse := func(reason string) error {
-		return &RedirectError{From: from.Redacted(), To: req.URL.Redacted(), Reason: reason, first: len(via) == 1}
+		return &RedirectError{From: shown(from), To: shown(req.URL), Reason: reason, first: len(via) == 1}
 	}
 	if len(via) >= MaxRedirects {
 		return refuse(fmt.Sprintf("more than %d redirects", MaxRedirects))
@@ -283,10 +299,23 @@ func port(u *url.URL) string {
 	return "80"
 }
 
+// shown is u as messages and logs may show it (redact.URL): no password,
+// no token in the query.
+func shown(u *url.URL) string { return redact.URL(u.String()) }
+
 func origin(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
+// isLoopback: a credential sent to this host never leaves the machine.
+func isLoopback(host string) bool {
+	if asciiLower(host) == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // Location is the base URL, without a password.
-func (s *Store) Location() string { return s.base.Redacted() }
+func (s *Store) Location() string { return shown(s.base) }
 
 // Properties: HTTP can neither list nor write.
 func (s *Store) Properties() backend.Properties { return backend.Properties{} }
@@ -331,7 +360,7 @@ func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, erro
 	retry, cerr := retryablehttp.DefaultRetryPolicy(ctx, resp, err)
 	if f, ok := ctx.Value(failureKey{}).(*failure); ok && retry {
 		if err != nil {
-			f.reason = err.Error()
+			f.reason = redact.Text(err.Error())
 		} else {
 			f.reason = resp.Status
 		}
@@ -349,7 +378,7 @@ func (s *Store) logRetry(_ retryablehttp.Logger, req *http.Request, attempt int)
 	if f, ok := req.Context().Value(failureKey{}).(*failure); ok {
 		reason = f.reason
 	}
-	s.log.Warn("http: retrying request", zap.String("method", req.Method), zap.String("url", req.URL.Redacted()),
+	s.log.Warn("http: retrying request", zap.String("method", req.Method), zap.String("url", shown(req.URL)),
 		zap.Int("retry", attempt), zap.Int("max", s.retryMax), zap.String("after", reason))
 }
 
@@ -383,7 +412,7 @@ func (s *Store) do(ctx context.Context, method string, u *url.URL, extra http.He
 	ctx = context.WithValue(ctx, failureKey{}, &failure{})
 	req, err := retryablehttp.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		return nil, redact.Error(fmt.Errorf("%s %s: %w", method, shown(u), err))
 	}
 	for k, v := range s.header {
 		req.Header[k] = v
@@ -395,18 +424,19 @@ func (s *Store) do(ctx context.Context, method string, u *url.URL, extra http.He
 	if rerr := (*RedirectError)(nil); errors.As(err, &rerr) {
 		// Said plainly: the wrapping by net/http and the retrier
 		// repeats the address and counts one try.
-		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), rerr)
+		return nil, fmt.Errorf("%s %s: %w", method, shown(u), rerr)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, u.Redacted(), err)
+		// net/http's url.Error quotes the URL, query and all.
+		return nil, redact.Error(fmt.Errorf("%s %s: %w", method, shown(u), err))
 	}
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
 		resp.Body.Close()
-		return nil, fmt.Errorf("%s %s: %s: %w", method, u.Redacted(), resp.Status, backend.ErrNotExist)
+		return nil, fmt.Errorf("%s %s: %s: %w", method, shown(u), resp.Status, backend.ErrNotExist)
 	case resp.StatusCode < 200 || resp.StatusCode > 299:
 		resp.Body.Close()
-		return nil, &StatusError{Method: method, URL: u.Redacted(), Status: resp.Status, Code: resp.StatusCode}
+		return nil, &StatusError{Method: method, URL: shown(u), Status: resp.Status, Code: resp.StatusCode}
 	}
 	return resp, nil
 }
@@ -476,7 +506,7 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 			}
 			if resp.StatusCode == http.StatusPartialContent {
 				resp.Body.Close()
-				return backend.Response{}, fmt.Errorf("GET %s: unasked-for partial content", u.Redacted())
+				return backend.Response{}, fmt.Errorf("GET %s: unasked-for partial content", shown(u))
 			}
 			// A strong validator lets a cut-off body be resumed from the
 			// same object: If-Range makes the server send all of a
@@ -499,10 +529,10 @@ func (s *Store) Open(ctx context.Context, name string) (io.ReadCloser, error) {
 		}
 		return backend.Response{Body: resp.Body}, nil
 	}
-	rr, err := backend.OpenResuming(ctx, "GET "+u.Redacted(), open, backend.ResumeOptions{
+	rr, err := backend.OpenResuming(ctx, "GET "+shown(u), open, backend.ResumeOptions{
 		MaxResumes: s.retryMax, WaitMin: s.waitMin, WaitMax: s.waitMax, IdleTimeout: s.idle,
 		OnResume: func(off int64, resume int, cause error) {
-			s.log.Warn("http: resuming cut-off body", zap.String("url", u.Redacted()), zap.Int64("offset", off),
+			s.log.Warn("http: resuming cut-off body", zap.String("url", shown(u)), zap.Int64("offset", off),
 				zap.Int64("size", size), zap.Int("retry", resume), zap.Error(cause))
 		},
 	})

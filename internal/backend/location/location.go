@@ -6,10 +6,12 @@ package location
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/s3"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 // Options carry what some protocols need besides the address.
@@ -32,14 +35,21 @@ type Options struct {
 	// Retries bounds the retries of one request after its first try, on
 	// 5xx, 429, resets and timeouts; 0 keeps each backend's default.
 	Retries int
-	Logger  *zap.Logger
+	// CAFile is a PEM bundle of certificates trusted besides the system's
+	// roots, for HTTPS sources and S3/GCS endpoints alike (--ca-file).
+	CAFile string
+	// HTTPAllowInsecureAuth lets a header or a password go to an http://
+	// address other than loopback (httpstore.Options.AllowInsecureAuth).
+	HTTPAllowInsecureAuth bool
+	Logger                *zap.Logger
 }
 
 // Open returns a store to read the repository at addr: a local folder
 // that exists, file://, s3://, gs://, http:// or https://. The returned
 // close function releases it.
 func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func() error, error) {
-	return open(ctx, addr, opts, false)
+	r, closeR, err := open(ctx, addr, opts, false)
+	return r, closeR, redact.Error(err)
 }
 
 // OpenWritable returns a store to write a mirror at addr: a local folder
@@ -48,7 +58,7 @@ func Open(ctx context.Context, addr string, opts Options) (backend.Reader, func(
 func OpenWritable(ctx context.Context, addr string, opts Options) (backend.Backend, func() error, error) {
 	st, closeSt, err := open(ctx, addr, opts, true)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, redact.Error(err)
 	}
 	return st.(backend.Backend), closeSt, nil
 }
@@ -59,6 +69,7 @@ func open(ctx context.Context, addr string, opts Options, writable bool) (backen
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
+	knownSecrets(addr, opts)
 	scheme, rest := Scheme(addr)
 	switch scheme {
 	case "file":
@@ -75,11 +86,11 @@ func open(ctx context.Context, addr string, opts Options, writable bool) (backen
 		return openObjectStore(ctx, addr, opts)
 	case "http", "https":
 		if writable {
-			return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", addr)
+			return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", redact.URL(addr))
 		}
 		return openHTTP(ctx, scheme, addr, opts)
 	}
-	return nil, nil, fmt.Errorf("%s: unsupported address scheme %q", addr, scheme)
+	return nil, nil, fmt.Errorf("%s: unsupported address scheme %q", redact.URL(addr), scheme)
 }
 
 // openHTTP opens an http:// or https:// source.
@@ -93,7 +104,12 @@ func openHTTP(ctx context.Context, scheme, addr string, opts Options) (backend.R
 		}
 		return nil, nil, fmt.Errorf("invalid %s:// address: %w", scheme, err)
 	}
-	st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, AllowRedirects: opts.HTTPAllowRedirects, Logger: opts.Logger, RetryMax: opts.Retries})
+	roots, err := CertPool(opts.CAFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := httpstore.Open(ctx, u, httpstore.Options{Headers: opts.HTTPHeaders, AllowRedirects: opts.HTTPAllowRedirects,
+		Logger: opts.Logger, RetryMax: opts.Retries, RootCAs: roots, AllowInsecureAuth: opts.HTTPAllowInsecureAuth})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -109,7 +125,7 @@ func OpenReadOnly(ctx context.Context, addr string, opts Options) (backend.Backe
 	scheme, rest := Scheme(addr)
 	switch scheme {
 	case "http", "https":
-		return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", addr)
+		return nil, nil, fmt.Errorf("%s: HTTP(S) can only be a source", redact.URL(addr))
 	case "file":
 		l, err := local.Open(rest)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -131,23 +147,60 @@ func OpenReadOnly(ctx context.Context, addr string, opts Options) (backend.Backe
 func openObjectStore(ctx context.Context, addr string, opts Options) (backend.Backend, func() error, error) {
 	u, err := url.Parse(addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", addr, err)
+		// url.Error quotes the whole address.
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err
+		}
+		return nil, nil, fmt.Errorf("%s: %w", redact.URL(addr), err)
+	}
+	roots, err := CertPool(opts.CAFile)
+	if err != nil {
+		return nil, nil, err
 	}
 	switch u.Scheme {
 	case "s3":
-		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
+		st, err := s3.Open(ctx, u, s3.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries), RootCAs: roots})
 		if err != nil {
 			return nil, nil, err
 		}
 		return st, func() error { return nil }, nil
 	case "gs":
-		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries)})
+		st, err := gcs.Open(ctx, u, gcs.Options{Logger: opts.Logger, MaxAttempts: attempts(opts.Retries), RootCAs: roots})
 		if err != nil {
 			return nil, nil, err
 		}
 		return st, st.Close, nil
 	}
-	return nil, nil, fmt.Errorf("%s: not an object store address", addr)
+	return nil, nil, fmt.Errorf("%s: not an object store address", redact.URL(addr))
+}
+
+// knownSecrets registers the credentials of an address and its headers
+// with redact, so that no output shows them, even where an upstream echoes
+// one back in a message.
+func knownSecrets(addr string, opts Options) {
+	redact.AddressSecrets(addr)
+	redact.HeaderSecrets(opts.HTTPHeaders)
+}
+
+// CertPool is the system's roots plus the certificates of file; nil (the
+// system's roots) when there is no file.
+func CertPool(file string) (*x509.CertPool, error) {
+	if file == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("CA file: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("CA file %s: no PEM certificate in it", file)
+	}
+	return pool, nil
 }
 
 // attempts turns a retry count into the tries a backend makes (0: its default).

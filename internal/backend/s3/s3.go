@@ -27,6 +27,8 @@ package s3
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -53,6 +55,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 // Options tune the backend; the zero value is the defaults.
@@ -76,6 +79,10 @@ type Options struct {
 	// engine already copies several files at once, and each part holds
 	// PartSize bytes).
 	Concurrency int
+	// RootCAs are the roots an https endpoint's chain must end in (the
+	// system's and --ca-file's); nil means the system's. AWS_CA_BUNDLE,
+	// when set, is added to them.
+	RootCAs *x509.CertPool
 }
 
 const (
@@ -217,6 +224,17 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	// The SDK's own buildable client, not an http.Client of ours: the
 	// standard chain adds AWS_CA_BUNDLE to it, and refuses any other type.
 	httpClient := awshttp.NewBuildableClient().WithReadTimeout(opts.StallTimeout)
+	if opts.RootCAs != nil {
+		// The chain appends AWS_CA_BUNDLE to these roots when it finds
+		// them set (and to an empty pool, replacing the system's, when
+		// not); each transport gets its own copy to append to.
+		httpClient = httpClient.WithTransportOptions(func(tr *http.Transport) {
+			if tr.TLSClientConfig == nil {
+				tr.TLSClientConfig = &tls.Config{}
+			}
+			tr.TLSClientConfig.RootCAs = opts.RootCAs.Clone()
+		})
+	}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(httpClient),
 		config.WithRetryer(func() aws.Retryer {
@@ -261,12 +279,8 @@ func Open(ctx context.Context, u *url.URL, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// redacted is u without any user information, for messages.
-func redacted(u *url.URL) string {
-	c := *u
-	c.User = nil
-	return c.String()
-}
+// redacted is u as messages may show it (redact.URL).
+func redacted(u *url.URL) string { return redact.URL(u.String()) }
 
 func (s *Store) Location() string { return s.location }
 

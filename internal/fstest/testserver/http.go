@@ -28,6 +28,7 @@ type HTTPServer struct {
 	value    string
 	perPath  map[string]int64
 	noHead   bool
+	allow    func(*http.Request) bool // nil allows every request
 }
 
 // HTTP serves dir on 127.0.0.1 until the test ends.
@@ -60,6 +61,27 @@ func (s *HTTPServer) RequireHeader(name, value string) {
 	s.header, s.value = name, value
 }
 
+// RequireFunc makes the server answer 401 to any request allow refuses:
+// Basic auth, a bearer token, a ?token= of a signed URL. Nil allows all.
+func (s *HTTPServer) RequireFunc(allow func(*http.Request) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.allow = allow
+}
+
+// HTTPS serves dir as HTTP does, over TLS with a certificate ca signed.
+func HTTPS(t testing.TB, dir string, ca *CA) *HTTPServer {
+	t.Helper()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatalf("testserver: %v", err)
+	}
+	t.Cleanup(func() { root.Close() })
+	s := &HTTPServer{Dir: dir, root: root, perPath: map[string]int64{}}
+	s.URL = ca.ServeTLS(t, s) + "/"
+	return s
+}
+
 // RefuseHead makes the server answer HEAD with 405, as some hosts do.
 func (s *HTTPServer) RefuseHead(refuse bool) {
 	s.mu.Lock()
@@ -82,8 +104,12 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.requests.Add(1)
 	s.mu.Lock()
 	s.perPath[r.URL.Path]++
-	header, value, noHead := s.header, s.value, s.noHead
+	header, value, noHead, allow := s.header, s.value, s.noHead, s.allow
 	s.mu.Unlock()
+	if allow != nil && !allow(r) {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
 	if header != "" && r.Header.Get(header) != value {
 		http.Error(w, "forbidden", http.StatusForbidden)
 		return

@@ -1,0 +1,528 @@
+package daemon
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/hashicorp/go-retryablehttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+)
+
+// Notifications tell receivers what a run did: every ref it moved, and
+// every version it refused, as CloudEvents 1.0 in structured mode, one
+// POST per receiver, signed as GitHub signs its webhooks. They are made
+// and sent off the run's path, from bounded queues, with retries and
+// backoff: a receiver that is down, slow or hostile never delays or fails
+// a sync; past the queue's bound, events are dropped and counted.
+
+// Event types.
+const (
+	EventRefsUpdated    = "org.fdl.mirror.refs.updated"
+	EventVersionRefused = "org.fdl.mirror.version.refused"
+)
+
+// SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the body,
+// keyed with the receiver's secret.
+const SignatureHeader = "X-Fdl-Mirror-Signature"
+
+// Notification results, the values of notifications_total's "result" label.
+const (
+	NotifyDelivered = "delivered" // the receiver answered 2xx
+	NotifyFailed    = "failed"    // no 2xx after every retry, or an answer not worth retrying (4xx)
+	NotifyDropped   = "dropped"   // the queue was full, or the process exited first
+)
+
+// Bounds on what an event quotes from a version record, which the
+// upstream wrote.
+const (
+	maxAuthorBytes  = 256
+	maxMessageBytes = 4096
+)
+
+// NotifyOptions tune delivery; zero fields take the defaults.
+type NotifyOptions struct {
+	QueueSize      int           // events waiting to be sent; default 1000
+	Workers        int           // requests in flight; default 4
+	RetryMax       int           // retries after the first attempt; default 8
+	RetryWaitMin   time.Duration // first backoff; default 1s, doubling
+	RetryWaitMax   time.Duration // longest backoff, a receiver's Retry-After too; default 1m
+	AttemptTimeout time.Duration // one attempt, answer included; default 10s
+	RecordTimeout  time.Duration // reading the moved versions' records from the sink; default 30s
+}
+
+func (o NotifyOptions) withDefaults() NotifyOptions {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 1000
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = 8
+	}
+	def(&o.RetryWaitMin, time.Second)
+	def(&o.RetryWaitMax, time.Minute)
+	def(&o.AttemptTimeout, 10*time.Second)
+	def(&o.RecordTimeout, 30*time.Second)
+	return o
+}
+
+// CloudEvent is a CloudEvents 1.0 event in the JSON format.
+type CloudEvent struct {
+	SpecVersion     string    `json:"specversion"`
+	Type            string    `json:"type"`
+	Source          string    `json:"source"`
+	ID              string    `json:"id"`
+	Time            time.Time `json:"time"`
+	DataContentType string    `json:"datacontenttype"`
+	Data            any       `json:"data"`
+}
+
+// RefsUpdated is the data of an org.fdl.mirror.refs.updated event.
+type RefsUpdated struct {
+	Mirror string       `json:"mirror"`
+	Sink   string       `json:"sink"` // credentials redacted
+	Refs   []RefUpdated `json:"refs"`
+}
+
+// RefUpdated is one ref a run moved, with its new version's record's
+// author and message ("" where the record has none).
+type RefUpdated struct {
+	Ref     string `json:"ref"`
+	From    string `json:"from"` // "" for a new ref
+	To      string `json:"to"`
+	Author  string `json:"author"`
+	Message string `json:"message"`
+}
+
+// VersionRefused is the data of an org.fdl.mirror.version.refused event.
+type VersionRefused struct {
+	Mirror  string   `json:"mirror"`
+	Sink    string   `json:"sink"`
+	Version string   `json:"version"`
+	Refs    []string `json:"refs"` // the refs not moved to it
+	Reason  string   `json:"reason"`
+	Message string   `json:"message"`
+}
+
+// Notifier makes and sends the notifications of runs.
+type Notifier struct {
+	opts   NotifyOptions
+	log    *zap.Logger
+	total  *prometheus.CounterVec
+	client *retryablehttp.Client
+
+	start sync.Once
+	// ctx ends the requests in flight when Close gives up waiting.
+	ctx    context.Context
+	cancel context.CancelFunc
+	runs   chan runEvents // runs whose events are still to be made
+	sends  chan delivery
+	done   sync.WaitGroup
+
+	mu     sync.Mutex
+	closed bool
+	// refused holds, per mirror, the refusals its last run notified: a
+	// version refused upstream is refused at every run, and its
+	// receivers hear of it once.
+	refused map[string]map[string]bool
+}
+
+type runEvents struct {
+	mirror config.Mirror
+	report *fdlsync.Report
+	at     time.Time
+}
+
+type delivery struct {
+	target config.NotifyTarget
+	body   []byte
+	event  string // type, for logs
+	id     string
+}
+
+// NewNotifier makes a Notifier whose counter is registered on reg. It
+// starts its goroutines with the first event.
+func NewNotifier(log *zap.Logger, reg prometheus.Registerer, opts NotifyOptions) *Notifier {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	opts = opts.withDefaults()
+	n := &Notifier{
+		opts: opts,
+		log:  log,
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fdl_mirror", Name: "notifications_total",
+			Help: "Notifications by receiver (scheme and host only) and result: delivered, failed (no 2xx after the retries), dropped (queue full, or the process exited first).",
+		}, []string{"target", "result"}),
+		refused: map[string]map[string]bool{},
+	}
+	reg.MustRegister(n.total)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.runs = make(chan runEvents, opts.QueueSize)
+	n.sends = make(chan delivery, opts.QueueSize)
+
+	c := retryablehttp.NewClient()
+	c.Logger = nil // its logs quote URLs, which may carry credentials
+	c.RetryMax = opts.RetryMax
+	c.RetryWaitMin, c.RetryWaitMax = opts.RetryWaitMin, opts.RetryWaitMax
+	c.Backoff = func(min, max time.Duration, attempt int, resp *http.Response) time.Duration {
+		// DefaultBackoff honours a Retry-After of any length: bound it.
+		return minDuration(retryablehttp.DefaultBackoff(min, max, attempt, resp), max)
+	}
+	c.HTTPClient = &http.Client{
+		Timeout: opts.AttemptTimeout,
+		// A receiver answers where it was configured: a redirect is a
+		// failure, not a reason to post the event elsewhere.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	n.client = c
+	return n
+}
+
+func minDuration(a, b time.Duration) time.Duration {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func (n *Notifier) startWorkers() {
+	n.start.Do(func() {
+		n.done.Add(1 + n.opts.Workers)
+		go func() {
+			defer n.done.Done()
+			for r := range n.runs {
+				n.makeEvents(r)
+			}
+			close(n.sends)
+		}()
+		for i := 0; i < n.opts.Workers; i++ {
+			go func() {
+				defer n.done.Done()
+				for d := range n.sends {
+					n.deliver(d)
+				}
+			}()
+		}
+	})
+}
+
+// AfterRun queues the notifications of a run of m: nothing when m has no
+// receivers, the run did not get a report, or was a dry run. It never
+// blocks.
+func (n *Notifier) AfterRun(m config.Mirror, rep *fdlsync.Report) {
+	if n == nil || rep == nil || rep.DryRun || len(m.Notify) == 0 {
+		return
+	}
+	if len(rep.RefsMoved) == 0 && len(rep.Refused) == 0 && !n.hadRefusals(m.Name) {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		n.dropAll(m, "the notifier is closed")
+		return
+	}
+	n.startWorkers()
+	select {
+	case n.runs <- runEvents{mirror: m, report: rep, at: time.Now()}:
+	default:
+		n.dropAll(m, "the queue is full")
+	}
+}
+
+func (n *Notifier) hadRefusals(mirror string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.refused[mirror]) > 0
+}
+
+func (n *Notifier) dropAll(m config.Mirror, why string) {
+	for _, t := range m.Notify {
+		n.total.WithLabelValues(targetLabel(t.URL), NotifyDropped).Inc()
+	}
+	n.log.Warn("notifications of a run dropped", zap.String("mirror", m.Name), zap.String("why", why))
+}
+
+// makeEvents makes a run's events and queues one delivery per event and
+// receiver.
+func (n *Notifier) makeEvents(r runEvents) {
+	m, rep := r.mirror, r.report
+	sink := eventAddress(m.Sink)
+	var events []CloudEvent
+	if len(rep.RefsMoved) > 0 {
+		data := RefsUpdated{Mirror: m.Name, Sink: sink, Refs: make([]RefUpdated, 0, len(rep.RefsMoved))}
+		records := n.readRecords(m, rep.RefsMoved)
+		for _, mv := range rep.RefsMoved {
+			rec := records[mv.To]
+			data.Refs = append(data.Refs, RefUpdated{Ref: mv.Ref, From: mv.From, To: mv.To, Author: rec.author, Message: rec.message})
+		}
+		events = append(events, newEvent(EventRefsUpdated, m.Name, r.at, data))
+	}
+	for _, v := range n.newRefusals(m.Name, rep.Refused) {
+		v.Mirror, v.Sink = m.Name, sink
+		events = append(events, newEvent(EventVersionRefused, m.Name, r.at, v))
+	}
+	for _, ev := range events {
+		body, err := json.Marshal(ev)
+		if err != nil {
+			n.log.Error("notification not made", zap.String("mirror", m.Name), zap.Error(err))
+			continue
+		}
+		for _, t := range m.Notify {
+			select {
+			case n.sends <- delivery{target: t, body: body, event: ev.Type, id: ev.ID}:
+			default:
+				n.total.WithLabelValues(targetLabel(t.URL), NotifyDropped).Inc()
+				n.log.Warn("notification dropped: the queue is full", zap.String("mirror", m.Name),
+					zap.String("target", targetLabel(t.URL)), zap.String("type", ev.Type), zap.String("id", ev.ID))
+			}
+		}
+	}
+}
+
+func newEvent(typ, source string, at time.Time, data any) CloudEvent {
+	return CloudEvent{SpecVersion: "1.0", Type: typ, Source: source, ID: rand.Text(),
+		Time: at.UTC(), DataContentType: "application/json", Data: data}
+}
+
+// newRefusals groups a run's refusals by version, and returns those of
+// versions (with their reasons) that the mirror's previous run did not
+// notify.
+func (n *Notifier) newRefusals(mirror string, refused []fdlsync.Refusal) []VersionRefused {
+	byVersion := map[string]*VersionRefused{}
+	var order []string
+	for _, x := range refused {
+		if x.Version == "" {
+			continue // not a version's refusal: a ref name, a file of the mirror
+		}
+		v, ok := byVersion[x.Version]
+		if !ok {
+			v = &VersionRefused{Version: x.Version, Refs: []string{}}
+			byVersion[x.Version] = v
+			order = append(order, x.Version)
+		}
+		// The root cause names the version; "version-refused" names a ref
+		// not moved because of it.
+		if v.Reason == "" || (v.Reason == fdlsync.ReasonVersion && x.Reason != fdlsync.ReasonVersion) {
+			v.Reason, v.Message = x.Reason, RedactText(x.Message)
+		}
+		if x.Ref != "" && !contains(v.Refs, x.Ref) {
+			v.Refs = append(v.Refs, x.Ref)
+		}
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	before := n.refused[mirror]
+	now := map[string]bool{}
+	var out []VersionRefused
+	for _, id := range order {
+		v := byVersion[id]
+		key := v.Version + "\x00" + v.Reason
+		now[key] = true
+		if !before[key] {
+			out = append(out, *v)
+		}
+	}
+	n.refused[mirror] = now
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+type recordText struct{ author, message string }
+
+// readRecords reads the author and message of the versions refs moved to,
+// from the mirror's copy of their records (checked by the run). A record
+// that cannot be read leaves them empty: the event still goes.
+func (n *Notifier) readRecords(m config.Mirror, moves []fdlsync.RefMove) map[string]recordText {
+	out := map[string]recordText{}
+	ctx, cancel := context.WithTimeout(n.ctx, n.opts.RecordTimeout)
+	defer cancel()
+	sink, closeSink, err := location.Open(ctx, m.Sink, location.Options{Retries: m.Retries, Logger: n.log})
+	if err != nil {
+		n.log.Warn("notification: cannot open the mirror to read version records", zap.String("mirror", m.Name), zap.String("error", RedactText(err.Error())))
+		return out
+	}
+	defer closeSink()
+	for _, mv := range moves {
+		if _, done := out[mv.To]; done {
+			continue
+		}
+		raw, err := backend.ReadAll(ctx, sink, repo.VersionFile(mv.To, repo.RecordFile), repo.MaxRecordFile)
+		if err != nil {
+			n.log.Warn("notification: cannot read a version record", zap.String("mirror", m.Name), zap.String("version", mv.To), zap.String("error", RedactText(err.Error())))
+			out[mv.To] = recordText{}
+			continue
+		}
+		out[mv.To] = parseRecordText(raw)
+	}
+	return out
+}
+
+// parseRecordText takes "author" and "message" from a version record
+// where they are strings, cut to their bounds; anything else is "".
+func parseRecordText(raw []byte) recordText {
+	var doc struct {
+		Author  json.RawMessage `json:"author"`
+		Message json.RawMessage `json:"message"`
+	}
+	if json.Unmarshal(raw, &doc) != nil {
+		return recordText{}
+	}
+	str := func(r json.RawMessage, limit int) string {
+		var s string
+		if json.Unmarshal(r, &s) != nil {
+			return ""
+		}
+		return cutUTF8(s, limit)
+	}
+	return recordText{author: str(doc.Author, maxAuthorBytes), message: str(doc.Message, maxMessageBytes)}
+}
+
+// cutUTF8 cuts s to at most limit bytes on a character boundary.
+func cutUTF8(s string, limit int) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) <= limit {
+		return s
+	}
+	for limit > 0 && !utf8.RuneStart(s[limit]) {
+		limit--
+	}
+	return s[:limit]
+}
+
+// Sign returns the signature header's value for body: "sha256=" and the
+// hex HMAC-SHA256 of the body keyed with secret.
+func Sign(body []byte, secret string) string {
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write(body)
+	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// deliver posts one event to one receiver, with retries.
+func (n *Notifier) deliver(d delivery) {
+	label := targetLabel(d.target.URL)
+	log := n.log.With(zap.String("target", label), zap.String("type", d.event), zap.String("id", d.id))
+	req, err := retryablehttp.NewRequestWithContext(n.ctx, http.MethodPost, d.target.URL, d.body)
+	if err != nil {
+		n.total.WithLabelValues(label, NotifyFailed).Inc()
+		log.Error("notification not sent: bad request", zap.String("error", scrubTarget(err.Error(), d.target.URL, label)))
+		return
+	}
+	req.Header.Set("Content-Type", "application/cloudevents+json")
+	req.Header.Set(SignatureHeader, Sign(d.body, d.target.Secret.Reveal()))
+	req.Header.Set("User-Agent", "fdl-mirror")
+	resp, err := n.client.Do(req)
+	if err != nil {
+		result := NotifyFailed
+		if errors.Is(n.ctx.Err(), context.Canceled) {
+			result = NotifyDropped // the process is exiting
+		}
+		n.total.WithLabelValues(label, result).Inc()
+		log.Warn("notification not delivered", zap.String("result", result), zap.String("error", scrubTarget(err.Error(), d.target.URL, label)))
+		return
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		n.total.WithLabelValues(label, NotifyFailed).Inc()
+		log.Warn("notification refused by the receiver", zap.Int("status", resp.StatusCode))
+		return
+	}
+	n.total.WithLabelValues(label, NotifyDelivered).Inc()
+	log.Debug("notification delivered", zap.Int("status", resp.StatusCode))
+}
+
+// Close stops taking events and waits at most wait for those queued to be
+// sent; then it cancels the requests in flight, which count as dropped.
+func (n *Notifier) Close(wait time.Duration) {
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	if n.closed {
+		n.mu.Unlock()
+		return
+	}
+	n.closed = true
+	n.startWorkers() // so that the goroutine closing sends exists
+	close(n.runs)
+	n.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		n.done.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+		n.log.Warn("notifications still pending at exit; the rest are dropped", zap.Duration("waited", wait))
+		n.cancel()
+		<-done
+	}
+	n.cancel()
+}
+
+// eventAddress is the sink's address as events show it: no credentials.
+// The one place to swap in a fuller redaction.
+func eventAddress(addr string) string { return Redact(addr) }
+
+// targetLabel names a receiver in metrics and logs: its scheme and host
+// only. User information, a query, and even the path (a Slack-style
+// webhook's path is its secret) stay out.
+func targetLabel(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(unparsable URL)"
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// scrubTarget replaces a receiver's URL in an error message by its label,
+// and redacts any other URL the message quotes.
+func scrubTarget(msg, raw, label string) string {
+	if u, err := url.Parse(raw); err == nil {
+		msg = strings.ReplaceAll(msg, u.Redacted(), label)
+		msg = strings.ReplaceAll(msg, u.String(), label)
+	}
+	msg = strings.ReplaceAll(msg, raw, label)
+	return RedactText(msg)
+}
+
+// NotifyWaitAtStop is how long a stopping daemon waits for notifications
+// still queued, while its HTTP server shuts down (as long): after
+// DefaultStopTimeout, within the 15 s an orchestrator grants.
+const NotifyWaitAtStop = 2 * time.Second

@@ -1,0 +1,267 @@
+package daemon
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"golang.org/x/time/rate"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
+)
+
+// A publisher's trigger, POST /mirrors/{name}/sync with the config's
+// bearer token, runs a mirror now instead of at its next tick. Triggers
+// coalesce: one that comes during a run queues one more run after it, and
+// any more before that run starts add nothing, since the run after them
+// reads the upstream as it is then. The schedule goes on as before.
+
+// Rate limit of the triggers of one mirror: a burst of TriggerBurst, then
+// one every TriggerEvery. Coalescing already bounds the runs; the limit
+// bounds the requests a leaked token can make the mirror serve.
+const (
+	TriggerBurst = 10
+	TriggerEvery = 6 * time.Second
+)
+
+// Trigger results, the values of triggers_total's "result" label.
+const (
+	TriggerStarted      = "started"        // no run was going: one started
+	TriggerQueued       = "queued"         // a run was going: one more queued after it
+	TriggerCoalesced    = "coalesced"      // a run was going, and one already queued after it
+	TriggerUnauthorized = "unauthorized"   // no token or a wrong one: nothing run
+	TriggerUnknown      = "unknown-mirror" // no such mirror in this daemon (or its shard)
+	TriggerLimited      = "rate-limited"   // past the mirror's rate limit: nothing run
+	TriggerStopping     = "stopping"       // the daemon is stopping: nothing run
+)
+
+// unknownMirrorLabel is the mirror label of triggers for a name that is
+// not configured: the name comes from the request, and a series per name
+// would let anyone grow /metrics without bound. Configured names are
+// [a-z0-9-]+, so no mirror is called this.
+const unknownMirrorLabel = "(unknown)"
+
+// TriggerStatus is a mirror's last trigger, on the status page.
+type TriggerStatus struct {
+	At     time.Time `json:"at"`
+	Result string    `json:"result"` // one of the triggers_total results
+}
+
+// TriggerResponse is the JSON body of a 202 answer.
+type TriggerResponse struct {
+	Mirror string `json:"mirror"`
+	// State is "running" when the trigger started a run, "queued" when a
+	// run was going and another will follow it.
+	State string `json:"state"`
+}
+
+// triggers is the trigger endpoint's own state: rate limits, the last
+// trigger of each mirror, and its counter.
+type triggers struct {
+	mu       sync.Mutex
+	limiters map[string]*rate.Limiter
+	last     map[string]TriggerStatus
+	total    *prometheus.CounterVec
+}
+
+func newTriggers(reg prometheus.Registerer) *triggers {
+	t := &triggers{
+		limiters: map[string]*rate.Limiter{},
+		last:     map[string]TriggerStatus{},
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fdl_mirror", Name: "triggers_total",
+			Help: "Triggers (POST /mirrors/NAME/sync) by result: started, queued, coalesced, unauthorized, unknown-mirror, rate-limited, stopping.",
+		}, []string{"mirror", "result"}),
+	}
+	reg.MustRegister(t.total)
+	return t
+}
+
+// allow takes one trigger of the mirror from its rate limit.
+func (t *triggers) allow(name string, now time.Time) (bool, time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.limiters[name]
+	if !ok {
+		l = rate.NewLimiter(rate.Every(TriggerEvery), TriggerBurst)
+		t.limiters[name] = l
+	}
+	r := l.ReserveN(now, 1)
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+func (t *triggers) record(name string, known bool, result string, now time.Time) {
+	label := name
+	if !known {
+		label = unknownMirrorLabel
+	}
+	t.total.WithLabelValues(label, result).Inc()
+	if known {
+		t.mu.Lock()
+		t.last[name] = TriggerStatus{At: now, Result: result}
+		t.mu.Unlock()
+	}
+}
+
+// addToStatus puts each mirror's last trigger into st.
+func (t *triggers) addToStatus(st *Status) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range st.Mirrors {
+		if last, ok := t.last[st.Mirrors[i].Mirror]; ok {
+			st.Mirrors[i].LastTrigger = &last
+		}
+	}
+}
+
+// handleTriggers serves POST /mirrors/{name}/sync. It is mounted always
+// and answers 404 to everything while the config sets no
+// trigger_token_file, so that a reload can turn it on or off.
+func (d *Daemon) handleTriggers(mux *http.ServeMux) {
+	mux.HandleFunc("/mirrors/{name}/sync", d.serveTrigger)
+}
+
+func (d *Daemon) serveTrigger(w http.ResponseWriter, r *http.Request) {
+	cfg := d.Config()
+	if cfg.TriggerToken == "" {
+		http.NotFound(w, r)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "use POST", http.StatusMethodNotAllowed)
+		return
+	}
+	name := r.PathValue("name")
+	_, known := cfg.Mirror(name)
+	now := time.Now()
+	log := d.log.With(zap.String("remote", r.RemoteAddr))
+	if known {
+		log = log.With(zap.String("mirror", name))
+	}
+	// Authentication comes first: an unknown mirror and a known one look
+	// the same to a caller without the token.
+	if !tokenMatches(r.Header.Get("Authorization"), cfg.TriggerToken) {
+		d.trig.record(name, known, TriggerUnauthorized, now)
+		log.Warn("trigger refused: no bearer token or a wrong one")
+		w.Header().Set("WWW-Authenticate", `Bearer realm="fdl-mirror"`)
+		http.Error(w, "a bearer token is needed (Authorization: Bearer TOKEN)", http.StatusUnauthorized)
+		return
+	}
+	if !known {
+		d.trig.record(name, false, TriggerUnknown, now)
+		log.Info("trigger for a mirror this daemon does not run", zap.String("name", truncate(name, 64)))
+		http.Error(w, "no such mirror in this daemon", http.StatusNotFound)
+		return
+	}
+	if ok, wait := d.trig.allow(name, now); !ok {
+		d.trig.record(name, true, TriggerLimited, now)
+		log.Warn("trigger refused: rate limit", zap.Duration("retry_after", wait))
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
+		http.Error(w, "too many triggers of this mirror; try again later", http.StatusTooManyRequests)
+		return
+	}
+	result := d.triggerRun(name)
+	d.trig.record(name, true, result, now)
+	if result == TriggerStopping {
+		http.Error(w, "the daemon is stopping", http.StatusServiceUnavailable)
+		return
+	}
+	state := "queued"
+	if result == TriggerStarted {
+		state = "running"
+	}
+	log.Info("sync triggered", zap.String("result", result))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	json.NewEncoder(w).Encode(TriggerResponse{Mirror: name, State: state})
+}
+
+// tokenMatches compares the request's bearer token with the configured
+// one in constant time; both are hashed first so that the comparison's
+// time does not even depend on their lengths.
+func tokenMatches(header string, token config.Secret) bool {
+	scheme, got, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	a := sha256.Sum256([]byte(strings.TrimSpace(got)))
+	b := sha256.Sum256([]byte(token.Reveal()))
+	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
+}
+
+// triggerRun starts a run of the mirror, or queues one after the run
+// going; it returns the trigger's result.
+func (d *Daemon) triggerRun(name string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m, ok := d.cfg.Mirror(name)
+	switch {
+	case d.stopping:
+		return TriggerStopping
+	case !ok:
+		return TriggerUnknown // removed by a reload since the handler looked
+	case d.running[name]:
+		if d.queued == nil {
+			d.queued = map[string]bool{}
+		}
+		if d.queued[name] {
+			return TriggerCoalesced
+		}
+		d.queued[name] = true
+		return TriggerQueued
+	}
+	d.running[name] = true
+	d.runs.Add(1)
+	go d.runThenQueued(m)
+	return TriggerStarted
+}
+
+// runThenQueued runs the mirror, then once more if a trigger came during
+// the run, and so on; then marks it not running. The caller has set
+// d.running[m.Name] and added to d.runs.
+func (d *Daemon) runThenQueued(m config.Mirror) {
+	defer d.runs.Done()
+	name := m.Name
+	for {
+		d.runOnce(m)
+		d.mu.Lock()
+		next, still := d.cfg.Mirror(name)
+		if still && !d.stopping && d.queued[name] {
+			delete(d.queued, name)
+			d.mu.Unlock()
+			d.log.Info("running again: triggered during the run", zap.String("mirror", name))
+			m = next
+			continue
+		}
+		delete(d.queued, name)
+		delete(d.running, name)
+		if !still {
+			// Removed by a reload while it ran.
+			d.metrics.RemoveMirror(name)
+			d.board.remove(name)
+		}
+		d.mu.Unlock()
+		return
+	}
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

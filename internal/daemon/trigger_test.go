@@ -1,0 +1,224 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+)
+
+const testToken = "trigger-token-0123456789abcdef"
+
+// hourlyWithTrigger is a config of mirrors scheduled hourly (no tick comes
+// during a test) with the trigger on, its token in a file beside it.
+func hourlyWithTrigger(t *testing.T, names ...string) string {
+	t.Helper()
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	text := "trigger_token_file: " + token + "\n" + strings.ReplaceAll(mirrorsConfig("127.0.0.1:0", names...), "@every 1s", "@every 1h")
+	return text
+}
+
+type triggerAnswer struct {
+	code  int
+	body  string
+	allow string
+	auth  string
+}
+
+func post(t *testing.T, h http.Handler, method, path, authorization string) triggerAnswer {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	if authorization != "" {
+		req.Header.Set("Authorization", authorization)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	b, _ := io.ReadAll(w.Result().Body)
+	return triggerAnswer{w.Code, string(b), w.Header().Get("Allow"), w.Header().Get("WWW-Authenticate")}
+}
+
+func TestTriggerRefusesWithoutTheTokenAndStartsNothing(t *testing.T) {
+	var calls atomic.Int32
+	h := start(t, hourlyWithTrigger(t, "towns"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+		calls.Add(1)
+		return okReport(job), nil
+	})
+	handler := h.d.Handler()
+	for _, c := range []struct {
+		method, path, auth string
+		code               int
+	}{
+		{"POST", "/mirrors/towns/sync", "", http.StatusUnauthorized},
+		{"POST", "/mirrors/towns/sync", "Bearer wrong-token-0123456789abcdef", http.StatusUnauthorized},
+		{"POST", "/mirrors/towns/sync", "Bearer " + testToken + "x", http.StatusUnauthorized},
+		{"POST", "/mirrors/towns/sync", "Basic " + testToken, http.StatusUnauthorized},
+		{"POST", "/mirrors/towns/sync", testToken, http.StatusUnauthorized},
+		{"POST", "/mirrors/nowhere/sync", "", http.StatusUnauthorized}, // unknown or not, the same to a caller without the token
+		{"POST", "/mirrors/nowhere/sync", "Bearer " + testToken, http.StatusNotFound},
+		{"GET", "/mirrors/towns/sync", "Bearer " + testToken, http.StatusMethodNotAllowed},
+		{"PUT", "/mirrors/towns/sync", "", http.StatusMethodNotAllowed},
+	} {
+		got := post(t, handler, c.method, c.path, c.auth)
+		if got.code != c.code {
+			t.Errorf("%s %s with %q: %d %s, want %d", c.method, c.path, c.auth, got.code, got.body, c.code)
+		}
+		if c.code == http.StatusMethodNotAllowed && got.allow != "POST" {
+			t.Errorf("%s: Allow %q", c.method, got.allow)
+		}
+		if c.code == http.StatusUnauthorized && !strings.HasPrefix(got.auth, "Bearer") {
+			t.Errorf("401 without WWW-Authenticate: Bearer: %q", got.auth)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // a run, had one started, would have been called by now
+	if n := calls.Load(); n != 0 {
+		t.Fatalf("%d runs started by refused triggers", n)
+	}
+	m := h.d.trig.total
+	if got := testutil.ToFloat64(m.WithLabelValues("towns", TriggerUnauthorized)); got != 5 {
+		t.Errorf("unauthorized triggers of towns counted %v, want 5", got)
+	}
+	if got := testutil.ToFloat64(m.WithLabelValues(unknownMirrorLabel, TriggerUnauthorized)) + testutil.ToFloat64(m.WithLabelValues(unknownMirrorLabel, TriggerUnknown)); got != 2 {
+		t.Errorf("triggers of an unknown mirror counted %v, want 2", got)
+	}
+	if st := h.d.Status().Mirrors[0]; st.LastTrigger == nil || st.LastTrigger.Result != TriggerUnauthorized || st.LastRun != nil {
+		t.Errorf("status after refused triggers: last trigger %+v, last run %+v", st.LastTrigger, st.LastRun)
+	}
+}
+
+func TestTriggersDuringARunQueueOneMoreRun(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	h := start(t, hourlyWithTrigger(t, "towns"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+		if calls.Add(1) == 1 {
+			<-release
+		}
+		return okReport(job), nil
+	})
+	handler := h.d.Handler()
+	auth := "bearer " + testToken // the scheme is case-insensitive
+	first := post(t, handler, "POST", "/mirrors/towns/sync", auth)
+	var resp TriggerResponse
+	if first.code != http.StatusAccepted || json.Unmarshal([]byte(first.body), &resp) != nil || resp != (TriggerResponse{"towns", "running"}) {
+		t.Fatalf("first trigger: %d %s", first.code, first.body)
+	}
+	waitFor(t, "the triggered run", 5*time.Second, func() bool { return calls.Load() == 1 })
+	codes := map[int]int{}
+	for i := 0; i < 10; i++ {
+		got := post(t, handler, "POST", "/mirrors/towns/sync", auth)
+		codes[got.code]++
+		if got.code == http.StatusAccepted && (json.Unmarshal([]byte(got.body), &resp) != nil || resp.State != "queued") {
+			t.Errorf("trigger during the run: %s", got.body)
+		}
+	}
+	close(release)
+	m := h.d.Metrics()
+	waitFor(t, "two runs ended", 5*time.Second, func() bool {
+		return testutil.ToFloat64(m.runs.WithLabelValues("towns", ResultSuccess)) == 2 && testutil.ToFloat64(m.running.WithLabelValues("towns")) == 0
+	})
+	time.Sleep(200 * time.Millisecond) // a third run, had one been queued, would start now
+	if n := calls.Load(); n != 2 {
+		t.Errorf("%d runs after 1 trigger and 10 during its run, want 2", n)
+	}
+	tr := h.d.trig.total
+	queued, coalesced, limited := testutil.ToFloat64(tr.WithLabelValues("towns", TriggerQueued)),
+		testutil.ToFloat64(tr.WithLabelValues("towns", TriggerCoalesced)), testutil.ToFloat64(tr.WithLabelValues("towns", TriggerLimited))
+	// A burst of TriggerBurst, the first included: the eleventh is over.
+	if queued != 1 || coalesced != 8 || limited != 1 || codes[http.StatusAccepted] != 9 || codes[http.StatusTooManyRequests] != 1 {
+		t.Errorf("10 triggers during a run: %v queued, %v coalesced, %v rate-limited; answers %v", queued, coalesced, limited, codes)
+	}
+	if st := h.d.Status().Mirrors[0]; st.LastTrigger == nil || st.LastTrigger.Result != TriggerLimited {
+		t.Errorf("last trigger %+v", st.LastTrigger)
+	}
+	// The scheduled tick still runs the mirror alone: no trigger queued.
+	h.d.mu.Lock()
+	gen := h.d.gen
+	h.d.mu.Unlock()
+	h.d.tick(gen, "towns")
+	if n := calls.Load(); n != 3 {
+		t.Errorf("a tick after the triggers made %d runs in all, want 3", n)
+	}
+}
+
+func TestRateLimitedTriggerSaysWhenToRetry(t *testing.T) {
+	h := start(t, hourlyWithTrigger(t, "towns"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+		return okReport(job), nil
+	})
+	handler := h.d.Handler()
+	req := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/mirrors/towns/sync", nil)
+		r.Header.Set("Authorization", "Bearer "+testToken)
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, r)
+		return w
+	}
+	for i := 0; i < TriggerBurst; i++ {
+		if w := req(); w.Code != http.StatusAccepted {
+			t.Fatalf("trigger %d of the burst: %d %s", i+1, w.Code, w.Body)
+		}
+	}
+	w := req()
+	if w.Code != http.StatusTooManyRequests || w.Header().Get("Retry-After") == "" {
+		t.Errorf("past the burst: %d, Retry-After %q", w.Code, w.Header().Get("Retry-After"))
+	}
+}
+
+func TestTriggerEndpointFollowsTheConfig(t *testing.T) {
+	h := start(t, mirrorsConfig("127.0.0.1:0", "towns"), func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+		return okReport(job), nil
+	})
+	handler := h.d.Handler()
+	// Without trigger_token_file, no endpoint: whatever the method or token.
+	for _, method := range []string{"POST", "GET"} {
+		if got := post(t, handler, method, "/mirrors/towns/sync", "Bearer "+testToken); got.code != http.StatusNotFound {
+			t.Errorf("%s without a trigger token file: %d", method, got.code)
+		}
+	}
+	// A reload that sets it turns it on.
+	writeConfig(t, h.path, hourlyWithTrigger(t, "towns"))
+	if err := h.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if got := post(t, handler, "POST", "/mirrors/towns/sync", "Bearer "+testToken); got.code != http.StatusAccepted {
+		t.Errorf("after the reload: %d %s", got.code, got.body)
+	}
+	// A token file others may read is refused, with the config in use kept.
+	text, _ := os.ReadFile(h.path)
+	token := strings.TrimPrefix(strings.SplitN(string(text), "\n", 2)[0], "trigger_token_file: ")
+	os.Chmod(token, 0o644)
+	if err := h.d.Reload(); err == nil || !strings.Contains(err.Error(), "mode 0644") {
+		t.Errorf("reload with a readable token file: %v", err)
+	}
+	if got := post(t, handler, "POST", "/mirrors/towns/sync", "Bearer "+testToken); got.code == http.StatusNotFound || got.code == http.StatusUnauthorized {
+		t.Errorf("after a refused reload the trigger answers %d", got.code)
+	}
+	// The token never reaches the logs.
+	for _, e := range h.logs.All() {
+		line := e.Message
+		for k, v := range e.ContextMap() {
+			line += " " + k + "=" + strings.ReplaceAll(strings.ReplaceAll(toString(v), "\n", " "), "\t", " ")
+		}
+		if strings.Contains(line, testToken) {
+			t.Errorf("the token is in a log line: %s", line)
+		}
+	}
+}
+
+func toString(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
