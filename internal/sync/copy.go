@@ -30,11 +30,11 @@ const (
 // retried.
 func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 	select {
-	case e.copySlots <- struct{}{}:
+	case e.slots.copy <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-e.copySlots }()
+	defer func() { <-e.slots.copy }()
 	if e.opts.DryRun {
 		e.plan(name)
 		return nil

@@ -18,57 +18,44 @@ import (
 
 // copyVersion is the heavy part of mirroring a version, a few versions at
 // a time: each holds its catalog's list of files, which can be long.
-func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles int, err error) {
+func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int, err error) {
 	// A version's main catalog is fetched before it takes a version slot,
 	// several versions ahead: the pool then checks the catalogs waiting
 	// together (see catalog.Pool), and downloads overlap reads.
 	select {
-	case e.aheadSlots <- struct{}{}:
+	case e.slots.ahead <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	defer func() { <-e.aheadSlots }()
-	id, raw, rec := n.id, n.raw, n.rec
-	var sig []byte
-	parents := rec.Parents
+	defer func() { <-e.slots.ahead }()
+	id, rec := n.id, n.rec
 	files, err := e.src.VersionFiles(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	if sig, err = e.src.ReadSignature(ctx, id, files); err != nil {
+	if n.sig, err = e.src.ReadSignature(ctx, id, files); err != nil {
 		return 0, err
 	}
-	n.sig = sig
-	if err := e.src.CheckSignature(id, raw, sig); err != nil {
+	if err := e.src.CheckSignature(id, n.raw, n.sig); err != nil {
 		return 0, err
 	}
 
 	// Every catalog is read before any data file is copied: a bad one
 	// refuses the version without a byte of it written.
 	mainFile := repo.MainCatalog(files)
-	var fetched *catalog.Fetched
-	if size, ok := files[mainFile]; ok && size >= 0 && size <= maxAheadCatalog {
-		// One download ahead at a time: the versions holding slots keep
-		// most of the bandwidth (under bwlimit, eight catalogs fetched
-		// at once held back every data file for a minute).
-		select {
-		case e.aheadFetch <- struct{}{}:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256)
-		<-e.aheadFetch
-		if err != nil {
-			return 0, err
-		}
+	fetched, err := e.fetchAhead(ctx, id, mainFile, files, rec.SHA256)
+	if err != nil {
+		return 0, err
+	}
+	if fetched != nil {
 		defer fetched.Remove()
 	}
 	select {
-	case e.versionSlots <- struct{}{}:
+	case e.slots.version <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	releaseSlot := sync.OnceFunc(func() { <-e.versionSlots })
+	releaseSlot := sync.OnceFunc(func() { <-e.slots.version })
 	defer releaseSlot()
 	if fetched == nil {
 		if fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
@@ -80,30 +67,17 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 	if err != nil {
 		return 0, err
 	}
-	var alternates []*versionCatalog
+	alternates, err := e.readAlternates(ctx, id, files)
 	defer func() {
 		for _, a := range alternates {
 			a.fetched.Remove()
 		}
 	}()
-	for _, f := range repo.AlternateCatalogs(files) {
-		a, err := e.readCatalog(ctx, id, f, files, "")
-		if err != nil {
-			return 0, err
-		}
-		alternates = append(alternates, a)
-	}
-
-	known := e.knownFromParents(ctx, parents)
-	if err := e.mirrorDataFiles(ctx, id, main.cat, known); err != nil {
+	if err != nil {
 		return 0, err
 	}
-	dataFiles = len(main.cat.Files)
-	for _, a := range alternates {
-		if err := e.mirrorDataFiles(ctx, id, a.cat, known); err != nil {
-			return 0, listedBy(err, a.name)
-		}
-		dataFiles += len(a.cat.Files)
+	if dataFiles, err = e.copyDataFiles(ctx, id, rec.Parents, main, alternates); err != nil {
+		return 0, err
 	}
 	// The file lists are done with: the next version takes the slot
 	// (and reads its catalog) while this one writes its folder.
@@ -117,6 +91,56 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 		return 0, err
 	}
 	e.log.Debug("version folder written", zap.String("version", id))
+	return dataFiles, nil
+}
+
+// fetchAhead fetches a version's main catalog before the version takes a
+// slot, where it is no larger than maxAheadCatalog; nil where it is (or
+// its size is unknown): it is then fetched once the version has a slot.
+func (e *engine) fetchAhead(ctx context.Context, id, mainFile string, files map[string]int64, sha256 string) (*catalog.Fetched, error) {
+	if size, ok := files[mainFile]; !ok || size < 0 || size > maxAheadCatalog {
+		return nil, nil
+	}
+	// One download ahead at a time: the versions holding slots keep most
+	// of the bandwidth (under bwlimit, eight catalogs fetched at once held
+	// back every data file for a minute).
+	select {
+	case e.slots.aheadFetch <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-e.slots.aheadFetch }()
+	return e.fetchCatalog(ctx, id, mainFile, files, sha256)
+}
+
+// readAlternates fetches and reads a version's alternate catalogs; those
+// read are returned even with an error, for the caller to remove.
+func (e *engine) readAlternates(ctx context.Context, id string, files map[string]int64) ([]*versionCatalog, error) {
+	var alternates []*versionCatalog
+	for _, f := range repo.AlternateCatalogs(files) {
+		a, err := e.readCatalog(ctx, id, f, files, "")
+		if err != nil {
+			return alternates, err
+		}
+		alternates = append(alternates, a)
+	}
+	return alternates, nil
+}
+
+// copyDataFiles makes sure the sink has every data file a version's
+// catalogs name, and returns how many they name.
+func (e *engine) copyDataFiles(ctx context.Context, id string, parents []string, main *versionCatalog, alternates []*versionCatalog) (int, error) {
+	known := e.knownFromParents(ctx, parents)
+	if err := e.mirrorDataFiles(ctx, id, main.cat, known); err != nil {
+		return 0, err
+	}
+	dataFiles := len(main.cat.Files)
+	for _, a := range alternates {
+		if err := e.mirrorDataFiles(ctx, id, a.cat, known); err != nil {
+			return 0, listedBy(err, a.name)
+		}
+		dataFiles += len(a.cat.Files)
+	}
 	return dataFiles, nil
 }
 
@@ -200,13 +224,13 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 func (e *engine) readFetched(ctx context.Context, id, file string, fetched *catalog.Fetched) (*versionCatalog, error) {
 	catalogName := repo.VersionFile(id, file)
 	select {
-	case e.catalogSlots <- struct{}{}:
+	case e.slots.catalog <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	start := time.Now()
 	cat, err := e.catalogs.Read(ctx, fetched.Path, catalogName)
-	<-e.catalogSlots
+	<-e.slots.catalog
 	e.log.Debug("catalog read", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	e.mu.Lock()
 	e.report.CatalogsRead++
@@ -259,7 +283,7 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 	known := map[string]int64{}
 	for _, p := range parents {
 		e.mu.Lock()
-		done, now := e.published[p], e.publishedNow[p]
+		done, now := e.versions.published[p], e.versions.publishedNow[p]
 		e.mu.Unlock()
 		if !done {
 			return nil
@@ -271,12 +295,12 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 			continue
 		}
 		select {
-		case e.catalogSlots <- struct{}{}:
+		case e.slots.catalog <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
 		cat, err := e.readSinkCatalog(ctx, p)
-		<-e.catalogSlots
+		<-e.slots.catalog
 		if err != nil {
 			e.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
 				zap.String("version", p), zap.Error(err))
@@ -326,30 +350,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 			return backend.SplitBounds(names, listPart, maxListParts)
 		})
 	}
-	var todo []int    // indexes into cat.Files of the files to check
-	var parents []int // those a parent has, to confirm
-	for i, f := range cat.Files {
-		name := e.src.Settings().DataDir + f.Path
-		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.sink.IsDistrusted(name) {
-			todo = append(todo, i)
-		} else {
-			parents = append(parents, i)
-		}
-	}
-	// A parent's file is confirmed in the sink too: a lifecycle rule or
-	// an operator may have removed it since the parent was published, and
-	// a version is published only with every file. Several at a time: on
-	// a disk each is a stat.
-	gone := make([]bool, len(parents))
-	e.each(len(parents), func(k int) {
-		f := cat.Files[parents[k]]
-		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size)
-	})
-	for k, i := range parents {
-		if gone[k] {
-			todo = append(todo, i)
-		}
-	}
+	todo := e.filesToCheck(ctx, cat, known)
 	byStat := known != nil && len(todo) <= maxStatChecks
 	errs := make([]error, len(cat.Files))
 	// Three steps, so that the names written without a barrier are
@@ -406,25 +407,59 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 		}
 	}
 	for i, err := range errs {
-		if err == nil {
-			continue
+		if err != nil {
+			return dataFileRefusal(id, e.src.Settings().DataDir+cat.Files[i].Path, err)
 		}
-		name := e.src.Settings().DataDir + cat.Files[i].Path
-		var r *refusal
-		if errors.As(err, &r) {
-			c := *r
-			c.Version = id
-			if !strings.HasPrefix(c.Message, "version ") {
-				c.Message = "version " + id + ": " + c.Message
-			}
-			return &c
-		}
-		if backend.IsNotExist(err) {
-			return refuse(ReasonMissingFile, id, name, "version %s: data file %s is missing upstream", id, name)
-		}
-		return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
 	}
 	return nil
+}
+
+// filesToCheck returns the indexes into cat.Files of the data files to
+// check in the sink: all but those in known (see knownFromParents) at the
+// recorded size, which are only confirmed there.
+func (e *engine) filesToCheck(ctx context.Context, cat *catalog.Catalog, known map[string]int64) []int {
+	var todo []int    // indexes into cat.Files of the files to check
+	var parents []int // those a parent has, to confirm
+	for i, f := range cat.Files {
+		name := e.src.Settings().DataDir + f.Path
+		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.sink.IsDistrusted(name) {
+			todo = append(todo, i)
+		} else {
+			parents = append(parents, i)
+		}
+	}
+	// A parent's file is confirmed in the sink too: a lifecycle rule or
+	// an operator may have removed it since the parent was published, and
+	// a version is published only with every file. Several at a time: on
+	// a disk each is a stat.
+	gone := make([]bool, len(parents))
+	e.each(len(parents), func(k int) {
+		f := cat.Files[parents[k]]
+		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size)
+	})
+	for k, i := range parents {
+		if gone[k] {
+			todo = append(todo, i)
+		}
+	}
+	return todo
+}
+
+// dataFileRefusal is the refusal of version id over its data file name.
+func dataFileRefusal(id, name string, err error) error {
+	var r *refusal
+	if errors.As(err, &r) {
+		c := *r
+		c.Version = id
+		if !strings.HasPrefix(c.Message, "version ") {
+			c.Message = "version " + id + ": " + c.Message
+		}
+		return &c
+	}
+	if backend.IsNotExist(err) {
+		return refuse(ReasonMissingFile, id, name, "version %s: data file %s is missing upstream", id, name)
+	}
+	return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
 }
 
 // each calls fn for 0 to n-1, from at most Concurrency goroutines: a

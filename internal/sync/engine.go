@@ -8,14 +8,25 @@
 // version. Immutable files (data files, version directories) are never
 // overwritten; a tag is never moved.
 //
-// engine.go holds that order (Run); each stage is in the file named after
-// it: inventory.go (what the sink holds, upstream refs, what has work),
-// settings.go (fdl.json), versions.go (walking the version graph, cycles,
-// publishing parents first), datafiles.go (a version's catalog and data
-// files), versiondir.go (the version folder, version.json last), copy.go
-// (copying one file, size checks), refs.go (stage two: refs, refs.json,
-// HEAD), lock.go (writes only under the mirror's lock), options.go and
-// report.go (what a run is told and what it tells).
+// Its place: internal/mirror composes a job and calls Run; the run reads
+// and judges the upstream through internal/source and reads and writes
+// the mirror through internal/sink, which keeps the mirror's orders
+// (version.json last behind a barrier; marker, ref files, refs.json,
+// HEAD). sync decides: which versions, parents first, which refs move.
+//
+// Files: engine.go (Run: the order; the lock and its checks),
+// inventory.go (both sides read at once, what has work, ref selection),
+// settings.go (fdl.json on both sides), recordedsource.go (the source on
+// record for a repository without id), versions.go (walking the version
+// graph, cycles, publishing parents first), datafiles.go (a version's
+// catalogs and data files), versiondir.go (the version folder, then
+// publishing it), copy.go (copying one file, size checks, retries),
+// refs.go (stage two: decide, write, report), reftarget.go (the policy
+// on a ref's target in the sink), ancestry.go (forward, rewound,
+// diverged), pending.go (ancestors kept to retry), repair.go (sync
+// --repair), upstreamstate.go (when upstream refs last changed),
+// status.go (Compare, for status), options.go and report.go (what a run
+// is told and what it tells).
 package sync
 
 import (
@@ -36,39 +47,53 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
-// engine is one run.
+// engine is one run: the plan and its order, between the upstream (src)
+// and the mirror (sink).
 type engine struct {
 	src  *source.Source
 	sink *sink.Sink
 	opts Options
 	log  *zap.Logger
 
-	copySlots    chan struct{} // bounds file copies across all versions
-	catalogSlots chan struct{} // bounds catalogs fetched and read at once
-	versionSlots chan struct{} // bounds versions holding a catalog's file list
-	aheadSlots   chan struct{} // bounds versions with a catalog fetched, waiting for a version slot
-	aheadFetch   chan struct{} // one catalog download ahead of its version at a time
+	slots    slots           // bounds on the work done at once
+	inv      *sink.Inventory // what the sink holds, as last read
+	versions versionStates   // where each version stands in this run
+	upstream upstreamView    // the upstream's refs as this run reads them
+	recorded sourceCheck     // the source on record, for a repository without id (see recordedsource.go)
+	ancestry *ancestry       // parents of versions, read once (see ancestry.go)
+	catalogs *catalog.Pool   // fetches and reads catalogs, upstream's and the sink's
 
-	inv *sink.Inventory // what the sink holds, as last read
-
-	mu             sync.Mutex
-	report         *Report
-	published      map[string]bool                // versions complete in the sink, before or now
-	publishedNow   map[string]bool                // versions this run published
-	refused        map[string]*refusal            // versions refused in this run
-	dataCalls      map[string]*dataFileCall       // one copy per data file across versions
-	ancestry       *ancestry                      // parents of versions, read once (see ancestry.go)
-	upstreamState  *upstreamState                 // when upstream refs last changed (see upstreamstate.go)
-	excluded       repo.Refs                      // upstream refs not selected
-	upstreamUnread bool                           // upstream's refs could not be read
-	pending        map[string]sink.PendingVersion // ancestors earlier runs could not mirror
-	absent         map[string]bool                // ancestors upstream does not have
-	targetChecks   map[string]*refusal            // policy verdicts on ref targets, per run
-	recorded       sourceCheck                    // the source on record, for a repository without id (see recordedsource.go)
-
-	catalogs *catalog.Pool // fetches and reads catalogs, upstream's and the sink's
+	mu        sync.Mutex
+	report    *Report
+	dataCalls map[string]*dataFileCall // one copy per data file across versions
 
 	lockLost atomic.Bool
+}
+
+// slots bound the work of a run done at once.
+type slots struct {
+	copy       chan struct{} // file copies across all versions
+	catalog    chan struct{} // catalogs fetched and read at once
+	version    chan struct{} // versions holding a catalog's file list
+	ahead      chan struct{} // versions with a catalog fetched, waiting for a version slot
+	aheadFetch chan struct{} // one catalog download ahead of its version at a time
+}
+
+// versionStates is where each version stands in this run; e.mu guards it.
+type versionStates struct {
+	published    map[string]bool                // complete in the sink, before or now
+	publishedNow map[string]bool                // published by this run
+	refused      map[string]*refusal            // refused in this run
+	pending      map[string]sink.PendingVersion // ancestors earlier runs could not mirror
+	absent       map[string]bool                // ancestors upstream does not have
+	targetChecks map[string]*refusal            // policy verdicts on ref targets, per run
+}
+
+// upstreamView is the upstream's refs as this run reads them.
+type upstreamView struct {
+	state    *upstreamState // when upstream refs last changed (see upstreamstate.go)
+	excluded repo.Refs      // upstream refs not selected
+	unread   bool           // upstream's refs could not be read
 }
 
 // Run mirrors src into dst. The error is a FatalError, or the context's
@@ -86,21 +111,19 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		opts.Source = src.Location()
 	}
 	e := &engine{
-		src:          source.New(src, opts.Trust, opts.Logger),
-		opts:         opts,
-		log:          opts.Logger,
-		copySlots:    make(chan struct{}, opts.Concurrency),
-		catalogSlots: make(chan struct{}, 2),
-		versionSlots: make(chan struct{}, 2),
-		aheadSlots:   make(chan struct{}, 8),
-		aheadFetch:   make(chan struct{}, 1),
-		published:    map[string]bool{},
-		publishedNow: map[string]bool{},
-		refused:      map[string]*refusal{},
-		dataCalls:    map[string]*dataFileCall{},
-		excluded:     repo.Refs{},
-		absent:       map[string]bool{},
-		targetChecks: map[string]*refusal{},
+		src:  source.New(src, opts.Trust, opts.Logger),
+		opts: opts,
+		log:  opts.Logger,
+		slots: slots{
+			copy: make(chan struct{}, opts.Concurrency), catalog: make(chan struct{}, 2), version: make(chan struct{}, 2),
+			ahead: make(chan struct{}, 8), aheadFetch: make(chan struct{}, 1),
+		},
+		versions: versionStates{
+			published: map[string]bool{}, publishedNow: map[string]bool{}, refused: map[string]*refusal{},
+			absent: map[string]bool{}, targetChecks: map[string]*refusal{},
+		},
+		upstream:  upstreamView{excluded: repo.Refs{}},
+		dataCalls: map[string]*dataFileCall{},
 		report: &Report{
 			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
 			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{}, Pending: []PendingVersion{},
@@ -112,7 +135,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	e.ancestry = newAncestry(dst, src, opts.Trust)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
-	pool, err := catalog.NewPool(opts.TempDir, cap(e.catalogSlots), opts.CatalogLimits)
+	pool, err := catalog.NewPool(opts.TempDir, cap(e.slots.catalog), opts.CatalogLimits)
 	if err != nil {
 		return e.report, &FatalError{err}
 	}
@@ -186,22 +209,9 @@ func (e *engine) run(ctx context.Context) error {
 		e.repair(ctx)
 	}
 
-	// Stage one: versions and the data files they need.
-	var roots []string
-	for _, name := range upstream.Names() {
-		roots = append(roots, upstream[name])
-	}
-	e.mirrorVersions(ctx, roots)
-	e.completeVersionDirs(ctx)
-	if err := ctx.Err(); err != nil {
+	if err := e.stageOne(ctx, upstream); err != nil {
 		return err // never move refs after an interrupted stage one
 	}
-	e.sink.SettleUnsynced(ctx)
-	isRoot := map[string]bool{}
-	for _, id := range roots {
-		isRoot[id] = true
-	}
-	e.savePending(ctx, isRoot)
 	// Stage two is only for the lock's holder, checked again now rather
 	// than at the next renewal, so that two runs never both move refs.
 	if err := e.checkLock(ctx); err != nil {
@@ -215,7 +225,29 @@ func (e *engine) run(ctx context.Context) error {
 	if err := e.checkLock(ctx); err != nil {
 		return err
 	}
-	e.saveUpstreamState(ctx, upstream, !e.upstreamUnread)
+	e.saveUpstreamState(ctx, upstream, !e.upstream.unread)
+	return nil
+}
+
+// stageOne mirrors the versions the refs name and the data files they
+// need, makes the writes durable, and records what stays pending. Its
+// error is the context's: refs never move after an interrupted stage one.
+func (e *engine) stageOne(ctx context.Context, upstream repo.Refs) error {
+	var roots []string
+	for _, name := range upstream.Names() {
+		roots = append(roots, upstream[name])
+	}
+	e.mirrorVersions(ctx, roots)
+	e.completeVersionDirs(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.sink.SettleUnsynced(ctx)
+	isRoot := map[string]bool{}
+	for _, id := range roots {
+		isRoot[id] = true
+	}
+	e.savePending(ctx, isRoot)
 	return nil
 }
 
@@ -235,4 +267,17 @@ func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *sink.In
 	upstream, head := e.upstreamRefs(ctx)
 	<-done
 	return upstream, head, inv, err
+}
+
+// checkLock confirms the run still holds the mirror's lock (see
+// Options.CheckLock).
+func (e *engine) checkLock(ctx context.Context) error {
+	if !e.sink.IsLocked() || e.opts.CheckLock == nil {
+		return nil
+	}
+	if err := e.opts.CheckLock(ctx); err != nil {
+		e.lockLost.Store(true)
+		return fatalf("sink %s: %v", e.sink.Location(), err)
+	}
+	return nil
 }

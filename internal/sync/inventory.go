@@ -30,13 +30,13 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 		return nil, err
 	}
 	e.inv = inv
-	e.published = map[string]bool{}
+	e.versions.published = map[string]bool{}
 	for id := range inv.Versions {
 		if inv.Complete(id) {
-			e.published[id] = true
+			e.versions.published[id] = true
 		}
 	}
-	e.pending = inv.Pending
+	e.versions.pending = inv.Pending
 	e.report.Distrusted = inv.Distrusted
 	return inv, nil
 }
@@ -44,18 +44,18 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 // hasWork says whether the run would write anything: it errs towards yes,
 // and a write without the lock fails loudly (see guarded) rather than race.
 func (e *engine) hasWork(inv *sink.Inventory, upstream repo.Refs, head string) bool {
-	if inv.Settings == nil || len(e.pending) > 0 || e.opts.Repair || len(inv.Distrusted) > 0 || e.sourceUnrecorded() || inv.RefsMoving {
+	if inv.Settings == nil || len(e.versions.pending) > 0 || e.opts.Repair || len(inv.Distrusted) > 0 || e.sourceUnrecorded() || inv.RefsMoving {
 		return true
 	}
 	for name, id := range upstream {
-		if inv.Refs[name] != id || !e.published[id] {
+		if inv.Refs[name] != id || !e.versions.published[id] {
 			return true
 		}
 	}
 	for range e.newFilesInCompleteVersions() {
 		return true
 	}
-	if !e.upstreamUnread && e.upstreamStateStale(upstream) {
+	if !e.upstream.unread && e.upstreamStateStale(upstream) {
 		return true // when upstream refs changed is to be recorded
 	}
 	// Every upstream ref is as upstream has it: what is left to write is
@@ -70,7 +70,7 @@ func (e *engine) hasWork(inv *sink.Inventory, upstream repo.Refs, head string) b
 // that break the rules, with the values the mirror last saw upstream as
 // the hint. The upstream state must be loaded first.
 func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
-	seen := e.upstreamState.loaded.Refs
+	seen := e.upstream.state.loaded.Refs
 	got := e.src.ReadRefs(ctx, func(ref string) (string, bool) {
 		s, ok := seen[ref]
 		return s.Version, ok
@@ -79,7 +79,7 @@ func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
 		e.addRefusal(r)
 	}
 	if got.Unread {
-		e.upstreamUnread = true
+		e.upstream.unread = true
 	}
 	return e.selectRefs(got.Refs, got.Head)
 }
@@ -95,7 +95,7 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 			continue
 		}
 		e.report.Excluded = append(e.report.Excluded, name)
-		e.excluded[name] = refs[name]
+		e.upstream.excluded[name] = refs[name]
 		e.log.Debug("ref not selected; not mirrored", zap.String("ref", name))
 	}
 	if head != "" && !e.opts.Refs.Selects(head) {

@@ -74,7 +74,7 @@ func (e *engine) decideRef(ctx context.Context, name, id, cur string, exists boo
 		return "", refuse(ReasonTagMoved, id, name, "tag %s is %s in the mirror and %s upstream; tags never move", name, cur, id)
 	}
 	e.mu.Lock()
-	complete, why := e.published[id], e.refused[id]
+	complete, why := e.versions.published[id], e.versions.refused[id]
 	e.mu.Unlock()
 	if !complete {
 		msg := fmt.Sprintf("ref %s not moved to %s: version not complete", name, id)
@@ -150,7 +150,7 @@ func (e *engine) reportRefs(upstream, sinkRefs repo.Refs) {
 		}
 	}
 	e.mu.Unlock()
-	seen := e.nextUpstreamState(upstream, e.upstreamState.now)
+	seen := e.nextUpstreamState(upstream, e.upstream.state.now)
 	for _, name := range upstream.Names() {
 		behind := sinkRefs[name] != upstream[name]
 		st := RefStatus{Ref: name, Upstream: upstream[name], Mirror: sinkRefs[name], Behind: behind,
@@ -170,7 +170,7 @@ func (e *engine) reportRefs(upstream, sinkRefs repo.Refs) {
 		e.report.Refs = append(e.report.Refs, st)
 	}
 	for _, name := range e.report.Excluded {
-		e.report.Refs = append(e.report.Refs, RefStatus{Ref: name, Upstream: e.excluded[name], Mirror: sinkRefs[name], State: RefExcluded})
+		e.report.Refs = append(e.report.Refs, RefStatus{Ref: name, Upstream: e.upstream.excluded[name], Mirror: sinkRefs[name], State: RefExcluded})
 	}
 }
 

@@ -27,7 +27,7 @@ func (e *engine) loadUpstreamState(ctx context.Context) {
 		e.log.Warn("reading the mirror's upstream state; starting a new one",
 			zap.String("file", backend.ReservedPrefix+sink.UpstreamStateFile), zap.Error(err))
 	}
-	e.upstreamState = &upstreamState{loaded: s, raw: raw, now: time.Now().UTC()}
+	e.upstream.state = &upstreamState{loaded: s, raw: raw, now: time.Now().UTC()}
 	e.report.UpstreamLastChange = s.LastChange()
 }
 
@@ -36,7 +36,7 @@ func (e *engine) loadUpstreamState(ctx context.Context) {
 func (e *engine) nextUpstreamState(upstream repo.Refs, now time.Time) sink.UpstreamState {
 	next := sink.UpstreamState{LastRead: now, Refs: map[string]sink.RefSeen{}}
 	for name, id := range upstream {
-		seen, ok := e.upstreamState.loaded.Refs[name]
+		seen, ok := e.upstream.state.loaded.Refs[name]
 		if !ok || seen.Version != id {
 			seen = sink.RefSeen{Version: id, Changed: now}
 		}
@@ -48,11 +48,11 @@ func (e *engine) nextUpstreamState(upstream repo.Refs, now time.Time) sink.Upstr
 // upstreamStateStale says whether the state on record differs from
 // upstream's refs now (a ref changed, appeared or went).
 func (e *engine) upstreamStateStale(upstream repo.Refs) bool {
-	if e.upstreamState == nil {
+	if e.upstream.state == nil {
 		return false
 	}
-	have := e.upstreamState.loaded.Refs
-	if e.upstreamState.raw == nil || len(have) != len(upstream) {
+	have := e.upstream.state.loaded.Refs
+	if e.upstream.state.raw == nil || len(have) != len(upstream) {
 		return true
 	}
 	for name, id := range upstream {
@@ -70,7 +70,7 @@ func (e *engine) saveUpstreamState(ctx context.Context, upstream repo.Refs, read
 	if e.opts.DryRun || !readOK || !e.upstreamStateStale(upstream) {
 		return
 	}
-	next := e.nextUpstreamState(upstream, e.upstreamState.now)
+	next := e.nextUpstreamState(upstream, e.upstream.state.now)
 	if err := e.sink.WriteUpstreamState(ctx, next); err != nil {
 		e.log.Warn("writing the mirror's upstream state", zap.Error(err))
 		return
