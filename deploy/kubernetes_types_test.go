@@ -162,6 +162,10 @@ func podProblems(o k8sObject) []string {
 			ps = append(ps, fmt.Sprintf("container %s: capabilities not all dropped", c.Name))
 		}
 	}
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
+		// The pods never call the Kubernetes API.
+		ps = append(ps, "automountServiceAccountToken not false: an API token the pod does not need")
+	}
 	if cj, ok := o.Obj.(*batchv1.CronJob); ok && cj.Spec.ConcurrencyPolicy != batchv1.ForbidConcurrent {
 		ps = append(ps, fmt.Sprintf("concurrencyPolicy %q, want Forbid: two runs at once would only wait on the sink's lock", cj.Spec.ConcurrencyPolicy))
 	}
@@ -253,6 +257,7 @@ func TestKubernetesChecksCatchMistakes(t *testing.T) {
 		{"allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", "allowPrivilegeEscalation not false"},
 		{"runAsNonRoot: true", "runAsNonRoot: false", "runAsNonRoot not true"},
 		{"\n  concurrencyPolicy: Forbid\n", "\n  concurrencyPolicy: Allow\n", "concurrencyPolicy"},
+		{"          automountServiceAccountToken: false\n", "", "automountServiceAccountToken not false"},
 	} {
 		bad := bytes.Replace(data, []byte(tc.from), []byte(tc.to), 1)
 		if bytes.Equal(bad, data) {

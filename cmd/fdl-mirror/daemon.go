@@ -40,7 +40,7 @@ func cmdDaemon(args []string) int {
 	}
 	log, err := newLogger(*logLevel, *jsonLogs)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror daemon:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror daemon:", shown(err))
 		return exitUsage
 	}
 	defer log.Sync()
@@ -101,7 +101,7 @@ func printConfigError(w io.Writer, cmd, path string, err error) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "fdl-mirror %s: %v\n", cmd, err)
+	fmt.Fprintf(w, "fdl-mirror %s: %s\n", cmd, shown(err))
 }
 
 // selectMirrors returns the config's mirrors, or only the one named.

@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 // parseInterleaved parses flags that may come before, between or after the
@@ -77,12 +79,23 @@ func (c *catalogLimitFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "catalog-timeout", catalog.DefaultTimeout, "refuse a catalog whose reading takes longer than this")
 	fs.Var(sizeFlag{&c.MemoryLimit}, "catalog-memory-limit", "DuckDB's memory limit for reading one catalog (default "+catalog.FormatBytes(catalog.DefaultMemoryLimit)+")")
 	fs.Var(sizeFlag{&c.MaxSize}, "catalog-max-size", "refuse a catalog file larger than this (default "+catalog.FormatBytes(catalog.DefaultMaxSize)+")")
+	fs.BoolVar(&c.RequireSandbox, "require-sandbox", false, "read no catalog in a reader without both Landlock and seccomp (config: require_sandbox)")
 }
 
 // check refuses limits that would refuse every catalog.
 func (c *catalogLimitFlags) check() error {
 	if c.MaxFiles <= 0 || c.Timeout <= 0 {
 		return fmt.Errorf("--catalog-max-files and --catalog-timeout must be positive")
+	}
+	// Said once a run: a reader without a layer still runs apart, with
+	// rlimits and an empty environment, and each version it reads is
+	// refused where the sandbox is required.
+	if l := catalog.ProbeSandbox(); len(l.Missing()) > 0 {
+		what := "warning"
+		if c.RequireSandbox {
+			what = "--require-sandbox: no catalog will be read"
+		}
+		fmt.Fprintf(os.Stderr, "fdl-mirror: %s: catalog readers run %s\n", what, l)
 	}
 	return nil
 }
@@ -103,5 +116,43 @@ func (s sizeFlag) Set(v string) error {
 		return err
 	}
 	*s.n = n
+	return nil
+}
+
+// accessFlags say how the stores are reached besides their addresses and
+// --http-header, shared by sync, status, prune and verify.
+type accessFlags struct {
+	headerFile   string
+	caFile       string
+	insecureAuth bool
+}
+
+func (a *accessFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.headerFile, "http-header-file", "", "`file` of headers sent to an HTTP(S) source, one \"Name: value\" a line, readable by its owner only: keeps a token out of argv")
+	fs.StringVar(&a.caFile, "ca-file", "", "PEM `file` of certificates trusted besides the system's roots, for HTTPS sources and S3/GCS endpoints")
+	fs.BoolVar(&a.insecureAuth, "http-allow-insecure-auth", false, "send headers and a password in the address over plain http:// to a host other than loopback")
+}
+
+// given says whether any was set: with --config they belong in the file.
+func (a *accessFlags) given() bool { return a.headerFile != "" || a.caFile != "" || a.insecureAuth }
+
+// headers returns the --http-header values, then the header file's.
+func (a *accessFlags) headers(flagged []string) ([]string, error) {
+	redact.HeaderSecrets(flagged)
+	if a.headerFile == "" {
+		return flagged, nil
+	}
+	fromFile, err := config.ReadHeaderFile(a.headerFile)
+	if err != nil {
+		return nil, fmt.Errorf("--http-header-file: %w", err)
+	}
+	return append(append([]string{}, flagged...), fromFile...), nil
+}
+
+// check refuses a CA file that holds no certificate, before any run.
+func (a *accessFlags) check() error {
+	if _, err := location.CertPool(a.caFile); err != nil {
+		return fmt.Errorf("--ca-file: %w", err)
+	}
 	return nil
 }

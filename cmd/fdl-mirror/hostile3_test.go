@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlsink "github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -284,4 +287,114 @@ func TestSyncSetsAsideAStateFileThatIsNotARegularFile(t *testing.T) {
 			assertVerifies(t, sink)
 		})
 	}
+}
+
+// Case 4. Prune removes nothing on evidence sync would not accept: (a) a
+// listable upstream whose versions/ are gone while its refs still point
+// there; (b) an HTTP upstream whose HEAD says 404 while GET serves the
+// file.
+func TestPruneRemovesNothingOnInconsistentUpstream(t *testing.T) {
+	t.Run("refs point at versions the listing lacks", func(t *testing.T) {
+		_, up, sink := layout(t)
+		g := gen(t, up, generate.Options{Versions: 6, FastParquet: true})
+		if res := run(t, "sync", up, sink); res.code != 0 {
+			t.Fatalf("sync: exit %d", res.code)
+		}
+		if err := os.Rename(filepath.Join(up, "versions"), filepath.Join(up, "versions.moved")); err != nil {
+			t.Fatal(err)
+		}
+		before := fdltest.States(t, sink)
+		for _, args := range [][]string{{"--dry-run"}, {}} {
+			rep, res := pruneJSON(t, append(args, up, sink)...)
+			if res.code != 1 || !strings.Contains(res.stdout, generate.MainRef) || !strings.Contains(res.stdout, g.Versions[5]) {
+				t.Errorf("prune %v: exit %d, plans %d removals; want exit 1 naming main's target %s\n%s", args, res.code, len(rep.VersionsRemoved), g.Versions[5], res.stdout)
+			}
+			if len(rep.VersionsRemoved) > 0 {
+				t.Errorf("prune %v plans to remove %d versions", args, len(rep.VersionsRemoved))
+			}
+		}
+		assertUntouched(t, sink, before, result{})
+		assertVerifies(t, sink)
+	})
+
+	t.Run("HEAD answers 404, GET the file", func(t *testing.T) {
+		_, up, sink := layout(t)
+		g := gen(t, up, generate.Options{Versions: 6, FastParquet: true})
+		web := testserver.HTTP(t, up)
+		lying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodHead {
+				http.NotFound(w, r)
+				return
+			}
+			web.ServeHTTP(w, r)
+		}))
+		t.Cleanup(lying.Close)
+		src := lying.URL + "/"
+		if res := run(t, "sync", src, sink); res.code != 0 || len(fdltest.Files(t, sink)) == 0 {
+			t.Fatalf("sync through the lying server: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+		}
+		before := fdltest.States(t, sink)
+		rep, res := pruneJSON(t, src, sink)
+		if len(rep.VersionsRemoved) > 0 {
+			t.Errorf("prune removed %d of %d versions on HEAD's 404 (exit %d)", len(rep.VersionsRemoved), len(g.Versions), res.code)
+		}
+		assertUntouched(t, sink, before, res)
+		assertVerifies(t, sink)
+	})
+}
+
+// Case 6. Upstream marks X expired; main points at Y, X's child, which
+// the mirror refuses (a damaged catalog), so every sync walks Y's
+// ancestors again. Prune removes X, expired and named by no ref; sync
+// must not copy it back. A ref that points at X itself still brings it.
+func TestSyncDoesNotCopyBackAnExpiredAncestorPruneRemoved(t *testing.T) {
+	_, up, sink := layout(t)
+	g := gen(t, up, generate.Options{Versions: 2, FastParquet: true})
+	x, y := g.Versions[0], g.Versions[1]
+	catalog := filepath.Join(up, "versions", y, "ducklake.duckdb")
+	good, err := os.ReadFile(catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fdltest.Append(t, catalog, []byte{0})
+	writeFile(t, filepath.Join(up, "versions", x, "expired.json"), `{"expired": "2026-11-30"}`)
+	for i, step := range []string{"sync", "prune", "sync"} {
+		if step == "prune" {
+			if _, res := pruneJSON(t, up, sink); res.code != 0 {
+				t.Fatalf("prune: exit %d\n%s", res.code, res.stdout)
+			}
+			continue
+		}
+		rep, res := syncJSON(t, up, sink)
+		if res.code != 1 || !refusedFor(rep, "", y, fdlsync.ReasonSHA256) {
+			t.Fatalf("sync %d: exit %d, refused %+v; want %s refused", i, res.code, rep.Refused, y)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(sink, "versions", x, "version.json")); err == nil {
+		t.Errorf("sync copied back %s, which upstream marks expired and prune removed", x)
+	}
+	if rep, res := pruneJSON(t, "--dry-run", up, sink); res.code != 0 || len(rep.VersionsRemoved) != 0 {
+		t.Errorf("prune and sync still disagree: prune would remove %+v", rep.VersionsRemoved)
+	}
+	assertVerifies(t, sink)
+
+	// Y repaired upstream: it is mirrored without its expired parent.
+	writeFile(t, catalog, string(good))
+	if res := run(t, "sync", up, sink); res.code != 0 || readRef(t, sink, generate.MainRef) != y {
+		t.Fatalf("sync of the repaired Y: exit %d\n%s", res.code, res.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(sink, "versions", x, "version.json")); err == nil {
+		t.Errorf("sync copied the expired %s with its child", x)
+	}
+	assertVerifies(t, sink)
+
+	// A ref that points at the expired version itself brings it.
+	moveRef(t, up, "refs/tags/old", x)
+	if res := run(t, "sync", up, sink); res.code != 0 {
+		t.Fatalf("sync with a tag on the expired version: exit %d\n%s", res.code, res.stdout)
+	}
+	if readRef(t, sink, "refs/tags/old") != x {
+		t.Error("a tag on the expired version was not mirrored")
+	}
+	assertVerifies(t, sink)
 }

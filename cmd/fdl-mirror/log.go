@@ -6,6 +6,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 // stderrIsTerminal says whether a person is probably reading stderr. A
@@ -37,6 +39,8 @@ func newLogger(level string, jsonOut bool) (*zap.Logger, error) {
 		enc.EncodeCaller = nil
 		encoder = zapcore.NewConsoleEncoder(enc)
 	}
-	core := zapcore.NewCore(encoder, stderrOut, lvl)
+	// Every line passes through redact: an error a log quotes may hold
+	// an address with its credentials, or a header's value echoed back.
+	core := zapcore.NewCore(encoder, zapcore.AddSync(redact.Writer(stderrOut)), lvl)
 	return zap.New(core, zap.AddStacktrace(zapcore.DPanicLevel)), nil
 }

@@ -10,7 +10,19 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
+
+// shown is an error as a person reads it: every address it quotes and
+// every known secret redacted, and the upstream's control characters (a
+// status line's escapes) made inert.
+func shown(err error) string { return inert(err.Error()) }
+
+// inert is text that may come from the upstream (a message, a name) as a
+// terminal may show it: known secrets redacted, control characters
+// escaped (redact.Inert). JSON needs neither: encoding/json escapes
+// controls, and writeJSON redacts.
+func inert(s string) string { return redact.Inert(redact.Text(s)) }
 
 // finishRun prints what a run (a sync, a prune) did and returns its exit
 // code: the one printer of both. A mirror.ConfigError is a usage error; a
@@ -19,7 +31,7 @@ import (
 // name, ok and the error; otherwise human prints the summary.
 func finishRun(w io.Writer, cmd, name string, report any, refused bool, err error, jsonOut bool, log *zap.Logger, human func()) int {
 	if cfg := (*mirror.ConfigError)(nil); errors.As(err, &cfg) {
-		fmt.Fprintf(os.Stderr, "fdl-mirror %s: %v\n", cmd, err)
+		fmt.Fprintf(os.Stderr, "fdl-mirror %s: %s\n", cmd, shown(err))
 		return exitUsage
 	}
 	code := exitOK
@@ -40,7 +52,7 @@ func finishRun(w io.Writer, cmd, name string, report any, refused bool, err erro
 		Error  string `json:"error,omitempty"`
 	}{Mirror: name, OK: code == exitOK}
 	if err != nil {
-		head.Error = err.Error()
+		head.Error = redact.Text(err.Error())
 	}
 	writeJSON(w, joinObjects(mustMarshal(head), mustMarshal(report)))
 	return code
@@ -64,9 +76,11 @@ func mustMarshal(v any) json.RawMessage {
 	return b
 }
 
-// writeJSON writes v indented, on its own line: every --json output.
+// writeJSON writes v indented, on its own line: every --json output. It
+// goes through redact.Writer, the last net under every address a report
+// holds.
 func writeJSON(w io.Writer, v any) {
-	enc := json.NewEncoder(w)
+	enc := json.NewEncoder(redact.Writer(w))
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
 func cmdPrune(args []string) int {
@@ -33,6 +34,8 @@ func cmdPrune(args []string) int {
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
 	var allowRedirects allowRedirectFlag
 	allowRedirects.register(fs, "source")
+	var access accessFlags
+	access.register(fs)
 	var limits catalogLimitFlags
 	limits.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -40,7 +43,7 @@ func cmdPrune(args []string) int {
 		return exitUsage
 	}
 	if err := limits.check(); err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
 		return exitUsage
 	}
 	if *maxDelete < 1 {
@@ -49,7 +52,7 @@ func cmdPrune(args []string) int {
 	}
 	log, err := newLogger(*logLevel, *jsonOut)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
 		return exitUsage
 	}
 	defer log.Sync()
@@ -59,8 +62,8 @@ func cmdPrune(args []string) int {
 	var jobs []prune.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
-		if len(headers) > 0 || len(allowRedirects) > 0 || catalogFlagsSet(fs.Visit) {
-			fmt.Fprintln(os.Stderr, "fdl-mirror prune: with --config, set http_headers, http_allow_redirects and catalog_* in the config")
+		if len(headers) > 0 || len(allowRedirects) > 0 || catalogFlagsSet(fs.Visit) || access.given() {
+			fmt.Fprintln(os.Stderr, "fdl-mirror prune: with --config, set http_headers, http_headers_file, http_allow_redirects, ca_file, http_allow_insecure_auth and catalog_* in the config")
 			return exitUsage
 		}
 		cfg, err := config.Load(*configPath)
@@ -84,8 +87,18 @@ func cmdPrune(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror prune: --config takes no SOURCE or SINK")
 		return exitUsage
 	case len(pos) == 2:
+		if err := access.check(); err != nil {
+			fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
+			return exitUsage
+		}
+		headers, err := access.headers(headers)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
+			return exitUsage
+		}
 		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects,
-			CatalogLimits: limits.Limits, DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries})
+			CatalogLimits: limits.Limits, DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries,
+			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth})
 	default:
 		fs.Usage()
 		return exitUsage
@@ -129,7 +142,7 @@ func catalogFlagsSet(visit func(func(*flag.Flag))) bool {
 func finishPrune(w io.Writer, job prune.Job, rep *prune.Report, err error, jsonOut bool, log *zap.Logger) int {
 	var report any = rep
 	if rep == nil {
-		report = &prune.Report{Source: job.Source, Sink: job.Sink}
+		report = &prune.Report{Source: redact.URL(job.Source), Sink: redact.URL(job.Sink)}
 	}
 	return finishRun(w, "prune", job.Name, report, false, err, jsonOut, log, func() { printPrune(w, job, rep, err) })
 }
@@ -140,7 +153,7 @@ func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
 		name = job.Name + ": "
 	}
 	if r == nil {
-		fmt.Fprintf(w, "%sprune %s against %s failed: %v\n", name, job.Sink, job.Source, err)
+		fmt.Fprintf(w, "%sprune %s against %s failed: %s\n", name, redact.URL(job.Sink), redact.URL(job.Source), shown(err))
 		return
 	}
 	verb, objects := "removed", len(r.Removed)
@@ -148,7 +161,7 @@ func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
 		verb, objects = "would remove", r.Deletions
 		fmt.Fprintf(w, "%sdry run: nothing removed\n", name)
 	}
-	fmt.Fprintf(w, "%s%s (against %s): %s %d refs, %d versions, %d data files (%d objects), in %s\n", name, r.Sink, r.Source, verb,
+	fmt.Fprintf(w, "%s%s (against %s): %s %d refs, %d versions, %d data files (%d objects), in %s\n", name, redact.URL(r.Sink), redact.URL(r.Source), verb,
 		len(r.RefsRemoved), len(r.VersionsRemoved), len(r.DataFilesRemoved), objects, r.Duration.Round(time.Millisecond))
 	for _, ref := range r.RefsRemoved {
 		fmt.Fprintf(w, "  %s ref %s (was %s): upstream no longer has it\n", verb, ref.Ref, ref.Version)
@@ -178,6 +191,6 @@ func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
 		fmt.Fprintf(w, "  left %s: no catalog in the mirror names it\n", f)
 	}
 	if err != nil {
-		fmt.Fprintf(w, "  STOPPED: %v\n", err)
+		fmt.Fprintf(w, "  STOPPED: %s\n", shown(err))
 	}
 }

@@ -73,7 +73,7 @@ func shardArgs(fs *flag.FlagSet, cmd string, s *shardFlags, configPath, mirror s
 	}
 	shard, err := s.resolve(os.LookupEnv)
 	if err != nil {
-		fmt.Fprintf(w, "fdl-mirror %s: %v\n", cmd, err)
+		fmt.Fprintf(w, "fdl-mirror %s: %s\n", cmd, shown(err))
 		return config.Shard{}, false
 	}
 	return shard, true

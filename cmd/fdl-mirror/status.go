@@ -13,9 +13,11 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -29,6 +31,8 @@ func cmdStatus(args []string) int {
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
 	var allowRedirects allowRedirectFlag
 	allowRedirects.register(fs, "source")
+	var access accessFlags
+	access.register(fs)
 	var shardF shardFlags
 	shardF.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -41,7 +45,7 @@ func cmdStatus(args []string) int {
 	}
 	log, err := newLogger(*logLevel, *jsonOut)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror status:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror status:", shown(err))
 		return exitUsage
 	}
 	defer log.Sync()
@@ -51,8 +55,8 @@ func cmdStatus(args []string) int {
 	var jobs []mirror.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
-		if len(headers) > 0 || len(allowRedirects) > 0 {
-			fmt.Fprintln(os.Stderr, "fdl-mirror status: with --config, set http_headers and http_allow_redirects in the config")
+		if len(headers) > 0 || len(allowRedirects) > 0 || access.given() {
+			fmt.Fprintln(os.Stderr, "fdl-mirror status: with --config, set http_headers, http_headers_file, http_allow_redirects, ca_file and http_allow_insecure_auth in the config")
 			return exitUsage
 		}
 		cfg, err := config.Load(*configPath)
@@ -69,7 +73,17 @@ func cmdStatus(args []string) int {
 			jobs = append(jobs, daemon.Job(m))
 		}
 	case *configPath == "" && *onlyMirror == "" && len(pos) == 2:
-		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects}}
+		if err := access.check(); err != nil {
+			fmt.Fprintln(os.Stderr, "fdl-mirror status:", shown(err))
+			return exitUsage
+		}
+		headers, err := access.headers(headers)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fdl-mirror status:", shown(err))
+			return exitUsage
+		}
+		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects,
+			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth}}
 	default:
 		fs.Usage()
 		return exitUsage
@@ -123,8 +137,11 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 			// Pending: ancestors not mirrored yet, retried at every run.
 			Pending     []fdlsync.PendingVersion `json:"pending"`
 			PendingMore int                      `json:"pending_more,omitempty"` // left out of pending
-		}{PendingMore: pendingMore, Mirror: job.Name, Source: job.Source, Sink: job.Sink, Behind: behind > 0 || len(pending) > 0, Refs: refs,
-			UpstreamStale: stale, UpstreamLastChange: lastChange, Pending: pending}
+			// CatalogSandbox: the layers that would confine its catalog
+			// readers on this machine.
+			CatalogSandbox catalog.SandboxStatus `json:"catalog_sandbox"`
+		}{PendingMore: pendingMore, Mirror: job.Name, Source: redact.URL(job.Source), Sink: redact.URL(job.Sink), Behind: behind > 0 || len(pending) > 0, Refs: refs,
+			UpstreamStale: stale, UpstreamLastChange: lastChange, Pending: pending, CatalogSandbox: catalog.SandboxNow().Status()}
 		if out.Pending == nil {
 			out.Pending = []fdlsync.PendingVersion{}
 		}
@@ -132,7 +149,7 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 			out.Refs = []fdlsync.RefStatus{}
 		}
 		if err != nil {
-			out.Error = err.Error()
+			out.Error = redact.Text(err.Error())
 		}
 		writeJSON(w, out)
 		return code
@@ -143,7 +160,7 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 	}
 	if err != nil {
 		log.Debug("status failed", zap.Error(err))
-		fmt.Fprintf(w, "%s%s -> %s: cannot compare: %v\n", name, job.Source, job.Sink, err)
+		fmt.Fprintf(w, "%s%s -> %s: cannot compare: %s\n", name, redact.URL(job.Source), redact.URL(job.Sink), shown(err))
 		return code
 	}
 	state := "current"
@@ -156,9 +173,9 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 		}
 		state += fmt.Sprintf("; %d ancestor versions not mirrored yet", len(pending)+pendingMore)
 	}
-	fmt.Fprintf(w, "%s%s -> %s: %s\n", name, job.Source, job.Sink, state)
+	fmt.Fprintf(w, "%s%s -> %s: %s\n", name, redact.URL(job.Source), redact.URL(job.Sink), state)
 	for _, p := range pending {
-		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: %s\n", p.Version, p.Since.Format(time.RFC3339), p.Reason, p.Message)
+		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: %s\n", inert(p.Version), p.Since.Format(time.RFC3339), p.Reason, inert(p.Message))
 	}
 	if pendingMore > 0 {
 		fmt.Fprintf(w, "  PENDING and %d more versions, not listed\n", pendingMore)
@@ -186,7 +203,7 @@ func printStatus(w io.Writer, job mirror.Job, refs []fdlsync.RefStatus, pending 
 		} else if r.Behind {
 			st = "behind"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Ref, r.Upstream, mirror, st)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", inert(r.Ref), inert(r.Upstream), inert(mirror), st)
 	}
 	tw.Flush()
 	return code

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
@@ -48,6 +49,8 @@ func cmdSync(args []string) int {
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
 	var allowRedirects allowRedirectFlag
 	allowRedirects.register(fs, "source")
+	var access accessFlags
+	access.register(fs)
 	bwlimit := fs.String("bwlimit", "", "bandwidth limit of the run in bytes per second, shared by all transfers (e.g. 10M; K, M, G are powers of 1024; server-side copies are not limited)")
 	var refPatterns, excludeRefs stringList
 	fs.Var(&refPatterns, "refs", "mirror the refs matching `PATTERN` (repeatable; * within a segment, ** across; default refs/heads/** and refs/tags/**)")
@@ -68,12 +71,12 @@ func cmdSync(args []string) int {
 		return exitUsage
 	}
 	if err := limits.check(); err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
 		return exitUsage
 	}
 	log, err := newLogger(*logLevel, *jsonOut)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
 		return exitUsage
 	}
 	defer log.Sync()
@@ -85,8 +88,8 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --config takes no SOURCE or SINK")
 			return exitUsage
 		}
-		if len(allowRedirects) > 0 || *bwlimit != "" || len(refPatterns) > 0 || len(excludeRefs) > 0 || *allowRewind {
-			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, bwlimit, refs, exclude_refs and allow_rewind in the config")
+		if len(allowRedirects) > 0 || *bwlimit != "" || len(refPatterns) > 0 || len(excludeRefs) > 0 || *allowRewind || access.given() {
+			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, http_headers_file, ca_file, http_allow_insecure_auth, bwlimit, refs, exclude_refs and allow_rewind in the config")
 			return exitUsage
 		}
 		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *force, *jsonOut, *notifyWait, log)
@@ -101,14 +104,23 @@ func cmdSync(args []string) int {
 	}
 	rate, err := limiter.ParseRate(*bwlimit)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror sync: --bwlimit:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync: --bwlimit:", shown(err))
 		return exitUsage
 	}
 	for _, p := range append(append([]string{}, refPatterns...), excludeRefs...) {
 		if err := repo.CheckRefPattern(p); err != nil {
-			fmt.Fprintln(os.Stderr, "fdl-mirror sync:", err)
+			fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
 			return exitUsage
 		}
+	}
+	if err := access.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
+		return exitUsage
+	}
+	headers, err = access.headers(headers)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
+		return exitUsage
 	}
 	var rewind []string
 	if *allowRewind {
@@ -119,7 +131,7 @@ func cmdSync(args []string) int {
 		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries, Repair: *repair,
-		CatalogLimits: limits.Limits, Force: *force,
+		CatalogLimits: limits.Limits, Force: *force, CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth,
 	}
 	progress, done := newProgress(!*jsonOut)
 	report, err := mirror.Run(ctx, job, log, progress)
@@ -132,7 +144,7 @@ func cmdSync(args []string) int {
 func finishSync(w io.Writer, job mirror.Job, report *fdlsync.Report, err error, jsonOut bool, log *zap.Logger) int {
 	var rep any = report
 	if report == nil {
-		rep = &fdlsync.Report{Source: job.Source, Sink: job.Sink}
+		rep = &fdlsync.Report{Source: redact.URL(job.Source), Sink: redact.URL(job.Sink)}
 	}
 	return finishRun(w, "sync", job.Name, rep, report != nil && !report.OK(), err, jsonOut, log, func() { printSummary(w, job, report, err) })
 }
@@ -143,7 +155,7 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		name = job.Name + ": "
 	}
 	if r == nil {
-		fmt.Fprintf(w, "%ssync %s -> %s failed: %v\n", name, job.Source, job.Sink, err)
+		fmt.Fprintf(w, "%ssync %s -> %s failed: %s\n", name, redact.URL(job.Source), redact.URL(job.Sink), shown(err))
 		return
 	}
 	verb := "copied"
@@ -154,7 +166,7 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 			fmt.Fprintf(w, "  would write %s\n", p)
 		}
 	}
-	fmt.Fprintf(w, "%s%s -> %s: %s %d files, %s, in %s\n", name, r.Source, r.Sink, verb,
+	fmt.Fprintf(w, "%s%s -> %s: %s %d files, %s, in %s\n", name, redact.URL(r.Source), redact.URL(r.Sink), verb,
 		r.FilesCopied, mirror.HumanBytes(r.BytesCopied), r.Duration.Round(time.Millisecond))
 	fmt.Fprintf(w, "  versions published: %d\n", len(r.VersionsPublished))
 	for _, m := range r.RefsMoved {
@@ -162,7 +174,7 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		if from == "" {
 			from = "(new)"
 		}
-		fmt.Fprintf(w, "  ref %s: %s -> %s\n", m.Ref, from, m.To)
+		fmt.Fprintf(w, "  ref %s: %s -> %s\n", inert(m.Ref), inert(from), inert(m.To))
 	}
 	if len(r.RefsMoved) == 0 {
 		fmt.Fprintf(w, "  refs: none moved\n")
@@ -174,12 +186,12 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		fmt.Fprintf(w, "  REPAIRED %s\n", f)
 	}
 	for _, x := range r.Refused {
-		fmt.Fprintf(w, "  REFUSED [%s] %s\n", x.Reason, x.Message)
+		fmt.Fprintf(w, "  REFUSED [%s] %s\n", x.Reason, inert(x.Message))
 	}
 	for _, p := range r.Pending {
 		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: retried at every run\n", p.Version, p.Since.Format(time.RFC3339), p.Reason)
 	}
 	if err != nil {
-		fmt.Fprintf(w, "  STOPPED: %v\n", err)
+		fmt.Fprintf(w, "  STOPPED: %s\n", shown(err))
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 )
@@ -109,6 +110,7 @@ type hookReceiver struct {
 	*httptest.Server
 	mu     sync.Mutex
 	events []event
+	raw    [][]byte
 	bad    []string // what was wrong with a request
 }
 
@@ -130,10 +132,12 @@ func newHookReceiver(t *testing.T) *hookReceiver {
 			return
 		case r.Header.Get("Content-Type") != "application/cloudevents+json":
 			h.bad = append(h.bad, "Content-Type "+r.Header.Get("Content-Type"))
-		case json.Unmarshal(body, &ev) != nil:
+		case !json.Valid(body):
 			h.bad = append(h.bad, "not JSON: "+string(body))
 		}
+		json.Unmarshal(body, &ev) // a refusal's refs are names: decoded from raw
 		h.events = append(h.events, ev)
+		h.raw = append(h.raw, body)
 		w.WriteHeader(http.StatusAccepted)
 	}))
 	t.Cleanup(h.Close)
@@ -481,5 +485,62 @@ func TestAReceiverThatNeverAnswersDelaysNoSync(t *testing.T) {
 	checkRefsEvent(t, evs[1], m2, func(ref string) (string, string) { return "", repo.Refs[ref] }, len(repo.Refs))
 	if took > 20*time.Second || !strings.Contains(res.stderr, "notifications still pending at exit") {
 		t.Errorf("sync --config with a hung receiver took %s\n%s", took, res.stderr)
+	}
+}
+
+// A version the run refuses is a version.refused event naming it, its
+// reason and the refs not moved to it; the refs that did move still get
+// their event. Through sync --config, as a CI job runs it.
+func TestSyncConfigNotifiesARefusedVersion(t *testing.T) {
+	parent := t.TempDir()
+	m := testMirror{"towns", filepath.Join(parent, "upstream"), filepath.Join(parent, "mirror")}
+	repo := gen(t, m.up, generate.Options{Versions: 2, Tags: true})
+	good, bad := repo.Versions[0], repo.Versions[1]
+	fdltest.Append(t, filepath.Join(m.up, "versions", bad, "ducklake.duckdb"), []byte("tampered"))
+	hook := newHookReceiver(t)
+	configPath := filepath.Join(parent, "fdl-mirror.yaml")
+	triggerConfig(t, configPath, "127.0.0.1:0", []string{hook.URL}, m)
+	res := run(t, "sync", "--config", configPath)
+	if res.code != 1 || !strings.Contains(res.stdout, "sha256-mismatch") {
+		t.Fatalf("sync --config of a tampered version: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	assertNotPublished(t, m.sink, bad)
+	if readRef(t, m.sink, generate.MainRef) != "" {
+		t.Fatal("main moved to a refused version")
+	}
+	evs, badReqs := hook.received()
+	if len(evs) != 2 || len(badReqs) > 0 {
+		t.Fatalf("events %+v, bad requests %v", evs, badReqs)
+	}
+	byType := map[string]int{}
+	for i, ev := range evs {
+		byType[ev.Type] = i
+	}
+	moved, ok := byType["org.fdl.mirror.refs.updated"]
+	if !ok {
+		t.Fatalf("no refs.updated event: %+v", evs)
+	}
+	checkRefsEvent(t, evs[moved], m, func(string) (string, string) { return "", good }, 1)
+	refusedAt, ok := byType["org.fdl.mirror.version.refused"]
+	if !ok {
+		t.Fatalf("no version.refused event: %+v", evs)
+	}
+	var refused struct {
+		Source string `json:"source"`
+		Data   struct {
+			Mirror, Sink, Version, Reason, Message string
+			Refs                                   []string
+		} `json:"data"`
+	}
+	hook.mu.Lock()
+	raw := hook.raw[refusedAt]
+	hook.mu.Unlock()
+	if err := json.Unmarshal(raw, &refused); err != nil {
+		t.Fatal(err)
+	}
+	d := refused.Data
+	if refused.Source != "towns" || d.Mirror != "towns" || d.Sink != m.sink || d.Version != bad || d.Reason != "sha256-mismatch" ||
+		!strings.Contains(d.Message, "sha256") || fmt.Sprint(d.Refs) != "[refs/heads/main refs/tags/v2]" {
+		t.Errorf("refusal event: %s", raw)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/signal"
@@ -28,6 +27,8 @@ func cmdVerify(args []string) int {
 	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) target (repeatable)")
 	var allowRedirects allowRedirectFlag
 	allowRedirects.register(fs, "target")
+	var access accessFlags
+	access.register(fs)
 	var trust trustFlags
 	trust.register(fs)
 	var limits catalogLimitFlags
@@ -37,7 +38,7 @@ func cmdVerify(args []string) int {
 		return exitUsage
 	}
 	if err := limits.check(); err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
 	if len(pos) != 1 {
@@ -46,7 +47,7 @@ func cmdVerify(args []string) int {
 	}
 	log, err := newLogger(*logLevel, *jsonOut)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
 	defer log.Sync()
@@ -56,18 +57,28 @@ func cmdVerify(args []string) int {
 	job := mirror.Job{TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace}
 	policy, err := job.Policy()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
-	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, Logger: log})
+	if err := access.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
+		return exitUsage
+	}
+	headers, err = access.headers(headers)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
+		return exitUsage
+	}
+	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, Logger: log,
+		CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
 	defer closeTarget()
 	tmp, err := scratch.Private()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitRefused
 	}
 	defer tmp.Close()
@@ -81,13 +92,11 @@ func cmdVerify(args []string) int {
 	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: limits.Limits, TempDir: tmp.Path()})
 	if err != nil {
 		log.Error("verify stopped", zap.Error(err))
-		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", err)
+		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitRefused
 	}
 	if *jsonOut {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(struct {
+		writeJSON(os.Stdout, struct {
 			Target   string           `json:"target"`
 			OK       bool             `json:"ok"`
 			Problems []verify.Problem `json:"problems"`
@@ -96,10 +105,10 @@ func cmdVerify(args []string) int {
 	} else {
 		sort.Slice(notes, func(i, j int) bool { return notes[i].Version < notes[j].Version })
 		for _, n := range notes {
-			fmt.Println("NOTE", n.Message)
+			fmt.Println("NOTE", inert(n.Message))
 		}
 		for _, p := range problems {
-			fmt.Println("PROBLEM", p.Message)
+			fmt.Println("PROBLEM", inert(p.Message))
 		}
 		if len(problems) == 0 {
 			fmt.Printf("%s: OK, every ref resolves to a complete version\n", target.Location())

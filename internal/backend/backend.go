@@ -222,16 +222,8 @@ func ConditionalOf(r Reader) Conditional {
 	if !r.Properties().ConditionalWrite {
 		return nil
 	}
-	for {
-		if c, ok := r.(Conditional); ok {
-			return c
-		}
-		u, ok := r.(Unwrapper)
-		if !ok {
-			return nil
-		}
-		r = u.Unwrap()
-	}
+	c, _ := As[Conditional](r)
+	return c
 }
 
 // ReadAllVersion is ReadAll that also returns the version token of the

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -9,9 +10,10 @@ import (
 )
 
 // BenchmarkRead reads one generated catalog (400 data files) again and
-// again, with a DuckDB of its own each time (Read) and with a Pool's: the
-// fixed cost of a catalog (a DuckDB instance, its lock-down, the checks)
-// is most of it, and a mirror pays it once per version.
+// again: in this process as before readers, with a reader of its own each
+// time (Read) and with a Pool's readers; and starts a reader alone. The
+// fixed cost of a catalog (a reader, a DuckDB instance, its lock-down, the
+// checks) is most of it, and a mirror pays it once per version.
 //
 //	go test -run '^$' -bench Read -cpuprofile cpu.out ./internal/catalog/
 func BenchmarkRead(b *testing.B) {
@@ -21,6 +23,29 @@ func BenchmarkRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	p := filepath.Join(dir, "versions", r.Versions[0], "ducklake.duckdb")
+	// What a read cost before readers (issue 25): DuckDB in this process,
+	// unconfined. Kept to show what the process apart costs.
+	b.Run("in-process", func(b *testing.B) {
+		for b.Loop() {
+			readOK(b, func() (*Catalog, error) { return read(context.Background(), p, "", Limits{}.WithDefaults(), nil) })
+		}
+	})
+	// Starting a reader (exec, rlimits, Landlock, seccomp, hello) and
+	// ending it, reading nothing.
+	b.Run("reader-start", func(b *testing.B) {
+		f, err := os.Open(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		for b.Loop() {
+			proc, err := startReader(context.Background(), f, Limits{}.WithDefaults(), 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			proc.close()
+		}
+	})
 	b.Run("alone", func(b *testing.B) {
 		for b.Loop() {
 			readOK(b, func() (*Catalog, error) { return Read(context.Background(), p, "", Limits{}) })

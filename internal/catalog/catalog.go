@@ -63,26 +63,9 @@ type place struct {
 // of the catalog's main schema.
 var tablesRead = []string{"ducklake_metadata", "ducklake_schema", "ducklake_table", "ducklake_data_file", "ducklake_delete_file"}
 
-// Read opens the catalog at file (a local path) read-only and lists every
-// file in ducklake_data_file and ducklake_delete_file, current and
-// historical rows alike: a frozen catalog can time-travel to older
-// snapshots. Rows of ducklake_files_scheduled_for_deletion are not read:
-// those files are on their way out and may already be gone.
-//
-// name is the catalog's name in the repository (versions/<id>/
-// ducklake.duckdb), which errors carry instead of the local path. A
-// catalog that passes one of lim is refused with a *LimitError.
-//
-// The catalog is untrusted SQL: DuckDB is locked down before it opens the
-// file (no extensions, no file but this one, the configuration locked),
-// and only base tables are read, so no view, macro or generated column of
-// the catalog runs.
-func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) {
-	return read(ctx, file, name, lim, nil)
-}
-
-// read is Read, with a DuckDB instance of pool's where pool is not nil.
-func read(ctx context.Context, file, name string, lim Limits, pool *Pool) (*Catalog, error) {
+// read is a reader's read of one catalog (child.go), with a DuckDB
+// instance of pool's where pool is not nil.
+func read(ctx context.Context, file, name string, lim Limits, pool *dbPool) (*Catalog, error) {
 	if name == "" {
 		name = file
 	}
@@ -119,8 +102,14 @@ func read(ctx context.Context, file, name string, lim Limits, pool *Pool) (*Cata
 		return nil, &LimitError{Catalog: name, Key: KeyTimeout, Detail: fmt.Sprintf("reading it took longer than %s", lim.Timeout)}
 	}
 	var de *duckdb.Error
-	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory || isSQLiteNoMem(err) {
+	switch {
+	case errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory:
 		return nil, &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than DuckDB's memory limit of %s", FormatBytes(lim.MemoryLimit))}
+	case isSQLiteNoMem(err):
+		return nil, &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than SQLite's memory limit of %s", FormatBytes(lim.MemoryLimit))}
+	case isSQLiteTooBig(err):
+		// Not the operator's to raise: no path of a catalog is near it.
+		return nil, r.errf("a value larger than SQLite's length limit of %s (SQLITE_LIMIT_LENGTH)", FormatBytes(sqliteMaxLength))
 	}
 	// DuckDB's messages name the file it opened: the local copy, whose
 	// name means nothing to the operator and changes every run.
@@ -149,7 +138,7 @@ type reader struct {
 	file     string    // the local copy read
 	attached bool      // the catalog is attached as cat (DuckDB)
 	pooled   *instance // the pool's DuckDB the catalog is attached to
-	pool     *Pool
+	pool     *dbPool
 	dirty    bool // the pooled DuckDB holds something it should not: not used again
 
 	fileRows int64 // rows of ducklake_data_file and ducklake_delete_file, as counted
@@ -366,7 +355,7 @@ func (r *reader) read() (*Catalog, error) {
 			if i, ok := seen[where]; ok {
 				if prev := c.Files[i].Size; prev != sz && prev >= 0 && sz >= 0 {
 					rows.Close()
-					return nil, r.errf("file %s is recorded with two sizes, %d and %d", where, prev, sz)
+					return nil, r.errf("file %s is recorded with two sizes, %d and %d", Excerpt(where), prev, sz)
 				}
 				continue
 			}
@@ -438,7 +427,7 @@ func (r *reader) objectError(f *objectFound) error {
 	if f == nil {
 		return nil
 	}
-	return r.errf("%s.%s is %s, not a table: a catalog is read from base tables only, and a view or macro would run the catalog's own SQL", f.schema, f.object, f.kind)
+	return r.errf("%s.%s is %s, not a table: a catalog is read from base tables only, and a view or macro would run the catalog's own SQL", quoteName(f.schema), quoteName(f.object), f.kind)
 }
 
 // findObjects finds, in each of the attached databases named, a
@@ -512,7 +501,7 @@ func (r *reader) loadColumns() error {
 			continue
 		}
 		if expr {
-			return r.errf("column %s.%s has a default or generated expression; DuckLake catalogs have none, and a generated column runs the catalog's own SQL", table, col)
+			return r.errf("column %s.%s has a default or generated expression; DuckLake catalogs have none, and a generated column runs the catalog's own SQL", quoteName(table), quoteName(col))
 		}
 		if r.cols[table] == nil {
 			r.cols[table] = map[string]bool{}
@@ -589,6 +578,9 @@ func (r *reader) metadata(c *Catalog) error {
 	if c.DataPath == "" {
 		return r.errf("ducklake_metadata has no data_path")
 	}
+	if len(c.DataPath) >= maxDataPath {
+		return r.errf("ducklake_metadata's data_path is %d bytes, longer than a path may be (%d): %s", len(c.DataPath), maxDataPath, Excerpt(c.DataPath))
+	}
 	if !strings.HasSuffix(c.DataPath, "/") {
 		c.DataPath += "/"
 	}
@@ -663,22 +655,36 @@ func at(rows []place, s sql.NullInt64) (place, bool) {
 }
 
 // join appends a path part to a base: a relative part is joined, an
-// absolute one replaces the base.
-func join(base string, p place) string {
+// absolute one replaces the base. A result longer than limit bytes is
+// not made: ok is false, and too is the part that made it too long.
+func join(base string, p place, limit int) (joined string, too string, ok bool) {
 	if !p.path.Valid || p.path.String == "" {
-		return base
+		return base, "", true
 	}
 	if p.relative.Valid && !p.relative.Bool {
-		return p.path.String
+		if len(p.path.String) > limit {
+			return "", p.path.String, false
+		}
+		return p.path.String, "", true
 	}
-	return base + p.path.String
+	if len(base)+len(p.path.String) > limit {
+		return "", p.path.String, false
+	}
+	return base + p.path.String, "", true
 }
 
 // resolve turns a file row into its place below data_dir, as DuckLake
 // resolves it: data path + schema path + table path + file path, each
 // joined only where its path_is_relative is true. A result that does not
-// fall under the stored data path, or that holds "..", breaks the spec.
+// fall under the stored data path, or that holds "..", breaks the spec;
+// one longer than MaxPathBytes below the data path is refused before it
+// is made, so a path part of megabytes is never joined to each row.
 func (r *resolver) resolve(tableID, begin sql.NullInt64, filePath string, relative bool) (string, error) {
+	limit := len(r.dataPath) + MaxPathBytes
+	tooLong := func(part string) error {
+		return fmt.Errorf("file %s: its path below the data path would be longer than %d bytes, the object stores' key limit (a path part of %d bytes: %s)",
+			Excerpt(filePath), MaxPathBytes, len(part), Excerpt(part))
+	}
 	full := filePath
 	if relative {
 		// The files of a table and snapshot share a base: worked out
@@ -689,9 +695,15 @@ func (r *resolver) resolve(tableID, begin sql.NullInt64, filePath string, relati
 			base = r.dataPath
 			if t, ok := at(r.tables[tableID.Int64], begin); ok {
 				if s, ok := at(r.schemas[t.parent], begin); ok {
-					base = join(base, s)
+					var too string
+					if base, too, ok = join(base, s, limit); !ok {
+						return "", tooLong(too)
+					}
 				}
-				base = join(base, t)
+				var too string
+				if base, too, ok = join(base, t, limit); !ok {
+					return "", tooLong(too)
+				}
 			}
 			if r.bases == nil {
 				r.bases = map[baseKey]string{}
@@ -700,14 +712,19 @@ func (r *resolver) resolve(tableID, begin sql.NullInt64, filePath string, relati
 				r.bases[key] = base
 			}
 		}
+		if len(base)+len(filePath) > limit {
+			return "", tooLong(filePath)
+		}
 		full = base + filePath
+	} else if len(filePath) > limit {
+		return "", tooLong(filePath)
 	}
 	rel, ok := strings.CutPrefix(full, r.dataPath)
 	if !ok {
-		return "", fmt.Errorf("file %q is outside the catalog's data path %q", full, r.dataPath)
+		return "", fmt.Errorf("file %s is outside the catalog's data path %s", Excerpt(full), Excerpt(r.dataPath))
 	}
 	if err := backend.CheckName(rel); err != nil {
-		return "", fmt.Errorf("file %q: path is not a clean relative path below the data path (no \"..\", \".\" or empty segments)", full)
+		return "", fmt.Errorf("file %s: path is not a clean relative path below the data path (no \"..\", \".\" or empty segments)", Excerpt(full))
 	}
 	return rel, nil
 }

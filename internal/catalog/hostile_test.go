@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -224,4 +225,50 @@ func TestFetchRefusesACatalogLargerThanTheLimitAndRemovesItsCopy(t *testing.T) {
 		t.Fatalf("a catalog of exactly the limit: %v", err)
 	}
 	f.Remove()
+}
+
+// peakRSS is this process's peak resident set (VmHWM), in bytes.
+func peakRSS(t *testing.T) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kib int64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kib)
+			return kib << 10
+		}
+	}
+	t.Fatal("no VmHWM in /proc/self/status")
+	return 0
+}
+
+// A table path of 8 MB under 200 relative file rows (issue 25: 9.4 GB
+// and 104 s when each row's path was joined to it) is refused at its
+// first row, before anything is joined: the refusal quotes a short
+// excerpt of the path, and neither the reader nor this process grows by
+// more than a generous bound.
+func TestReadRefusesAnEightMegabytePathBeforeJoiningIt(t *testing.T) {
+	p := generatedCatalog(t,
+		"UPDATE ducklake_table SET path = repeat('x', 8 << 20) || '/', path_is_relative = true",
+		"INSERT INTO ducklake_data_file (data_file_id, table_id, begin_snapshot, path, path_is_relative, file_size_bytes) "+
+			"SELECT 1000 + i, (SELECT min(table_id) FROM ducklake_table), 1, 'f-' || i || '.parquet', true, 10 FROM range(200) t(i)")
+	// Reset this process's high-water mark, where the kernel lets it:
+	// generating the catalog took DuckDB's memory, not the read.
+	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+	before := peakRSS(t)
+	readerPeakRSS.Store(0)
+	err := readHostile(t, p, Limits{}, "1024 bytes", "object stores' key limit", "8388609 bytes")
+	if len(err.Error()) > 1024 {
+		t.Errorf("the refusal is %d bytes long: %.200s…", len(err.Error()), err)
+	}
+	const bound = 150 << 20
+	if grew := peakRSS(t) - before; grew > bound {
+		t.Errorf("this process's peak resident set grew by %d MiB reading it", grew>>20)
+	}
+	if r := readerPeakRSS.Load(); r == 0 || r > bound {
+		t.Errorf("the readers' peak resident set: %d MiB (0: not measured)", r>>20)
+	}
 }

@@ -22,6 +22,9 @@ type Limits struct {
 	Threads int
 	// MaxSize bounds the bytes of a catalog download (Fetch).
 	MaxSize int64
+	// RequireSandbox refuses to read a catalog in a reader that lacks
+	// Landlock or seccomp (ReaderError, CauseNoSandbox).
+	RequireSandbox bool
 }
 
 // Defaults of Limits: generous for real catalogs (a DuckLake catalog of

@@ -10,49 +10,56 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
 
-// Pool reads many catalogs with a few DuckDB instances, each kept for
-// catalog after catalog: starting, locking down and closing an instance
-// cost about a third of reading a catalog of 400 files (28 ms of 89 on
-// the 2-core test machine), and a mirror reads one per version.
+// Pool reads the catalogs of one upstream (or of one mirror) in one run
+// with a few readers, each kept for catalog after catalog: starting a
+// reader and its DuckDB costs about as much as reading a catalog of 400
+// files (BENCHMARKS.md), and a mirror reads one per version.
 //
-// A pooled instance may open files in the pool's folder only, a private
-// one (0700) that holds nothing but the catalogs fetched into it with
-// Fetch; where Read opens a catalog alone it may open that one file. The
-// catalogs are attached one at a time, read-only and from base tables
-// only, as by Read, and detached after: no SQL of a catalog ever runs
-// (views and macros named ducklake_* are refused, a generated column
-// too). An instance whose read failed in any way (a refusal, a limit, a
-// cancelled context) is closed, never used again.
+// A pooled reader may read the files of the pool's folder only, a
+// private one (0700) that holds nothing but the catalogs fetched into it
+// with Fetch: the catalogs of the one upstream the pool serves, so a
+// reader taken over by one of them can learn or say nothing that upstream
+// could not already. A pool is never shared between upstreams or
+// mirrors. A reader whose read failed in any way (a refusal, a limit, a
+// crash, a cancelled context) is killed, never used again; one that has
+// read readsPerReader catalogs is replaced, so that its CPU time limit
+// stays that of a few reads.
 type Pool struct {
-	dir string
-	lim Limits
-
-	mu       gosync.Mutex
-	idle     []*instance
-	size     int
-	waiting  map[string]bool          // fetched into dir, not read yet
-	checked  map[string]*objectFound  // checked ahead: what checkObjects would find (nil: nothing)
-	checking map[string]chan struct{} // being checked ahead by a read: closed when that check is over
+	dir    string
+	dirFD  *os.File // the folder, open read-only: each reader's one descriptor
+	lim    Limits
+	size   int
+	mu     gosync.Mutex
+	idle   []*readerProc
+	closed bool
+	// waiting are the catalogs fetched into dir and not read yet; a read
+	// asks its reader to check a few of them for views and macros with
+	// its own (checkPooledObjects), and aheadBy remembers which reader
+	// did, so that reading one of them goes to that reader where it is
+	// idle.
+	waiting map[string]bool
+	aheadBy map[string]*readerProc
 }
 
-// checkAhead is how many catalogs waiting to be read one check of
-// objects looks at besides the one being read.
-const checkAhead = 7
-
 // NewPool makes the pool's folder in parent (os.TempDir when empty) and
-// keeps up to size instances idle between reads.
+// keeps up to size readers idle between reads.
 func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 	dir, err := os.MkdirTemp(parent, "catalogs-")
 	if err != nil {
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	// MkdirTemp makes it 0700 already; made sure, as the instances trust
+	// MkdirTemp makes it 0700 already; made sure, as the readers may read
 	// every file in it.
 	if err := os.Chmod(dir, 0o700); err != nil {
 		os.Remove(dir)
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	return &Pool{dir: dir, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, checked: map[string]*objectFound{}, checking: map[string]chan struct{}{}}, nil
+	fd, err := os.Open(dir)
+	if err != nil {
+		os.Remove(dir)
+		return nil, fmt.Errorf("a folder for catalogs: %w", err)
+	}
+	return &Pool{dir: dir, dirFD: fd, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, aheadBy: map[string]*readerProc{}}, nil
 }
 
 // Dir is the pool's folder.
@@ -66,7 +73,7 @@ func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetch
 	}
 	f.pool = p
 	p.mu.Lock()
-	p.waiting[f.Path] = true
+	p.waiting[filepath.Base(f.Path)] = true
 	p.mu.Unlock()
 	return f, nil
 }
@@ -74,156 +81,115 @@ func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetch
 // forget drops what the pool knows of a file it fetched, removed now.
 func (p *Pool) forget(file string) {
 	p.mu.Lock()
-	delete(p.waiting, file)
-	delete(p.checked, file)
-	delete(p.checking, file)
+	delete(p.waiting, filepath.Base(file))
+	delete(p.aheadBy, filepath.Base(file))
 	p.mu.Unlock()
-}
-
-// checkPooledObjects is checkObjects with a pooled DuckDB: a catalog
-// checked ahead with another is not listed again, and the others waiting
-// (fetched, not read yet) are attached beside this one and checked with
-// the same listing. Anything that goes wrong with them leaves them to be
-// checked when they are read.
-//
-// A catalog another read is checking ahead right now waits for that
-// check rather than listing every function a second time (the listing is
-// the costly part, and both instances share the same cores).
-func (r *reader) checkPooledObjects() error {
-	p := r.pool
-	p.mu.Lock()
-	delete(p.waiting, r.file)
-	if ch := p.checking[r.file]; ch != nil {
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.ctx.Done():
-			return r.errf("listing the catalog's objects: %w", r.ctx.Err())
-		}
-		p.mu.Lock()
-	}
-	found, done := p.checked[r.file]
-	var ahead []string
-	batch := make(chan struct{})
-	if !done {
-		for f := range p.waiting {
-			_, ok := p.checked[f]
-			if !ok && p.checking[f] == nil && len(ahead) < checkAhead {
-				ahead = append(ahead, f)
-				p.checking[f] = batch
-			}
-		}
-	}
-	p.mu.Unlock()
-	if done {
-		return r.objectError(found)
-	}
-	defer func() {
-		p.mu.Lock()
-		for _, f := range ahead {
-			delete(p.checking, f)
-		}
-		p.mu.Unlock()
-		close(batch)
-	}()
-	// The others' share of the work has a deadline of its own, a quarter
-	// of this read's: a catalog waiting that is slow to attach must not
-	// make this one's read run out of time.
-	actx, cancel := context.WithTimeout(r.ctx, r.lim.Timeout/4)
-	defer cancel()
-	dbs := []string{"cat"}
-	names := map[string]string{}
-	for i, f := range ahead {
-		db := fmt.Sprintf("ahead%d", i)
-		if _, err := r.conn.ExecContext(actx, "ATTACH "+sqlString(f)+" AS "+db+" (TYPE duckdb, READ_ONLY)"); err == nil {
-			dbs = append(dbs, db)
-			names[db] = f
-		}
-	}
-	// Alone, the catalog's own check has all of its read's time.
-	qctx := r.ctx
-	if len(names) > 0 {
-		qctx = actx
-	}
-	all, err := findObjects(qctx, r.conn, dbs)
-	for db := range names {
-		if _, derr := r.conn.ExecContext(context.Background(), "DETACH "+db); derr != nil {
-			r.dirty = true // not used again
-		}
-	}
-	if err != nil && len(names) > 0 {
-		// Without the others, as a read alone checks.
-		names = nil
-		all, err = findObjects(r.ctx, r.conn, []string{"cat"})
-	}
-	if err != nil {
-		return r.errf("listing the catalog's objects: %w", err)
-	}
-	p.mu.Lock()
-	for db, f := range names {
-		if p.checking[f] == batch { // not removed meanwhile
-			p.checked[f] = all[db]
-		}
-	}
-	p.mu.Unlock()
-	return r.objectError(all["cat"])
 }
 
 // Read reads the catalog at file as Read does, with one of the pool's
-// instances when file is in the pool's folder (else with one of its own).
+// readers when file is in the pool's folder (else with one of its own).
 func (p *Pool) Read(ctx context.Context, file, name string) (*Catalog, error) {
 	if filepath.Dir(file) != p.dir {
 		return Read(ctx, file, name, p.lim)
 	}
-	return read(ctx, file, name, p.lim, p)
+	if name == "" {
+		name = file
+	}
+	base := filepath.Base(file)
+	proc, ahead, err := p.get(ctx, base)
+	if err != nil {
+		return nil, rename(err, name)
+	}
+	c, err := proc.readCatalog(ctx, request{name: name, file: base, ahead: ahead, lim: p.lim}, nil)
+	p.forget(file)
+	if err != nil {
+		p.drop(proc)
+		return nil, err
+	}
+	p.put(proc)
+	return c, nil
 }
 
-// Close closes the idle instances and removes the pool's folder with
+// get takes an idle reader (the one that checked base ahead, where it is
+// idle) or starts one, and picks the catalogs waiting that it may check
+// ahead with base.
+func (p *Pool) get(ctx context.Context, base string) (*readerProc, []string, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, nil, fmt.Errorf("catalog pool closed")
+	}
+	delete(p.waiting, base)
+	var proc *readerProc
+	pick := len(p.idle) - 1
+	for i, r := range p.idle {
+		if p.aheadBy[base] == r {
+			pick = i
+		}
+	}
+	if pick >= 0 {
+		proc = p.idle[pick]
+		p.idle = append(p.idle[:pick], p.idle[pick+1:]...)
+	}
+	p.mu.Unlock()
+	if proc == nil {
+		var err error
+		if proc, err = startReader(ctx, p.dirFD, p.lim, readsPerReader); err != nil {
+			return nil, nil, err
+		}
+	}
+	p.mu.Lock()
+	var ahead []string
+	for f := range p.waiting {
+		if len(ahead) == checkAhead {
+			break
+		}
+		if p.aheadBy[f] == nil {
+			ahead = append(ahead, f)
+			p.aheadBy[f] = proc
+		}
+	}
+	p.mu.Unlock()
+	return proc, ahead, nil
+}
+
+// put takes a reader back after a good read; one past its reads, or
+// beyond the idle ones kept, is closed.
+func (p *Pool) put(proc *readerProc) {
+	p.mu.Lock()
+	if !p.closed && proc.reads < readsPerReader && len(p.idle) < p.size {
+		p.idle = append(p.idle, proc)
+		proc = nil
+	}
+	p.mu.Unlock()
+	if proc != nil {
+		p.drop(proc)
+	}
+}
+
+// drop ends a reader (killed already where its read failed) and forgets
+// what it checked ahead.
+func (p *Pool) drop(proc *readerProc) {
+	proc.close()
+	p.mu.Lock()
+	for f, r := range p.aheadBy {
+		if r == proc {
+			delete(p.aheadBy, f)
+		}
+	}
+	p.mu.Unlock()
+}
+
+// Close ends the idle readers and removes the pool's folder with
 // whatever is left in it.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	idle := p.idle
-	p.idle, p.size = nil, 0
+	p.idle, p.closed = nil, true
 	p.mu.Unlock()
-	for _, in := range idle {
-		in.close()
+	for _, r := range idle {
+		r.close()
 	}
+	p.dirFD.Close()
 	return os.RemoveAll(p.dir)
-}
-
-// get returns an idle instance, or starts one.
-func (p *Pool) get(ctx context.Context) (*instance, error) {
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
-		in := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return in, nil
-	}
-	p.mu.Unlock()
-	return startDuckDB(ctx, p.lim, "SET allowed_directories=["+sqlString(p.dir+string(filepath.Separator))+"]")
-}
-
-// put takes an instance back after a read; one whose read failed, or
-// beyond the idle ones kept, is closed.
-func (p *Pool) put(in *instance, ok bool) {
-	p.mu.Lock()
-	if ok && len(p.idle) < p.size {
-		p.idle = append(p.idle, in)
-		in = nil
-	}
-	p.mu.Unlock()
-	if in != nil {
-		in.close()
-	}
-}
-
-// attachPooled attaches the catalog to one of pool's instances.
-func (r *reader) attachPooled(pool *Pool, file string) error {
-	in, err := pool.get(r.ctx)
-	if err != nil {
-		return r.errf("%w", err)
-	}
-	r.db, r.conn, r.pooled = in.db, in.conn, in
-	return r.attach(file)
 }

@@ -79,7 +79,9 @@ func TestPoolReadsCatalogsOneAfterAnotherAsReadDoes(t *testing.T) {
 func TestPooledDuckDBOpensNoFileOutsideItsFolder(t *testing.T) {
 	outside := generatedCatalog(t)
 	pool := newTestPool(t, Limits{})
-	in, err := pool.get(context.Background())
+	// The DuckDB of a pooled reader, as child.go makes it.
+	db := &dbPool{dir: pool.Dir(), lim: pool.lim, size: 1}
+	in, err := db.get(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +155,7 @@ func TestPoolChecksTheCatalogsWaitingWithTheOneRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool.mu.Lock()
-	checked := len(pool.checked)
+	checked := len(pool.aheadBy)
 	pool.mu.Unlock()
 	if checked != 3 {
 		t.Fatalf("reading one catalog checked %d waiting ones ahead, want 3", checked)
@@ -171,7 +173,7 @@ func TestPoolChecksTheCatalogsWaitingWithTheOneRead(t *testing.T) {
 	other.Remove()
 	pool.mu.Lock()
 	defer pool.mu.Unlock()
-	if len(pool.checked) != 0 || len(pool.waiting) != 0 {
-		t.Errorf("the pool still knows %d checked and %d waiting files", len(pool.checked), len(pool.waiting))
+	if len(pool.aheadBy) != 0 || len(pool.waiting) != 0 {
+		t.Errorf("the pool still knows %d checked and %d waiting files", len(pool.aheadBy), len(pool.waiting))
 	}
 }

@@ -41,9 +41,13 @@ const sqliteDriver = "fdl-catalog-sqlite3"
 // crafted with a huge value is refused rather than allocated.
 const sqliteMaxLength = 16 << 20
 
-func init() {
+// sqliteRegistered registers the driver as a package variable, not in an
+// init: a reader starts in child.go's init, after every variable of the
+// package is initialized but before later files' inits would run.
+var sqliteRegistered = func() bool {
 	sql.Register(sqliteDriver, &sqlite3.SQLiteDriver{ConnectHook: lockDownSQLite})
-}
+	return true
+}()
 
 // lockDownSQLite runs on every new connection, before the catalog's schema
 // is read: no other database may be attached, no value may pass
@@ -118,11 +122,17 @@ func (r *reader) openSQLite(file string) error {
 	return nil
 }
 
-// isSQLiteNoMem says whether SQLite ran out of the memory it may take, or
-// met a value larger than sqliteMaxLength.
+// isSQLiteNoMem says whether SQLite ran out of the memory it may take.
 func isSQLiteNoMem(err error) bool {
 	var se sqlite3.Error
-	return errors.As(err, &se) && (se.Code == sqlite3.ErrNomem || se.Code == sqlite3.ErrTooBig)
+	return errors.As(err, &se) && se.Code == sqlite3.ErrNomem
+}
+
+// isSQLiteTooBig says whether SQLite met a value larger than
+// sqliteMaxLength.
+func isSQLiteTooBig(err error) bool {
+	var se sqlite3.Error
+	return errors.As(err, &se) && se.Code == sqlite3.ErrTooBig
 }
 
 // checkSQLiteObjects refuses a SQLite catalog whose ducklake_* names are
@@ -145,11 +155,11 @@ func (r *reader) checkSQLiteObjects() error {
 		virtual := strings.HasPrefix(strings.ToUpper(strings.Join(strings.Fields(text.String), " ")), "CREATE VIRTUAL TABLE")
 		switch {
 		case typ == "view" && ours(name):
-			return r.errf("%s is a view, not a table: a catalog is read from base tables only, and a view would run the catalog's own SQL", name)
+			return r.errf("%s is a view, not a table: a catalog is read from base tables only, and a view would run the catalog's own SQL", quoteName(name))
 		case typ == "table" && virtual && ours(name):
-			return r.errf("%s is a virtual table, not a table: a catalog is read from base tables only, and a virtual table runs its module's code", name)
+			return r.errf("%s is a virtual table, not a table: a catalog is read from base tables only, and a virtual table runs its module's code", quoteName(name))
 		case typ == "trigger" && (ours(table) || ours(name)):
-			return r.errf("trigger %s on %s: a catalog is read from base tables only, and DuckLake catalogs have no triggers", name, table)
+			return r.errf("trigger %s on %s: a catalog is read from base tables only, and DuckLake catalogs have no triggers", quoteName(name), quoteName(table))
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -210,7 +220,7 @@ func (r *reader) sqliteColumns(t string) error {
 		// hidden: 1 a virtual table's hidden column, 2 and 3 generated
 		// (virtual or stored) columns.
 		if hidden != 0 {
-			return r.errf("column %s.%s is a generated or hidden column; DuckLake catalogs have none, and a generated column runs the catalog's own SQL", t, name)
+			return r.errf("column %s.%s is a generated or hidden column; DuckLake catalogs have none, and a generated column runs the catalog's own SQL", t, quoteName(name))
 		}
 		r.cols[t][strings.ToLower(name)] = true
 	}

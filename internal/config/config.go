@@ -11,6 +11,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -102,6 +103,9 @@ type Mirror struct {
 	CatalogTimeout     time.Duration
 	CatalogMemoryLimit int64 // bytes
 	CatalogMaxSize     int64 // bytes
+	// RequireSandbox refuses to read a catalog in a reader without both
+	// Landlock and seccomp (require_sandbox; catalog.Limits).
+	RequireSandbox bool
 	// Refs and ExcludeRefs choose the upstream refs mirrored (patterns:
 	// * within a segment, ** across); none means branches and tags.
 	Refs        []string
@@ -332,6 +336,49 @@ func (p *parser) mirrors(v *yaml.Node, cfg *Config) {
 		}
 		cfg.Mirrors = append(cfg.Mirrors, m)
 	}
+	if len(p.problems) == 0 {
+		// Across mirrors, once each is well formed: not a second
+		// complaint about a sink already refused.
+		p.checkNestedSinks(cfg.Mirrors)
+	}
+}
+
+// checkNestedSinks refuses two mirrors whose sinks are one folder or one
+// inside the other: each run would take its own lock and clean up what it
+// takes for its own (an S3 mirror aborts the stale multipart uploads under
+// its prefix; a prune removes what no catalog of its names), reaching
+// into the other's files.
+func (p *parser) checkNestedSinks(mirrors []Mirror) {
+	for j, inner := range mirrors {
+		for _, outer := range mirrors[:j] {
+			if inner.Sink == "" || outer.Sink == "" {
+				continue
+			}
+			if within(inner.Sink, outer.Sink) || within(outer.Sink, inner.Sink) {
+				p.addf(inner.Line, "mirrors[%d] %q: its sink %q and the sink %q of mirror %q (line %d) nest: one mirror's cleanup would reach into the other's files; give each its own folder or prefix",
+					j, inner.Name, redact.URL(inner.Sink), redact.URL(outer.Sink), outer.Name, outer.Line)
+			}
+		}
+	}
+}
+
+// within says whether the sink at inner is the one at outer or lies under
+// it: the same protocol, bucket (and S3 endpoint), and a path below.
+func within(inner, outer string) bool {
+	a, b := location.Clean(inner), location.Clean(outer)
+	if s, _ := location.Scheme(inner); s == "s3" && endpointOf(inner) != endpointOf(outer) {
+		return false
+	}
+	return a == b || strings.HasPrefix(a, strings.TrimSuffix(b, "/")+"/")
+}
+
+// endpointOf is an s3:// address's endpoint parameter ("" for AWS).
+func endpointOf(addr string) string {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimRight(strings.ToLower(u.Query().Get("endpoint")), "/")
 }
 
 func (p *parser) mirror(n *yaml.Node, where string) Mirror {
@@ -427,6 +474,8 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 				}
 				m.BWLimit = n
 			}
+		case "require_sandbox":
+			m.RequireSandbox = p.boolean(v, where+".require_sandbox")
 		case "catalog_max_files":
 			m.CatalogMaxFiles = int64(p.integer(v, where+".catalog_max_files"))
 			if m.CatalogMaxFiles <= 0 && p.isInt(v) {

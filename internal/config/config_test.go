@@ -136,6 +136,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		CatalogTimeout:     2 * time.Minute,
 		CatalogMemoryLimit: 256 << 20,
 		CatalogMaxSize:     8 << 30,
+		RequireSandbox:     true,
 		Refs:               []string{"refs/heads/**", "refs/tags/**"},
 		ExcludeRefs:        []string{"refs/heads/wip/**"},
 		AllowRewind:        []string{"refs/heads/scratch"},
@@ -544,5 +545,35 @@ func TestLiteralSecretsAreFoundAndReportedWhenTheFileIsWorldReadable(t *testing.
 	}
 	if got := ExposedSecrets(cfg); got != nil {
 		t.Errorf("mode 0640: ExposedSecrets = %q, want none", got)
+	}
+}
+
+// Sinks that nest are refused, naming both mirrors (issue 27): one's
+// cleanup would reach into the other's files. Siblings with a common
+// start, other buckets, other S3 endpoints and other protocols are fine.
+func TestNestedSinksAreRefusedNamingBoth(t *testing.T) {
+	two := func(a, b string) string {
+		return "mirrors:\n  - name: outer\n    source: /u1\n    sink: " + a + "\n  - name: inner\n    source: /u2\n    sink: " + b + "\n"
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"s3://b/a/", "s3://b/a/b/"},
+		{"s3://b/", "s3://b/data/x"},
+		{"s3://b/a/b?endpoint=http://127.0.0.1:9000", "s3://b/a?endpoint=http://127.0.0.1:9000/"},
+		{"gs://b/m", "gs://b/m/"},
+		{"/srv/mirror", "/srv/mirror/inner"},
+		{"file:///srv/mirror/", "/srv/mirror"},
+	} {
+		wantProblem(t, problems(t, two(tc.a, tc.b), nil), 5, `"inner"`, `"outer"`, "line 2", "nest")
+	}
+	for _, tc := range []struct{ a, b string }{
+		{"s3://b/a/", "s3://b/ab/"},
+		{"s3://b/a/", "s3://c/a/b/"},
+		{"s3://b/a?endpoint=http://127.0.0.1:9000", "s3://b/a/b?endpoint=http://127.0.0.1:9001"},
+		{"s3://b/a/", "gs://b/a/b/"},
+		{"/srv/mirror", "/srv/mirror2"},
+	} {
+		if _, err := Parse([]byte(two(tc.a, tc.b)), "test.yaml", env(nil)); err != nil {
+			t.Errorf("sinks %s and %s: %v", tc.a, tc.b, err)
+		}
 	}
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -159,6 +160,10 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.warnExposed(cfg)
 	d.metrics.Reloaded(true)
+	if l := catalog.ProbeSandbox(); len(l.Missing()) > 0 {
+		d.log.Warn("catalog readers run "+l.String(), zap.Strings("missing", l.Missing()))
+	}
+	d.metrics.CatalogSandbox(catalog.ProbeSandbox())
 	return d, nil
 }
 
@@ -370,6 +375,7 @@ func (d *Daemon) Reload() error {
 		if _, ok := cfg.Mirror(m.Name); !ok && !d.running[m.Name] {
 			d.metrics.RemoveMirror(m.Name)
 			d.board.remove(m.Name)
+			d.trig.forget(m.Name)
 		}
 	}
 	for _, m := range cfg.Mirrors {
@@ -454,6 +460,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
 	d.metrics.Observe(m.Name, end, end.Sub(start), result, rep)
+	d.metrics.CatalogSandbox(catalog.SandboxNow())
 	if rep != nil {
 		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
 	}
@@ -491,7 +498,12 @@ func (d *Daemon) runOnce(m config.Mirror) {
 // mirror as it is until a sync succeeds again. The prune reads the
 // upstream afresh and applies its own safety rules.
 func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
-	if result != ResultSuccess {
+	switch result {
+	case ResultSuccess:
+	case ResultLocked, ResultCanceled:
+		// Another run has the mirror (said already), or the daemon stops.
+		return
+	default:
 		log.Warn("prune skipped: the sync did not succeed", zap.String("result", result))
 		return
 	}
@@ -516,11 +528,15 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 		fields = append(fields, zap.Int("refs_removed", len(rep.RefsRemoved)), zap.Int("versions_removed", len(rep.VersionsRemoved)),
 			zap.Int("data_files_removed", len(rep.DataFilesRemoved)), zap.Int("objects_removed", len(rep.Removed)))
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, lock.ErrLocked):
+		// Another replica's run, as for a sync: nothing is wrong.
+		log.Info("another run holds the sink's lock; prune skipped until the next tick", append(fields, zap.Error(redact.Error(err)))...)
+	case err != nil:
 		log.Error("prune failed", append(fields, zap.Error(redact.Error(err)))...)
-		return
+	default:
+		log.Info("prune finished", fields...)
 	}
-	log.Info("prune finished", fields...)
 }
 
 // Job turns a configured mirror into the engine's job.
@@ -545,6 +561,9 @@ func Job(m config.Mirror) mirror.Job {
 		MaxUpstreamAge:     m.MaxUpstreamAge,
 		Repair:             m.Repair,
 		Force:              m.Force,
+		CAFile:             m.CAFile,
+
+		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
 	}
 }
 
@@ -553,6 +572,7 @@ func catalogLimits(m config.Mirror) catalog.Limits {
 	return catalog.Limits{
 		MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
 		MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
+		RequireSandbox: m.RequireSandbox,
 	}
 }
 
@@ -569,5 +589,8 @@ func PruneJob(m config.Mirror) prune.Job {
 		LockWait:           m.LockWait,
 		LockTTL:            m.LockTTL,
 		Retries:            m.Retries,
+		CAFile:             m.CAFile,
+
+		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
 	}
 }

@@ -414,7 +414,7 @@ func TestJobCarriesEveryMirrorSetting(t *testing.T) {
 		HTTPAllowRedirects: []string{"cdn.example.org"}, BWLimit: 1 << 20,
 		CatalogMaxFiles: 10, CatalogTimeout: time.Second, CatalogMemoryLimit: 1 << 30, CatalogMaxSize: 1 << 30,
 		Refs: []string{"refs/tags/*"}, ExcludeRefs: []string{"refs/tags/old"}, AllowRewind: []string{"**"}, MaxUpstreamAge: time.Hour,
-		Repair: true, Force: true,
+		Repair: true, Force: true, CAFile: "/ca.pem", HTTPAllowInsecureAuth: true,
 	}
 	job := Job(m)
 	v := reflect.ValueOf(job)

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -148,5 +150,37 @@ func TestEndpointsRefuseOtherMethods(t *testing.T) {
 		if c, _ := get(t, "http://"+addr+path); c != 200 {
 			t.Errorf("GET %s: %d", path, c)
 		}
+	}
+}
+
+// TestWarnsOfALiteralSecretInAWorldReadableConfig: at start and at each
+// reload, while the file is o+r; not once it is not.
+func TestWarnsOfALiteralSecretInAWorldReadableConfig(t *testing.T) {
+	const warning = "the config holds secrets and every user can read it"
+	text := mirrorsConfig("", "towns") + "    http_headers: [\"Authorization: Bearer literal-token-1234\"]\n"
+	h := start(t, text, func(ctx context.Context, job mirror.Job, _ *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+		return okReport(job), nil
+	})
+	if n := h.logs.FilterMessageSnippet(warning).Len(); n != 1 {
+		t.Fatalf("%d warnings at start of a 0644 config with a literal header, want 1", n)
+	}
+	entry := h.logs.FilterMessageSnippet(warning).All()[0]
+	if got := fmt.Sprint(entry.ContextMap()["secrets_at"]); !strings.Contains(got, "line 6: mirrors[0].http_headers[0]: a header value") || strings.Contains(got, "literal-token") {
+		t.Errorf("secrets_at = %s", got)
+	}
+	if err := h.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.logs.FilterMessageSnippet(warning).Len(); n != 2 {
+		t.Errorf("%d warnings after a reload, want 2", n)
+	}
+	if err := os.Chmod(h.path, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.logs.FilterMessageSnippet(warning).Len(); n != 2 {
+		t.Errorf("a 0640 config was warned about: %d warnings", n)
 	}
 }

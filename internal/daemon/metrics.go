@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -47,6 +48,7 @@ type Metrics struct {
 	configSuccess prometheus.Gauge
 	prunes        *prometheus.CounterVec
 	pruned        *prometheus.CounterVec
+	sandbox       *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics and registers them, with the Go runtime and
@@ -70,7 +72,7 @@ func NewMetrics() *Metrics {
 		}, mirror),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "runs_total",
-			Help: "Runs by result: success, refused (something refused, the rest mirrored), failed (the run stopped as a whole), canceled (shutdown), locked (another run held the sink).",
+			Help: "Runs by result: success, refused (something refused, the rest mirrored), failed (the run stopped as a whole), canceled (shutdown), locked (another run held the sink, for a sync or a prune).",
 		}, []string{"mirror", "result"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "skipped_ticks_total",
@@ -130,14 +132,19 @@ func NewMetrics() *Metrics {
 		}),
 		prunes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "prunes_total",
-			Help: "Prunes after a successful sync (mirrors with prune: true), by result: success, failed (nothing removed, or stopped part way at a safe point).",
+			Help: "Prunes after a successful sync (mirrors with prune: true), by result: success, failed (nothing removed, or stopped part way at a safe point), locked (another run held the sink; also counted in runs_total).",
 		}, []string{"mirror", "result"}),
 		pruned: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Name: "pruned_objects_total",
 			Help: "Objects removed from the mirror by prunes (ref files, HEAD, version files, data files).",
 		}, mirror),
+		sandbox: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "catalog_sandbox",
+			Help: "1 when catalog readers are confined by the layer (landlock, seccomp), 0 when the kernel does not give it.",
+		}, []string{"layer"}),
 	}
 	m.Registry.MustRegister(
+		m.sandbox,
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
@@ -147,6 +154,19 @@ func NewMetrics() *Metrics {
 	m.reloads.WithLabelValues("success")
 	m.reloads.WithLabelValues("failed")
 	return m
+}
+
+// CatalogSandbox records the layers catalog readers have.
+func (m *Metrics) CatalogSandbox(l catalog.Layers) {
+	m.sandbox.WithLabelValues("landlock").Set(b2f(l.Landlock()))
+	m.sandbox.WithLabelValues("seccomp").Set(b2f(l.Seccomp))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // AddMirror creates a mirror's series at zero, so that rates and alerts work
@@ -194,7 +214,13 @@ func (m *Metrics) Running(name string, on bool) {
 // ObservePrune records one prune of a mirror.
 func (m *Metrics) ObservePrune(name string, rep *prune.Report, err error) {
 	result := "success"
-	if err != nil {
+	switch {
+	case errors.Is(err, lock.ErrLocked):
+		// Locked out by another run is not failed: counted as a locked
+		// run, as a sync is.
+		result = ResultLocked
+		m.runs.WithLabelValues(name, ResultLocked).Inc()
+	case err != nil:
 		result = "failed"
 	}
 	m.prunes.WithLabelValues(name, result).Inc()

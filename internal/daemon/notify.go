@@ -284,7 +284,7 @@ func (n *Notifier) makeEvents(r runEvents) {
 		}
 		events = append(events, newEvent(EventRefsUpdated, m.Name, r.at, data))
 	}
-	for _, v := range n.newRefusals(m.Name, rep.Refused) {
+	for _, v := range n.newRefusals(m.Name, rep.Refused, len(rep.Refs) > 0) {
 		v.Mirror, v.Sink = m.Name, sink
 		events = append(events, newEvent(EventVersionRefused, m.Name, r.at, v))
 	}
@@ -313,8 +313,10 @@ func newEvent(typ, source string, at time.Time, data any) CloudEvent {
 
 // newRefusals groups a run's refusals by version, and returns those of
 // versions (with their reasons) that the mirror's previous run did not
-// notify.
-func (n *Notifier) newRefusals(mirror string, refused []fdlsync.Refusal) []VersionRefused {
+// notify. A run that went to the end (complete: it compared the refs)
+// replaces what is remembered; one that stopped before only adds to it, so
+// that an outage between two refusals of a version is not news.
+func (n *Notifier) newRefusals(mirror string, refused []fdlsync.Refusal, complete bool) []VersionRefused {
 	byVersion := map[string]*VersionRefused{}
 	var order []string
 	for _, x := range refused {
@@ -340,6 +342,11 @@ func (n *Notifier) newRefusals(mirror string, refused []fdlsync.Refusal) []Versi
 	defer n.mu.Unlock()
 	before := n.refused[mirror]
 	now := map[string]bool{}
+	if !complete {
+		for k := range before {
+			now[k] = true
+		}
+	}
 	var out []VersionRefused
 	for _, id := range order {
 		v := byVersion[id]
@@ -371,7 +378,7 @@ func (n *Notifier) readRecords(m config.Mirror, moves []fdlsync.RefMove) map[str
 	out := map[string]recordText{}
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.RecordTimeout)
 	defer cancel()
-	sink, closeSink, err := location.Open(ctx, m.Sink, location.Options{Retries: m.Retries, Logger: n.log})
+	sink, closeSink, err := location.Open(ctx, m.Sink, location.Options{Retries: m.Retries, CAFile: m.CAFile, Logger: n.log})
 	if err != nil {
 		n.log.Warn("notification: cannot open the mirror to read version records", zap.String("mirror", m.Name), zap.String("error", RedactText(err.Error())))
 		return out

@@ -290,15 +290,22 @@ func TestRefusedVersionIsNotifiedOnceWithItsReason(t *testing.T) {
 		{Version: "v9", File: "versions/v9/version.json.sig", Reason: fdlsync.ReasonSignature, Message: "no trusted signature from https://user:pw@keys.example.org/"},
 		{Ref: "refs/heads/bad name", Reason: fdlsync.ReasonBadRef, Message: "not a version"},
 	}
-	n.AfterRun(m, &fdlsync.Report{Refused: refused})
+	// A run that went to the end compared the refs.
+	compared := []fdlsync.RefStatus{{Ref: "refs/heads/main", State: fdlsync.RefRefused}}
+	n.AfterRun(m, &fdlsync.Report{Refused: refused, Refs: compared})
 	waitFor(t, "the refusal", 5*time.Second, func() bool { return rc.hits.Load() == 1 })
-	n.AfterRun(m, &fdlsync.Report{Refused: refused}) // refused again: already told
-	n.AfterRun(m, &fdlsync.Report{})                 // the upstream fixed it
-	n.AfterRun(m, &fdlsync.Report{Refused: refused}) // and broke it again: told again
+	n.AfterRun(m, &fdlsync.Report{Refused: refused, Refs: compared}) // refused again: already told
+	n.AfterRun(m, &fdlsync.Report{})                                 // a run that stopped early (an outage)
+	n.AfterRun(m, &fdlsync.Report{Refused: refused, Refs: compared}) // refused as before: not news
+	n.AfterRun(m, &fdlsync.Report{Refs: compared})                   // the upstream fixed it
+	n.AfterRun(m, &fdlsync.Report{Refused: refused, Refs: compared}) // and broke it again: told again
 	n.Close(10 * time.Second)
 	reqs := rc.requests()
 	if len(reqs) != 2 {
 		t.Fatalf("%d events, want 2 (the refusal, then its return)", len(reqs))
+	}
+	if second := checkSigned(t, reqs[1], testSecret); second.Type != EventVersionRefused {
+		t.Errorf("second event %s", second.Type)
 	}
 	ev := checkSigned(t, reqs[0], testSecret)
 	var data VersionRefused

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"go.uber.org/zap"
@@ -92,6 +93,7 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 <header>
 <h1>fdl-mirror</h1>
 <p>{{.Summary}} · as of {{when .Status.Generated}} · refreshes every {{.Refresh}} s · <a href="status.json">status.json</a> · <a href="metrics">metrics</a></p>
+<p{{if .SandboxMissing}} class="error"{{end}}>Catalog readers {{.Sandbox}}.</p>
 </header>
 <main>
 {{- range .Status.Mirrors}}
@@ -147,10 +149,12 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 `))
 
 type pageData struct {
-	Status  Status
-	Summary string
-	Refresh int
-	Style   template.CSS
+	Status         Status
+	Summary        string
+	Sandbox        string // catalog.Layers.String of the readers
+	SandboxMissing bool   // a layer is missing
+	Refresh        int
+	Style          template.CSS
 }
 
 // summary counts the mirrors by state, worst first: "2 mirrors: 1 failing, 1 ok".
@@ -188,7 +192,7 @@ func (d *Daemon) Status() Status {
 func (d *Daemon) servePage(w http.ResponseWriter, r *http.Request) {
 	st := d.Status()
 	var buf bytes.Buffer
-	if err := pageTemplate.Execute(&buf, pageData{Status: st, Summary: summary(st), Refresh: PageRefreshSeconds, Style: template.CSS(pageStyle)}); err != nil {
+	if err := pageTemplate.Execute(&buf, pageData{Status: st, Summary: summary(st), Sandbox: catalog.SandboxNow().String(), SandboxMissing: len(catalog.SandboxNow().Missing()) > 0, Refresh: PageRefreshSeconds, Style: template.CSS(pageStyle)}); err != nil {
 		d.log.Error("rendering the status page", zap.Error(err))
 		http.Error(w, "cannot render the status page", http.StatusInternalServerError)
 		return

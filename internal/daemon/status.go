@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -52,6 +53,9 @@ type MirrorStatus struct {
 	// mirror's max_upstream_age (a frozen upstream), as in `status --json`.
 	UpstreamStale      bool      `json:"upstream_stale"`
 	UpstreamLastChange time.Time `json:"upstream_last_change,omitzero"`
+	// CatalogSandbox is the layers that confine the catalog readers
+	// (the same for every mirror of the daemon).
+	CatalogSandbox catalog.SandboxStatus `json:"catalog_sandbox"`
 
 	State    string `json:"state"`
 	Schedule string `json:"schedule"`
@@ -174,11 +178,12 @@ func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := Status{Generated: now, Mirrors: []MirrorStatus{}}
+	sandbox := catalog.SandboxNow().Status()
 	for _, m := range cfg.Mirrors {
 		r := b.record(m.Name, now)
 		ms := MirrorStatus{
 			Mirror: m.Name, Source: Redact(m.Source), Sink: Redact(m.Sink),
-			Refs: slices.Clone(r.refs), Schedule: m.Schedule,
+			Refs: slices.Clone(r.refs), Schedule: m.Schedule, CatalogSandbox: sandbox,
 		}
 		if ms.Refs == nil {
 			ms.Refs = []fdlsync.RefStatus{}

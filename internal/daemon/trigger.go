@@ -115,6 +115,16 @@ func (t *triggers) record(name string, known bool, result string, now time.Time)
 	}
 }
 
+// forget drops what is kept of a mirror no longer in the config: its
+// series, rate limit and last trigger.
+func (t *triggers) forget(name string) {
+	t.total.DeletePartialMatch(prometheus.Labels{"mirror": name})
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.limiters, name)
+	delete(t.last, name)
+}
+
 // addToStatus puts each mirror's last trigger into st.
 func (t *triggers) addToStatus(st *Status) {
 	t.mu.Lock()
@@ -174,9 +184,13 @@ func (d *Daemon) serveTrigger(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	result := d.triggerRun(name)
-	d.trig.record(name, true, result, now)
-	if result == TriggerStopping {
+	d.trig.record(name, result != TriggerUnknown, result, now)
+	switch result {
+	case TriggerStopping:
 		http.Error(w, "the daemon is stopping", http.StatusServiceUnavailable)
+		return
+	case TriggerUnknown:
+		http.Error(w, "no such mirror in this daemon", http.StatusNotFound)
 		return
 	}
 	state := "queued"
@@ -252,6 +266,7 @@ func (d *Daemon) runThenQueued(m config.Mirror) {
 			// Removed by a reload while it ran.
 			d.metrics.RemoveMirror(name)
 			d.board.remove(name)
+			d.trig.forget(name)
 		}
 		d.mu.Unlock()
 		return

@@ -206,6 +206,18 @@ func TestTriggerEndpointFollowsTheConfig(t *testing.T) {
 	if got := post(t, handler, "POST", "/mirrors/towns/sync", "Bearer "+testToken); got.code == http.StatusNotFound || got.code == http.StatusUnauthorized {
 		t.Errorf("after a refused reload the trigger answers %d", got.code)
 	}
+	// A mirror removed by a reload leaves no trigger series behind.
+	os.Chmod(token, 0o600)
+	writeConfig(t, h.path, hourlyWithTrigger(t, "rivers"))
+	if err := h.d.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(h.d.trig.total); n != 0 {
+		t.Errorf("%d trigger series left after towns was removed", n)
+	}
+	if got := post(t, handler, "POST", "/mirrors/towns/sync", "Bearer "+testToken); got.code != http.StatusNotFound {
+		t.Errorf("a removed mirror's trigger: %d", got.code)
+	}
 	// The token never reaches the logs.
 	for _, e := range h.logs.All() {
 		line := e.Message

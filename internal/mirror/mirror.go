@@ -55,10 +55,20 @@ type Job struct {
 	// Force mirrors a source other than the one a sink without
 	// repository ids was made from (fdlsync.Options.Force).
 	Force bool
+	// CAFile is trusted besides the system's roots, by source and sink.
+	CAFile string
+	// HTTPAllowInsecureAuth lets headers and a password go over http://
+	// to a host that is not loopback.
+	HTTPAllowInsecureAuth bool
 }
 
 func (j Job) sourceOptions(log *zap.Logger) location.Options {
-	return location.Options{HTTPHeaders: j.HTTPHeaders, HTTPAllowRedirects: j.HTTPAllowRedirects, Retries: j.Retries, Logger: log}
+	return location.Options{HTTPHeaders: j.HTTPHeaders, HTTPAllowRedirects: j.HTTPAllowRedirects, Retries: j.Retries, Logger: log,
+		CAFile: j.CAFile, HTTPAllowInsecureAuth: j.HTTPAllowInsecureAuth}
+}
+
+func (j Job) sinkOptions(log *zap.Logger) location.Options {
+	return location.Options{Retries: j.Retries, CAFile: j.CAFile, Logger: log}
 }
 
 // Policy loads the job's trust policy; nil when it checks no signatures.
@@ -104,7 +114,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStores(ctx, job.Source, job.sourceOptions(log), job.Sink, location.Options{Retries: job.Retries, Logger: log}, job.DryRun, false)
+	st, err := openStores(ctx, job.Source, job.sourceOptions(log), job.Sink, job.sinkOptions(log), job.DryRun, false)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +173,7 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 	}
 	defer closeSrc()
 	var mine backend.Reader
-	dst, closeDst, err := location.Open(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
+	dst, closeDst, err := location.Open(ctx, job.Sink, job.sinkOptions(log))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		// A mirror not made yet is behind on every ref.
@@ -180,7 +190,7 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 // fdlsync.PendingVersion); none for a mirror not made yet.
 func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVersion, int, error) {
 	log = jobLogger(log, "")
-	dst, closeDst, err := location.Open(ctx, job.Sink, location.Options{Retries: job.Retries, Logger: log})
+	dst, closeDst, err := location.Open(ctx, job.Sink, job.sinkOptions(log))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, 0, nil
 	}

@@ -19,8 +19,9 @@ import (
 // safe points.
 func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error) {
 	log = jobLogger(log, job.Name)
-	srcOpts := location.Options{HTTPHeaders: job.HTTPHeaders, HTTPAllowRedirects: job.HTTPAllowRedirects, Retries: job.Retries, Logger: log}
-	st, err := openStores(ctx, job.Source, srcOpts, job.Sink, location.Options{Retries: job.Retries, Logger: log}, job.DryRun, true)
+	srcOpts := location.Options{HTTPHeaders: job.HTTPHeaders, HTTPAllowRedirects: job.HTTPAllowRedirects, Retries: job.Retries, Logger: log,
+		CAFile: job.CAFile, HTTPAllowInsecureAuth: job.HTTPAllowInsecureAuth}
+	st, err := openStores(ctx, job.Source, srcOpts, job.Sink, location.Options{Retries: job.Retries, CAFile: job.CAFile, Logger: log}, job.DryRun, true)
 	if err != nil {
 		return nil, err
 	}

@@ -24,4 +24,7 @@ type Job struct {
 	Selected func(ref string) bool
 	// CatalogLimits bound reading the mirror's catalogs (Options.CatalogLimits).
 	CatalogLimits catalog.Limits
+	// CAFile and HTTPAllowInsecureAuth: as for a sync (mirror.Job).
+	CAFile                string
+	HTTPAllowInsecureAuth bool
 }

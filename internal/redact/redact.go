@@ -56,12 +56,7 @@ func URL(addr string) string {
 	b.Grow(len(addr))
 	b.WriteString(scheme)
 	b.WriteString("://")
-	// The authority ends at the first / ? or #; its user information at
-	// the last @ within it, as url.Parse reads it.
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
+	end := authorityEnd(addr, rest)
 	authority, rest := rest[:end], rest[end:]
 	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
 		user, _, hasPassword := strings.Cut(authority[:at], ":")
@@ -82,6 +77,28 @@ func URL(addr string) string {
 		b.WriteString(redactQuery(query))
 	}
 	return b.String()
+}
+
+// authorityEnd is where the authority of addr ends in rest, addr past its
+// "://": at the first / ? or #, as url.Parse reads it. An address that
+// does not parse may hold a password with a / in it (user:pa/ss@host):
+// then the authority runs to the last @ before any ? or #, so that all of
+// such a password is masked, at the cost of a path that holds an @.
+func authorityEnd(addr, rest string) int {
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	if _, err := url.Parse(addr); err != nil {
+		q := strings.IndexAny(rest, "?#")
+		if q < 0 {
+			q = len(rest)
+		}
+		if at := strings.LastIndexByte(rest[:q], '@'); at >= end {
+			end = at + 1 + strings.IndexAny(rest[at+1:q]+"/", "/")
+		}
+	}
+	return end
 }
 
 // redactQuery keeps the order and spelling of a query, masking values.
@@ -176,10 +193,7 @@ func Credentials(addr string) []string {
 		return nil
 	}
 	var out []string
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
+	end := authorityEnd(addr, rest)
 	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
 		user, password, hasPassword := strings.Cut(rest[:at], ":")
 		if !hasPassword {

@@ -109,3 +109,19 @@ func TestInert(t *testing.T) {
 		}
 	}
 }
+
+// TestURLOfAnAddressThatDoesNotParse: a / in a password makes url.Parse
+// read the rest as a port; all of the password is masked all the same.
+func TestURLOfAnAddressThatDoesNotParse(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://alice:s3cr/et-pw@host/repo/?token=x": "https://alice:REDACTED@host/repo/?token=REDACTED",
+		"https://host:8443/@scope/pkg/":               "https://host:8443/@scope/pkg/", // parses: the @ is the path's
+	} {
+		if got := URL(in); got != want {
+			t.Errorf("URL(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if c := Credentials("https://alice:s3cr/et-pw@host/repo/"); len(c) != 1 || c[0] != "s3cr/et-pw" {
+		t.Errorf("Credentials = %q", c)
+	}
+}

@@ -41,7 +41,12 @@ const (
 
 // KnownVersionFiles are the files of a version directory that a reader
 // that cannot list (HTTP) tries by name, besides catalogs/<format>.duckdb.
-var KnownVersionFiles = []string{RecordFile, SignatureFile, CatalogFile, "dataset.json", "files.json", "expired.json"}
+var KnownVersionFiles = []string{RecordFile, SignatureFile, CatalogFile, "dataset.json", "files.json", ExpiredFile}
+
+// ExpiredFile in a version's folder marks it past the host's retention
+// period: prune follows it, and sync copies such a version only for a
+// ref that points at it.
+const ExpiredFile = "expired.json"
 
 // Limits for objects that are read whole into memory.
 const (

@@ -23,6 +23,9 @@ const (
 	ReasonRewound      = "rewound"         // a branch moved back to an ancestor upstream
 	ReasonDiverged     = "diverged"        // a branch moved to an unrelated history upstream
 	ReasonReplay       = "replayed-record" // a record whose "id" is another version's
+	// ReasonReaderFailed: a catalog's reader crashed, was killed by a
+	// limit or the timeout, or broke the protocol (catalog.ReaderError).
+	ReasonReaderFailed = "catalog-reader-failed"
 )
 
 // Refusal is one thing a run would not do, and why.

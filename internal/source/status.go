@@ -2,7 +2,6 @@ package source
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -15,36 +14,53 @@ const (
 	Gone    = "gone"    // upstream no longer has its version.json
 )
 
-// ExpiredFile marks a version past its retention period (spec layout).
-const ExpiredFile = "expired.json"
-
 // VersionStatus says whether upstream expired a version, no longer has
-// it, or keeps it. Where the upstream lists (ListVersions), its one
-// listing says; otherwise "no longer has" is a version.json that answers
-// 404 (or 410), and any other failure is an error: a broken upstream must
-// never look like one that withdrew a version.
+// it, or keeps it. "No longer has" is always a GET of its version.json
+// that answers 404 (or 410), never a listing or a HEAD alone (a host may
+// answer HEAD 404 and GET with the file); a listing that lacks a
+// version.json a GET reads is an upstream not consistent, an error as any
+// other failure is: a broken upstream must never look like one that
+// withdrew a version. The expired.json marker is read too, where the
+// upstream does not list.
 func (s *Source) VersionStatus(ctx context.Context, id string) (string, error) {
 	if s.versions != nil {
-		files, ok := s.versions[id]
-		if _, complete := files[repo.RecordFile]; !ok || !complete {
-			return Gone, nil
-		}
-		if _, expired := files[ExpiredFile]; expired {
+		files := s.versions[id]
+		_, complete := files[repo.RecordFile]
+		_, expired := files[repo.ExpiredFile]
+		switch {
+		case complete && expired:
 			return Expired, nil
+		case complete:
+			return Kept, nil
 		}
-		return Kept, nil
 	}
 	record := repo.VersionFile(id, repo.RecordFile)
-	if _, err := s.r.Stat(ctx, record); backend.IsNotExist(err) {
+	_, err := backend.ReadAll(ctx, s.r, record, repo.MaxRecordFile)
+	switch {
+	case backend.IsNotExist(err):
 		return Gone, nil
-	} else if err != nil {
-		return "", fmt.Errorf("source %s: %s: %w", s.r.Location(), record, err)
+	case err != nil:
+		return "", s.errorf("%s: %w", record, err)
+	case s.versions != nil:
+		return "", s.errorf("%s reads but the listing of %s lacks it: the upstream is not consistent", record, repo.VersionsDir)
 	}
-	marker := repo.VersionFile(id, ExpiredFile)
-	if _, err := s.r.Stat(ctx, marker); backend.IsNotExist(err) {
+	marker := repo.VersionFile(id, repo.ExpiredFile)
+	if _, err := backend.ReadAll(ctx, s.r, marker, repo.MaxSmallFile); backend.IsNotExist(err) {
 		return Kept, nil
 	} else if err != nil {
-		return "", fmt.Errorf("source %s: %s: %w", s.r.Location(), marker, err)
+		return "", s.errorf("%s: %w", marker, err)
 	}
 	return Expired, nil
+}
+
+// IsExpired says whether upstream marks a version expired: its listing
+// says where it lists, else a request for the marker (an error counts as
+// not expired: the version is then copied).
+func (s *Source) IsExpired(ctx context.Context, id string) bool {
+	if s.versions != nil {
+		_, ok := s.versions[id][repo.ExpiredFile]
+		return ok
+	}
+	_, err := s.r.Stat(ctx, repo.VersionFile(id, repo.ExpiredFile))
+	return err == nil
 }

@@ -243,6 +243,9 @@ func (e *engine) readFetched(ctx context.Context, id, file string, fetched *cata
 		if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
 			reason = ReasonLimit
 		}
+		if re := (*catalog.ReaderError)(nil); errors.As(err, &re) {
+			reason = ReasonReaderFailed
+		}
 		return nil, refuse(reason, id, catalogName, "version %s: %v", id, err)
 	}
 	return &versionCatalog{file: file, name: catalogName, fetched: fetched, cat: cat}, nil

@@ -84,6 +84,35 @@ func TestHostileCatalogIsRefusedAndTheOtherRefsMirrored(t *testing.T) {
 	}
 }
 
+// A catalog crafted to crash DuckDB (bytes changed, block checksums and
+// the record's sha256 mended) crashes only its reader: the version is
+// refused as catalog-reader-failed naming the catalog and the signal,
+// the other refs of the run are mirrored, and the run itself goes on.
+func TestCatalogThatCrashesItsReaderIsRefusedAndTheOtherRefsMirrored(t *testing.T) {
+	parent, up, mirror := fdltest.Layout(t)
+	r := fdltest.Generate(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, FastParquet: true})
+	good, evil := r.Versions[0], r.Versions[1]
+	fdltest.WriteFile(t, filepath.Join(up, "refs", "heads", "good"), good+"\n")
+	fdltest.ReplaceCatalog(t, up, evil, fdltest.CrashingCatalog(t))
+
+	rep := mustRun(t, up, mirror, fdlsync.Options{})
+	catalogName := "versions/" + evil + "/ducklake.duckdb"
+	got := assertRefused(t, rep, fdlsync.ReasonReaderFailed, catalogName, "its reader failed", "SIG")
+	if got.Version != evil {
+		t.Errorf("the refusal is of version %q, want %s", got.Version, evil)
+	}
+	fdltest.AssertNotPublished(t, mirror, evil)
+	if fdltest.ReadRef(t, mirror, "refs/heads/main") != "" {
+		t.Error("main was published to the version whose catalog crashed its reader")
+	}
+	if got := fdltest.ReadRef(t, mirror, "refs/heads/good"); got != good {
+		t.Errorf("the other ref of the run was not mirrored: refs/heads/good is %q, want %s", got, good)
+	}
+	if extra := fdltest.Outside(t, parent, "upstream", "mirror"); len(extra) > 0 {
+		t.Errorf("written outside the mirror: %v", extra)
+	}
+}
+
 // A version.json larger than a record needs is refused, not held in
 // memory, and the other refs of the run are still mirrored.
 func TestRecordLargerThan1MiBIsRefused(t *testing.T) {

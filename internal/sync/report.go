@@ -26,6 +26,7 @@ const (
 	ReasonRewound      = source.ReasonRewound
 	ReasonDiverged     = source.ReasonDiverged
 	ReasonReplay       = source.ReasonReplay
+	ReasonReaderFailed = source.ReasonReaderFailed
 )
 
 // PendingVersion is an ancestor the mirror keeps to retry (see

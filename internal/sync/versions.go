@@ -130,6 +130,14 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*v
 // readRecord fetches and parses a version's record into n (see
 // source.ReadRecord: an ancestor upstream lacks is left with neither).
 func (e *engine) readRecord(ctx context.Context, n *versionJob) {
+	if !n.isRoot && e.src.IsExpired(ctx, n.id) {
+		// Past its retention upstream, and no selected ref points at
+		// it: prune removes it from the mirror, so copying it back as an
+		// ancestor would only start that again at every run. Left out
+		// like an ancestor upstream no longer has.
+		e.log.Info("ancestor version expired upstream; not copied", zap.String("version", n.id))
+		return
+	}
 	// Its parents count for ancestry only once it passed the policy
 	// (see ancestry), noted as it is published.
 	n.raw, n.rec, n.err = e.src.ReadRecord(ctx, n.id, n.isRoot)

@@ -95,14 +95,9 @@ func open(ctx context.Context, addr string, opts Options, writable bool) (backen
 
 // openHTTP opens an http:// or https:// source.
 func openHTTP(ctx context.Context, scheme, addr string, opts Options) (backend.Reader, func() error, error) {
-	u, err := url.Parse(addr)
+	u, err := parseURL(addr)
 	if err != nil {
-		// The address may hold user:password; url.Error would print it.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, nil, fmt.Errorf("invalid %s:// address: %w", scheme, err)
+		return nil, nil, err
 	}
 	roots, err := CertPool(opts.CAFile)
 	if err != nil {
@@ -145,14 +140,9 @@ func OpenReadOnly(ctx context.Context, addr string, opts Options) (backend.Backe
 
 // openObjectStore opens an s3:// or gs:// address, for reading or writing.
 func openObjectStore(ctx context.Context, addr string, opts Options) (backend.Backend, func() error, error) {
-	u, err := url.Parse(addr)
+	u, err := parseURL(addr)
 	if err != nil {
-		// url.Error quotes the whole address.
-		var uerr *url.Error
-		if errors.As(err, &uerr) {
-			err = uerr.Err
-		}
-		return nil, nil, fmt.Errorf("%s: %w", redact.URL(addr), err)
+		return nil, nil, err
 	}
 	roots, err := CertPool(opts.CAFile)
 	if err != nil {
@@ -173,6 +163,26 @@ func openObjectStore(ctx context.Context, addr string, opts Options) (backend.Ba
 		return st, st.Close, nil
 	}
 	return nil, nil, fmt.Errorf("%s: not an object store address", redact.URL(addr))
+}
+
+// parseURL parses an address, with an error that shows none of it but
+// what redact.URL shows: url.Error quotes the whole address, and the
+// parser's own message can quote a piece of a password (a / in one makes
+// the rest a port: invalid port ":s3cr").
+func parseURL(addr string) (*url.URL, error) {
+	u, err := url.Parse(addr)
+	if err == nil {
+		return u, nil
+	}
+	why := "a / ? # @ or : in a user name or password must be percent-encoded"
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		var eerr url.EscapeError
+		if errors.As(uerr.Err, &eerr) {
+			why = "a % must start an escape such as %2F"
+		}
+	}
+	return nil, fmt.Errorf("%s: not a valid URL (%s)", redact.URL(addr), why)
 }
 
 // knownSecrets registers the credentials of an address and its headers

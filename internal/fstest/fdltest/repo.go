@@ -1,13 +1,16 @@
 package fdltest
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -140,6 +143,45 @@ func RewriteCatalog(t testing.TB, up, id, stmt string) {
 	EditJSON(t, filepath.Join(up, "versions", id, "version.json"), func(rec map[string]any) {
 		rec["sha256"] = hex.EncodeToString(sum[:])
 	})
+}
+
+// ReplaceCatalog puts b in place of a version's catalog and fixes its
+// record's sha256, as a hostile publisher would.
+func ReplaceCatalog(t testing.TB, up, id string, b []byte) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(up, "versions", id, "ducklake.duckdb"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	EditJSON(t, filepath.Join(up, "versions", id, "version.json"), func(rec map[string]any) {
+		rec["sha256"] = hex.EncodeToString(sum[:])
+	})
+}
+
+// CrashingCatalog is one of the catalogs kept in internal/catalog's
+// testdata/crash: a generated catalog with bytes changed and DuckDB's
+// block checksums mended, which crashes DuckDB as it is read.
+func CrashingCatalog(t testing.TB) []byte {
+	t.Helper()
+	_, here, _, _ := runtime.Caller(0)
+	files, _ := filepath.Glob(filepath.Join(filepath.Dir(here), "..", "..", "catalog", "testdata", "crash", "*.duckdb.gz"))
+	if len(files) == 0 {
+		t.Fatal("no crashing catalog in internal/catalog/testdata/crash")
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 // FixtureRepo builds a repository in dir around one of the real catalogs

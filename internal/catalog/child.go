@@ -1,0 +1,283 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// readerCommand is the hidden first argument that makes this binary a
+// catalog reader (see reader.go) instead of whatever its main would run.
+//
+// The check is in this package's init, not in main: every binary that
+// links the package (fdl-mirror, and each test binary of a package that
+// reads catalogs) can then be re-executed as a reader, with nothing for a
+// main or a TestMain to remember. A package's init runs after those of the
+// packages it imports and before any that import it, so the reader starts
+// with DuckDB and SQLite registered and little else done.
+const readerCommand = "__fdl-mirror-catalog-reader"
+
+func init() {
+	if len(os.Args) >= 2 && os.Args[1] == readerCommand {
+		os.Exit(readerMain(os.Args[2:]))
+	}
+}
+
+// readerRoot is the reader's only file: descriptor 3, the catalog or the
+// pool's folder the mirror opened for it. DuckDB and SQLite open files by
+// name: the reader reads this link for the file's, which Landlock lets it
+// open because it is the descriptor's file.
+const readerRoot = "/proc/self/fd/3"
+
+// Exit codes of a reader, besides 0 (the mirror closed the pipe) and
+// the Go runtime's 2 (a crash).
+const (
+	exitUsage    = 70 // bad arguments: a mirror of another build?
+	exitSandbox  = 71 // an rlimit or no_new_privs could not be set
+	exitProtocol = 72 // the mirror sent something this reader does not speak
+)
+
+// testBehaviour, set by this package's tests only, makes a reader
+// misbehave on request (child_test.go): a production binary has none, and
+// refuses a request that asks for one. An error it returns is the
+// reader's refusal.
+var testBehaviour func(kind string) error
+
+// readerArgs are the reader's arguments: its limits and the layers to
+// apply (all, unless the mirror says a layer is off).
+type readerArgs struct {
+	addressSpace uint64 // RLIMIT_AS, bytes
+	cpuSeconds   uint64 // RLIMIT_CPU soft limit; SIGKILL one second later
+	noLandlock   bool
+	noSeccomp    bool
+}
+
+func (a readerArgs) argv() []string {
+	v := []string{readerCommand, "v" + strconv.Itoa(protocolVersion),
+		"as=" + strconv.FormatUint(a.addressSpace, 10), "cpu=" + strconv.FormatUint(a.cpuSeconds, 10)}
+	if a.noLandlock {
+		v = append(v, "landlock=off")
+	}
+	if a.noSeccomp {
+		v = append(v, "seccomp=off")
+	}
+	return v
+}
+
+func parseReaderArgs(args []string) (readerArgs, error) {
+	var a readerArgs
+	if len(args) == 0 || args[0] != "v"+strconv.Itoa(protocolVersion) {
+		return a, fmt.Errorf("reader protocol %q, this binary speaks v%d", args, protocolVersion)
+	}
+	for _, arg := range args[1:] {
+		k, v, _ := strings.Cut(arg, "=")
+		var err error
+		switch k {
+		case "as":
+			a.addressSpace, err = strconv.ParseUint(v, 10, 64)
+		case "cpu":
+			a.cpuSeconds, err = strconv.ParseUint(v, 10, 64)
+		case "landlock":
+			a.noLandlock = v == "off"
+		case "seccomp":
+			a.noSeccomp = v == "off"
+		default:
+			err = errors.New("unknown")
+		}
+		if err != nil {
+			return a, fmt.Errorf("argument %q: %v", arg, err)
+		}
+	}
+	if a.addressSpace == 0 || a.cpuSeconds == 0 {
+		return a, errors.New("missing limits")
+	}
+	return a, nil
+}
+
+// readerMain is a reader's whole life: confined before it reads a byte of
+// a catalog (rlimits, Landlock, seccomp), it says hello with the layers it
+// got, then answers requests until the mirror closes its stdin.
+func readerMain(args []string) int {
+	a, err := parseReaderArgs(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "catalog reader: %v\n", err)
+		return exitUsage
+	}
+	// DuckDB resolves the name of descriptor 3 to the file's own, and
+	// its allowed_paths must name that one.
+	root, err := os.Readlink(readerRoot)
+	if err != nil || !strings.HasPrefix(root, "/") {
+		fmt.Fprintf(os.Stderr, "catalog reader: descriptor 3: %v\n", err)
+		return exitUsage
+	}
+	layers, err := confine(a)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "catalog reader: %v\n", err)
+		return exitSandbox
+	}
+	out := newFrameWriter(os.Stdout)
+	out.begin(frameHello)
+	out.u8(protocolVersion)
+	out.u8(byte(layers.LandlockABI))
+	if layers.Seccomp {
+		out.u8(1)
+	} else {
+		out.u8(0)
+	}
+	if err := out.end(); err != nil || out.flush() != nil {
+		return exitProtocol
+	}
+	in := newFrameReader(os.Stdin)
+	var pool *dbPool
+	for {
+		typ, err := in.next()
+		if errors.Is(err, io.EOF) {
+			return 0
+		}
+		if err != nil || typ != frameRequest {
+			fmt.Fprintf(os.Stderr, "catalog reader: reading a request: %v (frame %q)\n", err, typ)
+			return exitProtocol
+		}
+		q, err := parseRequest(in)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "catalog reader: %v\n", err)
+			return exitProtocol
+		}
+		if q.test != "" {
+			if testBehaviour == nil {
+				fmt.Fprintf(os.Stderr, "catalog reader: test behaviour %q asked of a binary without them\n", q.test)
+				return exitProtocol
+			}
+			if err := testBehaviour(q.test); err != nil {
+				if err := answer(out, nil, fmt.Errorf("catalog %s: test behaviour %s: %v", q.name, q.test, err)); err != nil {
+					return exitProtocol
+				}
+				continue
+			}
+		}
+		var c *Catalog
+		if q.file == "" {
+			c, err = read(context.Background(), root, q.name, q.lim, nil)
+		} else {
+			if pool == nil {
+				pool = &dbPool{dir: root, lim: q.lim.WithDefaults(), size: 1, waiting: map[string]bool{}, checked: map[string]*objectFound{}, checking: map[string]chan struct{}{}}
+			}
+			pool.mu.Lock()
+			pool.waiting = map[string]bool{}
+			for _, f := range q.ahead {
+				pool.waiting[root+"/"+f] = true
+			}
+			pool.mu.Unlock()
+			c, err = read(context.Background(), root+"/"+q.file, q.name, q.lim, pool)
+		}
+		if err := answer(out, c, err); err != nil {
+			fmt.Fprintf(os.Stderr, "catalog reader: answering: %v\n", err)
+			return exitProtocol
+		}
+	}
+}
+
+// parseRequest reads a request frame; a file name that is not a plain
+// name in the root folder is refused (the mirror names its own fetches).
+func parseRequest(in *frameReader) (request, error) {
+	var q request
+	if v := in.u8(); v != protocolVersion {
+		return q, fmt.Errorf("request of protocol %d, this reader speaks %d", v, protocolVersion)
+	}
+	q.name = in.str()
+	q.file = in.str()
+	n := in.u32()
+	for i := uint32(0); i < n && i < checkAhead+1; i++ {
+		q.ahead = append(q.ahead, in.str())
+	}
+	q.lim.MaxFiles = int64(in.u64())
+	q.lim.Timeout = time.Duration(in.u64()) * time.Millisecond
+	q.lim.MemoryLimit = int64(in.u64())
+	q.lim.Threads = int(in.u32())
+	q.test = in.str()
+	if err := in.done(); err != nil {
+		return q, err
+	}
+	if n > checkAhead+1 {
+		return q, fmt.Errorf("request names %d catalogs ahead", n)
+	}
+	for _, f := range append([]string{q.file}, q.ahead...) {
+		if f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
+			return q, fmt.Errorf("request names %q, not a file of the folder", f)
+		}
+	}
+	return q, nil
+}
+
+// answer streams a catalog read (its files in path order), or its
+// refusal.
+func answer(out *frameWriter, c *Catalog, err error) error {
+	if err != nil {
+		out.begin(frameRefusal)
+		var le *LimitError
+		if errors.As(err, &le) {
+			out.u8(refusalLimit)
+			out.str(le.Key)
+			out.str(truncate(le.Detail, maxMessage))
+		} else {
+			out.u8(refusalPlain)
+			out.str("")
+			out.str(truncate(err.Error(), maxMessage))
+		}
+		if err := out.end(); err != nil {
+			return err
+		}
+		return out.flush()
+	}
+	out.begin(frameMeta)
+	out.str(truncate(c.DuckLakeVersion, 256))
+	out.str(c.DataPath) // bounded by the read (maxDataPath)
+	out.u64(uint64(len(c.Files)))
+	if err := out.end(); err != nil {
+		return err
+	}
+	var total uint64
+	for _, f := range c.Files {
+		out.begin(frameFile)
+		out.str(f.Path)
+		out.u64(uint64(f.Size))
+		out.u64(uint64(f.Footer))
+		var flags byte
+		if f.Delete {
+			flags |= fileDelete
+		}
+		if f.Puffin {
+			flags |= filePuffin
+		}
+		out.u8(flags)
+		if err := out.end(); err != nil {
+			return err
+		}
+		if f.Size > 0 {
+			total += uint64(f.Size)
+		}
+	}
+	out.begin(frameEnd)
+	out.u64(uint64(len(c.Files)))
+	out.u64(total)
+	if err := out.end(); err != nil {
+		return err
+	}
+	return out.flush()
+}
+
+// truncate cuts s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xc0 == 0x80 {
+		n--
+	}
+	return s[:n]
+}

@@ -1,0 +1,261 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The misbehaviours a test binary's reader takes on request: what a
+// catalog that took DuckDB over could make it do. Set as a package
+// variable so that it is in place before child.go's init starts a reader.
+var _ = func() bool { testBehaviour = misbehave; return true }()
+
+// nowhere is a pointer to nothing, for "segfault".
+var nowhere *int
+
+// sink keeps what "allocate" allocates reachable.
+var sink [][]byte
+
+func misbehave(kind string) error {
+	what, arg, _ := strings.Cut(kind, ":")
+	switch what {
+	case "segfault":
+		*nowhere = 1
+	case "abort":
+		syscall.Kill(os.Getpid(), syscall.SIGABRT)
+		time.Sleep(time.Minute)
+	case "spin":
+		for i := 0; i < 4; i++ {
+			go func() {
+				for {
+				}
+			}()
+		}
+		for {
+		}
+	case "sleep":
+		time.Sleep(time.Hour)
+	case "allocate":
+		// Untouched: the address space grows, the test machine's memory
+		// does not.
+		for {
+			sink = append(sink, make([]byte, 256<<20))
+		}
+	case "open":
+		b, err := os.ReadFile(arg)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("read %s: %q", arg, b[:min(len(b), 16)])
+	case "connect":
+		c, err := net.Dial("tcp", arg)
+		if err != nil {
+			return err
+		}
+		c.Close()
+		return errors.New("connected")
+	case "exec":
+		return syscall.Exec("/bin/sh", []string{"sh", "-c", "echo pwned"}, nil)
+	}
+	return nil
+}
+
+// withKnobs changes how readers start for one test.
+func withKnobs(t *testing.T, k readerKnobs) {
+	t.Helper()
+	old := knobs
+	knobs = k
+	t.Cleanup(func() { knobs = old })
+}
+
+// misbehavingRead asks a reader of a good catalog to misbehave first, as
+// a catalog that took it over would, and returns what Read returns.
+func misbehavingRead(t *testing.T, p, behaviour string, lim Limits) (*Catalog, error) {
+	t.Helper()
+	lim = lim.WithDefaults()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	proc, err := startReader(context.Background(), f, lim, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := proc.readCatalog(context.Background(), request{name: catalogName, lim: lim, test: behaviour}, nil)
+	if err == nil {
+		proc.close()
+	}
+	return c, err
+}
+
+// requireBothLayers fails a test that is to show a layer at work on a
+// machine that does not give it: this one's kernel has both.
+func requireBothLayers(t *testing.T) {
+	t.Helper()
+	if l := ProbeSandbox(); len(l.Missing()) > 0 {
+		t.Fatalf("this kernel gives a reader no %v; the sandbox tests need Landlock and seccomp", l.Missing())
+	}
+}
+
+// Each misbehaviour of a reader is stopped by the layer meant for it, and
+// its catalog refused with a ReaderError that says which.
+func TestEachLayerStopsItsMisbehaviour(t *testing.T) {
+	requireBothLayers(t)
+	p := generatedCatalog(t)
+	for _, tc := range []struct {
+		behaviour string
+		knobs     readerKnobs
+		lim       Limits
+		cause     string
+		says      string
+	}{
+		{"segfault", readerKnobs{}, Limits{}, CauseSignal, "SIGSEGV"},
+		{"abort", readerKnobs{}, Limits{}, CauseSignal, "SIGABRT"},
+		{"spin", readerKnobs{cpuSeconds: 1, grace: time.Minute}, Limits{Timeout: time.Minute}, CauseCPU, "RLIMIT_CPU 1 s"},
+		{"sleep", readerKnobs{grace: 100 * time.Millisecond}, Limits{Timeout: time.Second}, CauseTimeout, KeyTimeout},
+		{"allocate", readerKnobs{}, Limits{}, CauseMemory, "RLIMIT_AS"},
+		{"exec", readerKnobs{}, Limits{}, CauseSeccomp, "SIGSYS"},
+	} {
+		t.Run(tc.behaviour, func(t *testing.T) {
+			withKnobs(t, tc.knobs)
+			c, err := misbehavingRead(t, p, tc.behaviour, tc.lim)
+			var re *ReaderError
+			if c != nil || !errors.As(err, &re) {
+				t.Fatalf("read as %v, %v; want a ReaderError", c, err)
+			}
+			if re.Cause != tc.cause || !strings.Contains(err.Error(), tc.says) || re.Catalog != catalogName {
+				t.Errorf("refused with cause %q: %v; want cause %q saying %q", re.Cause, err, tc.cause, tc.says)
+			}
+		})
+	}
+}
+
+// A reader opens no file but its catalog: Landlock refuses /etc/passwd.
+// Without Landlock the same reader reads it, which shows it is Landlock
+// that stopped it.
+func TestLandlockKeepsAReaderFromOtherFiles(t *testing.T) {
+	requireBothLayers(t)
+	p := generatedCatalog(t)
+	c, err := misbehavingRead(t, p, "open:/etc/passwd", Limits{})
+	if c != nil || err == nil || !strings.Contains(err.Error(), "permission denied") || strings.Contains(err.Error(), "root:") {
+		t.Fatalf("a confined reader opening /etc/passwd: %v, %v; want it refused with permission denied", c, err)
+	}
+	withKnobs(t, readerKnobs{noLandlock: true})
+	_, err = misbehavingRead(t, p, "open:/etc/passwd", Limits{})
+	if err == nil || !strings.Contains(err.Error(), "root:") {
+		t.Fatalf("without Landlock the reader should have read /etc/passwd: %v", err)
+	}
+}
+
+// A reader makes no connection: seccomp kills it at socket(); without
+// seccomp Landlock refuses the connect; without either it connects,
+// which shows the listener would have seen it.
+func TestAReaderConnectsNowhere(t *testing.T) {
+	requireBothLayers(t)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	p := generatedCatalog(t)
+	connect := "connect:" + ln.Addr().String()
+	for _, tc := range []struct {
+		name    string
+		knobs   readerKnobs
+		cause   string // of the ReaderError; "" for a refusal
+		says    string
+		connect bool
+	}{
+		{"both layers", readerKnobs{}, CauseSeccomp, "SIGSYS", false},
+		{"Landlock alone", readerKnobs{noSeccomp: true}, "", "permission denied", false},
+		{"neither", readerKnobs{noSeccomp: true, noLandlock: true}, "", "connected", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			withKnobs(t, tc.knobs)
+			_, err := misbehavingRead(t, p, connect, Limits{})
+			var re *ReaderError
+			if err == nil || !strings.Contains(err.Error(), tc.says) || (tc.cause != "") != errors.As(err, &re) || re != nil && re.Cause != tc.cause {
+				t.Fatalf("%v; want cause %q saying %q", err, tc.cause, tc.says)
+			}
+			select {
+			case <-accepted:
+				if !tc.connect {
+					t.Errorf("the listener saw a connection")
+				}
+			case <-time.After(200 * time.Millisecond):
+				if tc.connect {
+					t.Errorf("the unconfined reader's connection never came")
+				}
+			}
+		})
+	}
+}
+
+// A reader without a layer still runs (rlimits, empty environment, a
+// process apart), says which layer it lacks, and is refused where both are
+// required.
+func TestRequireSandboxRefusesAReaderWithoutALayer(t *testing.T) {
+	requireBothLayers(t)
+	p := generatedCatalog(t)
+	if _, err := Read(context.Background(), p, catalogName, Limits{RequireSandbox: true}); err != nil {
+		t.Fatalf("with both layers: %v", err)
+	}
+	if l, ok := ObservedLayers(); !ok || !l.Landlock() || !l.Seccomp {
+		t.Fatalf("the reader reported layers %+v", l)
+	}
+	for _, k := range []readerKnobs{{noLandlock: true}, {noSeccomp: true}} {
+		withKnobs(t, k)
+		want := "landlock"
+		if k.noSeccomp {
+			want = "seccomp"
+		}
+		if c, err := Read(context.Background(), p, catalogName, Limits{}); err != nil || len(c.Files) == 0 {
+			t.Fatalf("without %s, not required: %v", want, err)
+		}
+		if l, _ := ObservedLayers(); len(l.Missing()) != 1 || l.Missing()[0] != want {
+			t.Errorf("without %s the reader reported %+v", want, l)
+		}
+		c, err := Read(context.Background(), p, catalogName, Limits{RequireSandbox: true})
+		var re *ReaderError
+		if c != nil || !errors.As(err, &re) || re.Cause != CauseNoSandbox || !strings.Contains(err.Error(), want) || re.Catalog != catalogName {
+			t.Errorf("without %s, required: %v, %v", want, c, err)
+		}
+	}
+}
+
+// A reader's environment is empty: no credential of the mirror's reaches
+// it.
+func TestAReaderHasAnEmptyEnvironment(t *testing.T) {
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "do-not-leak")
+	p := generatedCatalog(t)
+	_, err := misbehavingRead(t, p, "open:/proc/self/environ", Limits{})
+	// Landlock keeps it from its own environ file, too; without it the
+	// file is empty.
+	if err == nil || strings.Contains(err.Error(), "do-not-leak") {
+		t.Fatalf("%v", err)
+	}
+	withKnobs(t, readerKnobs{noLandlock: true})
+	_, err = misbehavingRead(t, p, "open:/proc/self/environ", Limits{})
+	if err == nil || strings.Contains(err.Error(), "do-not-leak") || !strings.Contains(err.Error(), `read /proc/self/environ: ""`) {
+		t.Fatalf("the reader's environment: %v", err)
+	}
+}
