@@ -399,6 +399,15 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 		// of a Deployment each listen on their own IP.
 		configPath := filepath.Join(parent, fmt.Sprintf("fdl-mirror-%d.yaml", i))
 		writeDaemonConfig(t, configPath, addr, mirrors...)
+		// Each mirror pruned after each successful sync (issue 27): the
+		// replicas' prunes meet each other's syncs too.
+		text, err := os.ReadFile(configPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(configPath, bytes.ReplaceAll(text, []byte("    concurrency: 2\n"), []byte("    concurrency: 2\n    prune: true\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		daemons = append(daemons, startDaemon(t, configPath, addr))
 	}
 
@@ -428,8 +437,13 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 		t.Errorf("status after the minute: exit %d\n%s", res.code, res.stdout)
 	}
 
-	var locked, success float64
+	var locked, success, prunes float64
 	for i, d := range daemons {
+		for _, bad := range []string{"prune failed", "prune skipped"} {
+			if lines := grepLines(d.stderr.String(), bad); lines != "" {
+				t.Errorf("daemon %d logged %q:\n%s", i, bad, lines)
+			}
+		}
 		metrics := scrape(t, d.addr)
 		for _, m := range mirrors {
 			for _, r := range []string{"failed", "refused", "canceled"} {
@@ -442,6 +456,15 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 					}
 				}
 			}
+			// Nothing is ever withdrawn upstream: a prune has nothing to
+			// remove, so it never takes the lock, is never locked out,
+			// and never fails.
+			for _, r := range []string{"failed", "locked"} {
+				if n := metrics[fmt.Sprintf(`fdl_mirror_prunes_total{mirror="%s",result="%s"}`, m.name, r)]; n != 0 {
+					t.Errorf("daemon %d, %s: %v prunes %s", i, m.name, n, r)
+				}
+			}
+			prunes += metrics[fmt.Sprintf(`fdl_mirror_prunes_total{mirror="%s",result="success"}`, m.name)]
 			locked += metrics[fmt.Sprintf(`fdl_mirror_runs_total{mirror="%s",result="locked"}`, m.name)]
 			success += metrics[fmt.Sprintf(`fdl_mirror_runs_total{mirror="%s",result="success"}`, m.name)]
 		}
@@ -462,8 +485,11 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 			writers[s.daemon]++
 		}
 	}
-	t.Logf("%d upstream versions in %s: %v successful runs, %v locked out, lock holds by daemon %v",
-		added, runFor, success, locked, writers)
+	t.Logf("%d upstream versions in %s: %v successful runs, %v locked out, %v prunes, lock holds by daemon %v",
+		added, runFor, success, locked, prunes, writers)
+	if prunes == 0 {
+		t.Error("no prune ran: the test did not test prunes beside syncs")
+	}
 	if locked == 0 {
 		t.Error("the daemons never met on a lock: the test did not test two writers")
 	}

@@ -19,11 +19,12 @@ import (
 )
 
 // TestNoSecretInAnyOutput walks every output path (each command, text and
-// --json, success and failure, a config's runs, the daemon's log at start
-// and at SIGHUP, its pages and metrics, daemon --check on a good and a bad
-// config) with every form a secret is given in: a password in the address,
-// a query token, a header, a header file and a config ${VAR}, against a
-// real HTTP server that takes each. No byte of any secret may come out.
+// --json, success and failure, a config's runs, the daemon's log at start,
+// at SIGHUP and at a refused reload, its pages and metrics, daemon --check
+// on a good and a bad config) with every form a secret is given in: a
+// password in the address, a query token, a header, a header file and a
+// config ${VAR}, against a real HTTP server that takes each. No byte of
+// any secret may come out.
 func TestNoSecretInAnyOutput(t *testing.T) {
 	const (
 		pw      = "pw-S3CRET-basic-71"
@@ -186,11 +187,24 @@ mirrors:
 			t.Errorf("GET %s: %d", page, code)
 		}
 	}
+	// A reload of a config that does not validate logs its problems.
+	badText, err := os.ReadFile(badCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfgPath, badText, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd.Process.Signal(syscall.SIGHUP)
+	waitUntil(t, "the refused reload", 30*time.Second, func() bool { return strings.Contains(d.stderr.String(), "config reload refused") })
 	if code, _ := d.stop(t, syscall.SIGTERM); code != 0 {
 		t.Errorf("daemon exit %d", code)
 	}
 	logs := d.stderr.String()
 	check("the daemon's log", logs)
+	if !strings.Contains(logs, "ftp://alice:REDACTED@example.org/repo/?token=REDACTED") {
+		t.Errorf("the refused reload does not name the address redacted:\n%s", tail(logs, 10))
+	}
 	if strings.Count(logs, `"mirror scheduled"`) < 6 || !strings.Contains(logs, "http://alice:REDACTED@") {
 		t.Errorf("the log lacks the mirrors scheduled at start and at SIGHUP, or their redacted addresses:\n%s", tail(logs, 40))
 	}

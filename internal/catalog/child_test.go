@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"os"
 	"strings"
@@ -34,10 +35,12 @@ func misbehave(kind string) error {
 	case "spin":
 		for i := 0; i < 4; i++ {
 			go func() {
+				//lint:ignore SA5002 the reader spins on purpose, until its CPU limit stops it
 				for {
 				}
 			}()
 		}
+		//lint:ignore SA5002 the reader spins on purpose, until its CPU limit stops it
 		for {
 		}
 	case "sleep":
@@ -63,8 +66,81 @@ func misbehave(kind string) error {
 		return errors.New("connected")
 	case "exec":
 		return syscall.Exec("/bin/sh", []string{"sh", "-c", "echo pwned"}, nil)
+	case "lie":
+		lie(arg)
+		return errTestAnswered
 	}
 	return nil
+}
+
+// lie answers a request with frames no catalog could give: what a reader
+// that a catalog took over could send.
+func lie(kind string) {
+	out := newFrameWriter(os.Stdout)
+	meta := func(n uint64) {
+		out.begin(frameMeta)
+		out.str("0.3")
+		out.str("/data/")
+		out.u64(n)
+		out.end()
+	}
+	file := func(path string, size int64) {
+		out.begin(frameFile)
+		out.str(path)
+		out.u64(uint64(size))
+		out.u64(math.MaxUint64) // footer -1
+		out.u8(0)
+		out.end()
+	}
+	end := func(n, total uint64) {
+		out.begin(frameEnd)
+		out.u64(n)
+		out.u64(total)
+		out.end()
+	}
+	switch kind {
+	case "dotdot":
+		meta(1)
+		file("../../etc/passwd", 10)
+		end(1, 10)
+	case "order":
+		meta(2)
+		file("b.parquet", 10)
+		file("a.parquet", 10)
+		end(2, 20)
+	case "twice":
+		meta(2)
+		file("a.parquet", 10)
+		file("a.parquet", 10)
+		end(2, 20)
+	case "long":
+		meta(1)
+		file(strings.Repeat("x", MaxPathBytes+1), 10)
+		end(1, 10)
+	case "count":
+		meta(2)
+		file("a.parquet", 10)
+		end(1, 10)
+	case "total":
+		meta(1)
+		file("a.parquet", 10)
+		end(1, 11)
+	case "size":
+		meta(1)
+		file("a.parquet", -5)
+		end(1, 0)
+	case "limit":
+		out.begin(frameRefusal)
+		out.u8(refusalLimit)
+		out.str("catalog_anything")
+		out.str("no")
+		out.end()
+	case "huge-frame":
+		os.Stdout.Write([]byte{0x7f, 0xff, 0xff, 0xff, frameMeta})
+	case "garbage":
+		os.Stdout.Write([]byte("pwned\n"))
+	}
+	out.flush()
 }
 
 // withKnobs changes how readers start for one test.
@@ -205,6 +281,36 @@ func TestAReaderConnectsNowhere(t *testing.T) {
 				if tc.connect {
 					t.Errorf("the unconfined reader's connection never came")
 				}
+			}
+		})
+	}
+}
+
+// What a reader says is checked again: a reader taken over by its catalog
+// that lies about the files (a path leaving the data folder, out of
+// order, twice, too long; counts or totals that do not add up; a negative
+// size; a limit that does not exist; a frame too large; bytes that are no
+// frame) has its catalog refused as a protocol failure, and nothing of
+// what it said is returned.
+func TestTheMirrorChecksWhatAReaderSays(t *testing.T) {
+	p := generatedCatalog(t)
+	for _, tc := range []struct{ lie, says string }{
+		{"dotdot", "not a clean relative path"},
+		{"order", "not in path order"},
+		{"twice", "not in path order"},
+		{"long", "more than 1024"},
+		{"count", "announced"},
+		{"total", "bytes came"},
+		{"size", "of size -5"},
+		{"limit", "catalog_anything"},
+		{"huge-frame", "length 2147483647"},
+		{"garbage", "length"},
+	} {
+		t.Run(tc.lie, func(t *testing.T) {
+			c, err := misbehavingRead(t, p, "lie:"+tc.lie, Limits{})
+			var re *ReaderError
+			if c != nil || !errors.As(err, &re) || re.Cause != CauseProtocol || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("read as %v, %v; want a protocol failure saying %q", c, err, tc.says)
 			}
 		})
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -283,6 +282,3 @@ func cleanMessage(s string) string {
 		return '\uFFFD'
 	}, s)
 }
-
-// fitsInt64 says whether a u64 on the wire is a non-negative int64.
-func fitsInt64(v uint64) bool { return v <= math.MaxInt64 }

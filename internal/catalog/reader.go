@@ -232,8 +232,10 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int) (*re
 	cmd.Env = []string{} // not nil: nil would pass on the mirror's, credentials and all
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{root}
-	// The reader dies with the mirror, whatever kills the mirror.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the OS thread that started the reader
+	// exits, which the Go runtime may do under a live mirror. A reader
+	// outlives a killed mirror by one read at most: its stdin ends, and
+	// its next write to stdout kills it (SIGPIPE).
 	p := &readerProc{cmd: cmd, stderr: &headBuffer{}, args: a, exited: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	stdin, err := cmd.StdinPipe()

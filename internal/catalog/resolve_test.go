@@ -104,6 +104,9 @@ func FuzzResolve(f *testing.F) {
 			if err := backend.CheckName(rel); err != nil {
 				t.Fatalf("resolved to %q: %v", rel, err)
 			}
+			if len(rel) > MaxPathBytes {
+				t.Fatalf("resolved to a path of %d bytes, more than %d", len(rel), MaxPathBytes)
+			}
 			if path.IsAbs(rel) || path.Clean(rel) != rel || rel == ".." || strings.HasPrefix(rel, "../") {
 				t.Fatalf("resolved to %q, which leaves data_dir", rel)
 			}

@@ -41,10 +41,10 @@ const sqliteDriver = "fdl-catalog-sqlite3"
 // crafted with a huge value is refused rather than allocated.
 const sqliteMaxLength = 16 << 20
 
-// sqliteRegistered registers the driver as a package variable, not in an
+// The driver is registered as a package variable, not in an
 // init: a reader starts in child.go's init, after every variable of the
 // package is initialized but before later files' inits would run.
-var sqliteRegistered = func() bool {
+var _ = func() bool {
 	sql.Register(sqliteDriver, &sqlite3.SQLiteDriver{ConnectHook: lockDownSQLite})
 	return true
 }()

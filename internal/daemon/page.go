@@ -131,13 +131,16 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 {{- else}}
 <p class="none">No refs compared yet.</p>
 {{- end}}
-{{- with .LastRun}}{{with .Refused}}
-<h3>Refused in the last run: {{len .}}</h3>
+{{- with .LastRun}}{{if .Refused}}
+<h3>Refused in the last run: {{.RefusedCount}}</h3>
 <ul class="refusals">
-{{- range .}}
+{{- range .Refused}}
 <li><span class="reason">[{{.Reason}}]</span> {{with subject .}}<code>{{.}}</code>: {{end}}{{.Message}}</li>
 {{- end}}
 </ul>
+{{- if .RefusedMore}}
+<p class="none">and {{.RefusedMore}} more, not listed</p>
+{{- end}}
 {{- end}}{{end}}
 </section>
 {{- else}}

@@ -48,7 +48,9 @@ type MirrorStatus struct {
 	// Pending: ancestors not mirrored yet, retried at every run; they make
 	// the mirror behind, as in `status --json`.
 	Pending []fdlsync.PendingVersion `json:"pending"`
-	Error   string                   `json:"error,omitempty"` // the last run's, when it failed
+	// PendingMore counts the pending versions left out of Pending.
+	PendingMore int    `json:"pending_more,omitempty"`
+	Error       string `json:"error,omitempty"` // the last run's, when it failed
 	// UpstreamStale: no selected ref changed upstream for longer than the
 	// mirror's max_upstream_age (a frozen upstream), as in `status --json`.
 	UpstreamStale      bool      `json:"upstream_stale"`
@@ -82,8 +84,19 @@ type RunStatus struct {
 	VersionsPublished int               `json:"versions_published"`
 	RefsMoved         int               `json:"refs_moved"`
 	Refused           []fdlsync.Refusal `json:"refused"`
-	Error             string            `json:"error,omitempty"`
+	// RefusedMore counts the refusals left out of Refused.
+	RefusedMore int    `json:"refused_more,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
+
+// RefusedCount is every refusal of the run, listed or not.
+func (r *RunStatus) RefusedCount() int { return len(r.Refused) + r.RefusedMore }
+
+// maxListed bounds the refusals and pending versions the status keeps
+// per mirror (each message is bounded by the engine): an upstream can
+// make any number of versions fail, and the page and /status.json must
+// stay small whatever it wrote. The rest are counted.
+const maxListed = 100
 
 // mirrorRecord is what the board remembers of one mirror.
 type mirrorRecord struct {
@@ -94,6 +107,7 @@ type mirrorRecord struct {
 	lastSuccess  time.Time
 	refs         []fdlsync.RefStatus
 	pending      []fdlsync.PendingVersion // as the last run that went to the end left them
+	pendingMore  int
 	refsCompared time.Time
 }
 
@@ -146,6 +160,10 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 		run.FilesCopied, run.BytesCopied = rep.FilesCopied, rep.BytesCopied
 		run.VersionsPublished, run.RefsMoved = len(rep.VersionsPublished), len(rep.RefsMoved)
 		for _, r := range rep.Refused {
+			if len(run.Refused) == maxListed {
+				run.RefusedMore++
+				continue
+			}
 			r.Message = RedactText(r.Message)
 			run.Refused = append(run.Refused, r)
 		}
@@ -164,8 +182,12 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 	// Only a run that went to the end compared every ref.
 	if rep != nil && (result == ResultSuccess || result == ResultRefused) {
 		r.refs = slices.Clone(rep.Refs)
-		r.pending = nil
+		r.pending, r.pendingMore = nil, rep.PendingMore
 		for _, p := range rep.Pending {
+			if len(r.pending) == maxListed {
+				r.pendingMore++
+				continue
+			}
 			p.Message = RedactText(p.Message)
 			r.pending = append(r.pending, p)
 		}
@@ -188,7 +210,7 @@ func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 		if ms.Refs == nil {
 			ms.Refs = []fdlsync.RefStatus{}
 		}
-		ms.Pending = slices.Clone(r.pending)
+		ms.Pending, ms.PendingMore = slices.Clone(r.pending), r.pendingMore
 		if ms.Pending == nil {
 			ms.Pending = []fdlsync.PendingVersion{}
 		}

@@ -13,8 +13,9 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
-// Prune opens the source and the sink, takes the sink's lock as a sync
-// does (a dry run takes none: it only reads), and prunes. Losing the lock
+// Prune opens the source and the sink, plans, takes the sink's lock as a
+// sync does when there is something to remove (a dry run takes none: it
+// only reads), and prunes. Losing the lock
 // or cancelling ctx stops the prune between two removals, which are all
 // safe points.
 func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error) {
@@ -36,6 +37,20 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 		TempDir: tmp.Path(), Source: location.Clean(job.Source), Logger: log}
 	if job.DryRun {
 		return prune.Run(ctx, st.src, st.dst, opts)
+	}
+	// Planned first without the lock, which only reads: a prune with
+	// nothing to remove (most, after most syncs) takes no lock, so it
+	// never waits for, nor locks out, another replica's sync. With
+	// something to remove, it plans again under the lock, from what is
+	// there then.
+	planOpts := opts
+	planOpts.DryRun = true
+	planOpts.Logger = zap.NewNop()
+	if rep, err := prune.Run(ctx, st.src, st.dst, planOpts); err != nil || rep.Deletions == 0 {
+		if rep != nil {
+			rep.DryRun = false
+		}
+		return rep, err
 	}
 	locked, _, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
 	if err != nil {

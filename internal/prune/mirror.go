@@ -18,6 +18,10 @@ type mirror struct {
 	refsJSONRefs repo.Refs // what refs.json says
 	head         string    // the ref HEAD names; "" without a readable HEAD
 	versions     map[string]map[string]int64
+	// versionOf is the version token (backend.FileInfo.Version) of every
+	// object as the prune read or listed it, for removals conditional on
+	// it: empty on a store without conditional writes.
+	versionOf map[string]string
 }
 
 // readMirror reads the mirror's settings, refs, refs.json, HEAD and its
@@ -37,7 +41,7 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 	if err != nil {
 		return nil, fail("%s: %w", repo.SettingsFile, err)
 	}
-	m := &mirror{}
+	m := &mirror{versionOf: map[string]string{}}
 	if m.settings, err = repo.ParseSettings(raw); err != nil {
 		return nil, fail("%w", err)
 	}
@@ -49,7 +53,18 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 		return nil, fail("ref %s breaks the rules, so the version it points to is unknown: %w", bad[0].Ref, bad[0].Err)
 	}
 	m.refs = refs
-	m.refsJSON, err = backend.ReadAll(ctx, dst, repo.RefsFile, repo.MaxRefsJSON)
+	if dst.Properties().ConditionalWrite {
+		files, err := repo.ListRefFiles(ctx, dst)
+		if err != nil {
+			return nil, fail("refs unreadable: %w", err)
+		}
+		for _, fi := range files {
+			m.versionOf[fi.Name] = fi.Version
+		}
+	}
+	var version string
+	m.refsJSON, version, err = backend.ReadAllVersion(ctx, dst, repo.RefsFile, repo.MaxRefsJSON)
+	m.versionOf[repo.RefsFile] = version
 	switch {
 	case backend.IsNotExist(err):
 		m.refsJSON, m.refsJSONRefs = nil, repo.Refs{}
@@ -64,7 +79,8 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 			return nil, fail("%s: ref %s breaks the rules: %w", repo.RefsFile, bad[0].Ref, bad[0].Err)
 		}
 	}
-	raw, err = backend.ReadAll(ctx, dst, repo.HeadFile, repo.MaxSmallFile)
+	raw, version, err = backend.ReadAllVersion(ctx, dst, repo.HeadFile, repo.MaxSmallFile)
+	m.versionOf[repo.HeadFile] = version
 	switch {
 	case err == nil:
 		// An unreadable HEAD names no ref a prune removes: it stays.
@@ -72,17 +88,19 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 	case !backend.IsNotExist(err):
 		return nil, fail("%s: %w", repo.HeadFile, err)
 	}
-	if m.versions, err = repo.ListVersions(ctx, dst); err != nil {
+	if m.versions, err = repo.ListVersions(ctx, dst, m.versionOf); err != nil {
 		return nil, fail("%w", err)
 	}
 	return m, nil
 }
 
-// listData lists the mirror's data_dir, sorted.
-func listData(ctx context.Context, dst backend.Reader, dataDir string) ([]string, error) {
+// listData lists the mirror's data_dir, sorted, with each file's
+// version token into versionOf.
+func listData(ctx context.Context, dst backend.Reader, dataDir string, versionOf map[string]string) ([]string, error) {
 	var out []string
 	err := dst.List(ctx, dataDir, func(fi backend.FileInfo) error {
 		out = append(out, fi.Name)
+		versionOf[fi.Name] = fi.Version
 		return nil
 	})
 	if err != nil {

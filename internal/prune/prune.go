@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -126,6 +125,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if err := sameSource(ctx, dst, up.settings, m.settings, opts.Source, src.Location()); err != nil {
 		return rep, err
 	}
+	p.versionOf = m.versionOf
 	pl, err := p.plan(ctx, up, m)
 	if err != nil {
 		return rep, err
@@ -216,11 +216,13 @@ func (p *pruner) execute(ctx context.Context, pl *plan) error {
 }
 
 type pruner struct {
-	src    backend.Reader
-	dst    backend.Backend
-	opts   Options
-	log    *zap.Logger
-	report *Report
+	// versionOf: see mirror.versionOf.
+	versionOf map[string]string
+	src       backend.Reader
+	dst       backend.Backend
+	opts      Options
+	log       *zap.Logger
+	report    *Report
 }
 
 // plan is everything a prune will remove, decided before it removes any.
@@ -365,13 +367,21 @@ func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 	for _, v := range pl.versions {
 		removed[v.id] = true
 	}
+	// Every version that stays counts, complete or not: a folder without
+	// version.json may be a sync's version on its way (its catalog is
+	// written before its record), and a run that lost its lock while
+	// paused may still publish it; the files its catalog names stay.
 	needed := map[string]bool{}
 	for _, id := range sortedKeys(m.versions) {
 		files := m.versions[id]
-		if removed[id] || !hasKey(files, repo.RecordFile) {
+		if removed[id] {
 			continue
 		}
+		complete := hasKey(files, repo.RecordFile)
 		cats := catalogsOf(id, files)
+		if len(cats) == 0 && !complete {
+			continue // nothing of it named yet
+		}
 		if len(cats) == 0 {
 			return fmt.Errorf("sink %s: version %s stays but has no catalog, so the data files it needs are unknown; nothing removed",
 				p.dst.Location(), id)
@@ -389,7 +399,7 @@ func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 			}
 		}
 	}
-	data, err := listData(ctx, p.dst, m.settings.DataDir)
+	data, err := listData(ctx, p.dst, m.settings.DataDir, m.versionOf)
 	if err != nil {
 		return err
 	}
@@ -484,8 +494,8 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 		return err
 	}
 	if pl.refsJSON != nil {
-		if err := p.dst.Put(ctx, repo.RefsFile, strings.NewReader(string(pl.refsJSON)), int64(len(pl.refsJSON))); err != nil {
-			return fmt.Errorf("sink %s: writing %s: %w", p.dst.Location(), repo.RefsFile, err)
+		if err := backend.ReplaceIfUnchanged(ctx, p.dst, repo.RefsFile, pl.refsJSON, p.versionOf[repo.RefsFile]); err != nil {
+			return fmt.Errorf("sink %s: writing %s: %w", p.dst.Location(), repo.RefsFile, p.fenced(repo.RefsFile, err))
 		}
 	}
 	if pl.head {
@@ -531,11 +541,26 @@ func (p *pruner) remove(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := p.dst.Remove(ctx, name); err != nil {
-		return fmt.Errorf("sink %s: removing %s: %w", p.dst.Location(), name, err)
+	// Conditional on the version the plan saw, where the store can: a
+	// prune paused past its lock's lifetime removes nothing that another
+	// run wrote since. (A file another run relies on without rewriting it
+	// keeps its version: that window is the lock's, checked before the
+	// removals begin.)
+	if err := backend.RemoveIfUnchanged(ctx, p.dst, name, p.versionOf[name]); err != nil {
+		return fmt.Errorf("sink %s: removing %s: %w", p.dst.Location(), name, p.fenced(name, err))
 	}
 	p.report.Removed = append(p.report.Removed, name)
 	return nil
+}
+
+// fenced says, of a write or removal the store refused because the object
+// changed since the prune read it, that another run has the mirror: the
+// prune lost its lock (a pause past its lifetime) and stops.
+func (p *pruner) fenced(name string, err error) error {
+	if backend.IsPreconditionFailed(err) {
+		return fmt.Errorf("%s was changed by another run since the prune read it; this prune lost the mirror's lock and stops: %w", name, err)
+	}
+	return err
 }
 
 // sameRepository refuses to prune a mirror of another repository against

@@ -161,8 +161,10 @@ func RefsJSONLimitListed(files []backend.FileInfo) int64 {
 // ListVersions maps every version folder of a store to its files and
 // their sizes, with one listing of versions/: a mirror's inventory, an
 // upstream's where it lists, a prune's plan. Names that are not a version
-// folder's (someone else's files) are left out.
-func ListVersions(ctx context.Context, r backend.Reader) (map[string]map[string]int64, error) {
+// folder's (someone else's files) are left out. Each file's version token
+// (FileInfo.Version) goes into tokens where it is not nil: a prune's
+// removals are conditional on them.
+func ListVersions(ctx context.Context, r backend.Reader, tokens map[string]string) (map[string]map[string]int64, error) {
 	out := map[string]map[string]int64{}
 	err := r.List(ctx, VersionsDir, func(fi backend.FileInfo) error {
 		id, file, ok := strings.Cut(strings.TrimPrefix(fi.Name, VersionsDir), "/")
@@ -173,6 +175,9 @@ func ListVersions(ctx context.Context, r backend.Reader) (map[string]map[string]
 			out[id] = map[string]int64{}
 		}
 		out[id][file] = fi.Size
+		if tokens != nil {
+			tokens[fi.Name] = fi.Version
+		}
 		return nil
 	})
 	if err != nil {

@@ -47,6 +47,27 @@ func (g guarded) Remove(ctx context.Context, name string) error {
 
 func (g guarded) Unwrap() backend.Reader { return g.Backend }
 
+// OpenVersion, PutIfMatch and RemoveIfMatch forward to the store's
+// Conditional (ConditionalOf finds them only where it has one), writes
+// checked as Put's are.
+func (g guarded) OpenVersion(ctx context.Context, name string) (io.ReadCloser, backend.FileInfo, error) {
+	return backend.ConditionalOf(g.Backend).OpenVersion(ctx, name)
+}
+
+func (g guarded) PutIfMatch(ctx context.Context, name string, r io.Reader, size int64, version string) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return backend.ConditionalOf(g.Backend).PutIfMatch(ctx, name, r, size, version)
+}
+
+func (g guarded) RemoveIfMatch(ctx context.Context, name, version string) error {
+	if err := g.check(name); err != nil {
+		return err
+	}
+	return backend.ConditionalOf(g.Backend).RemoveIfMatch(ctx, name, version)
+}
+
 func (g guarded) CanCopyFrom(src backend.Reader) bool {
 	c, ok := backend.As[backend.Copier](g.Backend)
 	return ok && c.CanCopyFrom(src)

@@ -13,6 +13,11 @@ type Inventory struct {
 	Refs     repo.Refs
 	RefsJSON []byte // nil when absent
 	Head     []byte // nil when absent
+	// Tokens are the version tokens (backend.FileInfo.Version) of the ref
+	// files, refs.json and HEAD as the inventory read them, for the
+	// conditional writes of WriteRefs; an object absent when read has
+	// none. Empty on a store without conditional writes.
+	Tokens map[string]string
 	// RefsMoving: RefsMovingFile is there (an earlier run stopped while
 	// moving refs, or this run is moving them).
 	RefsMoving bool
@@ -38,12 +43,12 @@ func (inv *Inventory) Complete(id string) bool {
 // keeps the record for the run's durability (see durability.go): only
 // data files below dataDir (the upstream's data_dir) count in it.
 func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, error) {
-	inv := &Inventory{}
+	inv := &Inventory{Tokens: map[string]string{}}
 	var err error
 	if inv.Settings, err = s.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
 		return nil, err
 	}
-	if inv.Versions, err = repo.ListVersions(ctx, s.b); err != nil {
+	if inv.Versions, err = repo.ListVersions(ctx, s.b, nil); err != nil {
 		return nil, s.errorf("%w", err)
 	}
 	if err := s.readRefs(ctx, inv); err != nil {
@@ -55,7 +60,7 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	if inv.Distrusted, err = s.loadUnsynced(ctx, dataDir); err != nil {
 		return nil, err
 	}
-	if inv.Head, err = s.readOptional(ctx, repo.HeadFile, repo.MaxSmallFile); err != nil {
+	if inv.Head, err = s.readVersioned(ctx, inv, repo.HeadFile, repo.MaxSmallFile); err != nil {
 		return nil, err
 	}
 	return inv, nil

@@ -32,9 +32,14 @@ func (s *Sink) readRefs(ctx context.Context, inv *Inventory) error {
 	if err != nil {
 		return s.errorf("reading refs: %w", err)
 	}
+	for _, fi := range files {
+		if fi.Version != "" {
+			inv.Tokens[fi.Name] = fi.Version
+		}
+	}
 	// refs.json is read up to a size the listed refs call for: the
 	// mirror wrote it from those refs.
-	if inv.RefsJSON, err = s.readOptional(ctx, repo.RefsFile, repo.RefsJSONLimitListed(files)); err != nil {
+	if inv.RefsJSON, err = s.readVersioned(ctx, inv, repo.RefsFile, repo.RefsJSONLimitListed(files)); err != nil {
 		return err
 	}
 	marker, err := lock.ReadState(ctx, s.b, RefsMovingFile, repo.MaxSmallFile)
@@ -102,9 +107,13 @@ type RefsWritten struct {
 // complete in the mirror, so their order among themselves does not
 // matter); refs.json from the ref files the mirror then holds; the marker
 // removed once refs.json says what every ref file holds; HEAD naming
-// head ("" leaves it). inv is the inventory the writes were planned from.
+// head ("" leaves it). inv is the inventory the writes were planned from;
+// each write is conditional on the file being as inv read it (putRead).
 // Each write's error is in its RefWrite or in RefsWritten; the error
-// returned is the context's, when the run was stopped among the ref files.
+// returned is the context's, when the run was stopped among the ref
+// files, or one wrapping backend.ErrPreconditionFailed when the store
+// refused a write because another run changed the file since: nothing
+// more is written then (neither refs.json nor HEAD from this run's view).
 func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite, head string) (RefsWritten, error) {
 	out := RefsWritten{Refs: repo.Refs{}}
 	for name, id := range inv.Refs {
@@ -127,10 +136,15 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 	}
 	eachOf(width, len(writes), func(k int) {
 		w := writes[k]
-		w.Err = s.PutBytes(ctx, w.Name, repo.RefFileContent(w.ID))
+		w.Err = s.putRead(ctx, inv, w.Name, repo.RefFileContent(w.ID))
 	})
 	if err := ctx.Err(); err != nil {
 		return out, err
+	}
+	for _, w := range writes {
+		if backend.IsPreconditionFailed(w.Err) {
+			return out, w.Err
+		}
 	}
 	refWriteFailed := false // a ref file may hold what refs.json will not say
 	for _, w := range writes {
@@ -142,7 +156,10 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 	}
 	want := repo.RefsJSON(out.Refs)
 	if string(inv.RefsJSON) != string(want) {
-		out.RefsJSONErr = s.PutBytes(ctx, repo.RefsFile, want)
+		out.RefsJSONErr = s.putRead(ctx, inv, repo.RefsFile, want)
+		if backend.IsPreconditionFailed(out.RefsJSONErr) {
+			return out, out.RefsJSONErr
+		}
 	}
 	if out.RefsJSONErr == nil && !refWriteFailed && moving {
 		s.doneMovingRefs(ctx)
@@ -155,7 +172,10 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 		return out, nil
 	}
 	if content := []byte("ref: " + head + "\n"); string(inv.Head) != string(content) {
-		out.HeadErr = s.PutBytes(ctx, repo.HeadFile, content)
+		out.HeadErr = s.putRead(ctx, inv, repo.HeadFile, content)
+		if backend.IsPreconditionFailed(out.HeadErr) {
+			return out, out.HeadErr
+		}
 	}
 	return out, nil
 }

@@ -145,6 +145,80 @@ func (s *Sink) readOptional(ctx context.Context, name string, limit int64) ([]by
 	return b, nil
 }
 
+// readVersioned is readOptional that records the version read in
+// inv.Tokens, for a write of WriteRefs conditional on it.
+func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, limit int64) ([]byte, error) {
+	b, version, err := backend.ReadAllVersion(ctx, s.b, name, limit)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.errorf("%s: %w", name, err)
+	}
+	if version != "" {
+		inv.Tokens[name] = version
+	}
+	return b, nil
+}
+
+// putRead writes a ref file, refs.json or HEAD only if it is still what
+// the inventory read (If-Match its version token, or If-None-Match: *
+// where it was absent), on a store that can make writes conditional. A
+// run paused past its lock's lifetime (a GC pause, a frozen VM) may
+// check its lock, be paused, and write after another run took the
+// mirror over: only the store can refuse that write (see
+// backend.Conditional). A local folder needs no condition: its flock is
+// held by the kernel through any pause. A refused write is an error
+// wrapping backend.ErrPreconditionFailed (see fenced).
+func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byte) error {
+	if s.opts.DryRun {
+		s.opts.Planned(name)
+		return nil
+	}
+	err := backend.ReplaceIfUnchanged(ctx, s.b, name, b, inv.Tokens[name])
+	if backend.IsPreconditionFailed(err) {
+		return fenced(name, err)
+	}
+	if err != nil {
+		return err
+	}
+	s.opts.Copied(int64(len(b)))
+	return nil
+}
+
+// createRecord writes a version's version.json only where there is none
+// (If-None-Match: * on an object store): a record already there was
+// published by another run, which is fine when it holds these bytes, and
+// means this run lost the mirror to another when it does not.
+func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
+	if s.opts.DryRun {
+		s.opts.Planned(name)
+		return nil
+	}
+	err := s.b.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
+	if errors.Is(err, backend.ErrExist) {
+		there, rerr := backend.ReadAll(ctx, s.b, name, int64(len(b))+1)
+		if rerr == nil && string(there) == string(b) {
+			return nil
+		}
+		return fenced(name, fmt.Errorf("%w: %w", backend.ErrPreconditionFailed, err))
+	}
+	if err != nil {
+		return err
+	}
+	s.opts.Copied(int64(len(b)))
+	return nil
+}
+
+// fenced is the error of a write the store refused because another run
+// changed name since this run read it: the run lost the mirror's lock,
+// whatever its renewal has seen so far, and must stop before it writes
+// more. It wraps backend.ErrPreconditionFailed, by which the caller
+// tells it from a failed write.
+func fenced(name string, err error) error {
+	return fmt.Errorf("%s was changed by another run since this run read it; the store refused the write: %w", name, err)
+}
+
 // errorf is an error about the mirror, naming it.
 func (s *Sink) errorf(format string, args ...any) error {
 	return fmt.Errorf("sink %s: "+format, append([]any{s.b.Location()}, args...)...)

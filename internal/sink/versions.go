@@ -18,7 +18,8 @@ func (e *FileError) Unwrap() error { return e.Err }
 
 // PublishVersion writes version.json.sig (sig nil: none), then, once a
 // barrier has made every file the version needs durable, version.json
-// (durable when it returns): from this moment the version is complete.
+// (durable when it returns), created only where there is none (see
+// createRecord): from this moment the version is complete.
 // Every other file of its folder, and every data file it needs, must be
 // written before.
 func (s *Sink) PublishVersion(ctx context.Context, id string, record, sig []byte) error {
@@ -32,7 +33,7 @@ func (s *Sink) PublishVersion(ctx context.Context, id string, record, sig []byte
 	if err := s.Barrier(ctx); err != nil {
 		return &FileError{name, err}
 	}
-	if err := s.PutBytes(ctx, name, record); err != nil {
+	if err := s.createRecord(ctx, name, record); err != nil {
 		return &FileError{name, err}
 	}
 	return nil

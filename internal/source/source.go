@@ -86,7 +86,7 @@ func (s *Source) ListVersions(ctx context.Context) error {
 	if !s.r.Properties().CanList {
 		return nil
 	}
-	versions, err := repo.ListVersions(ctx, s.r)
+	versions, err := repo.ListVersions(ctx, s.r, nil)
 	if err != nil {
 		return s.errorf("%w", err)
 	}

@@ -87,6 +87,7 @@ type versionStates struct {
 	pending      map[string]sink.PendingVersion // ancestors earlier runs could not mirror
 	absent       map[string]bool                // ancestors upstream does not have
 	targetChecks map[string]*refusal            // policy verdicts on ref targets, per run
+	confirmed    map[string][]string            // versions from before confirmed in stage two → data files missing (see confirmFiles)
 }
 
 // upstreamView is the upstream's refs as this run reads them.
@@ -120,7 +121,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		},
 		versions: versionStates{
 			published: map[string]bool{}, publishedNow: map[string]bool{}, refused: map[string]*refusal{},
-			absent: map[string]bool{}, targetChecks: map[string]*refusal{},
+			absent: map[string]bool{}, targetChecks: map[string]*refusal{}, confirmed: map[string][]string{},
 		},
 		upstream:  upstreamView{excluded: repo.Refs{}},
 		dataCalls: map[string]*dataFileCall{},
@@ -272,6 +273,9 @@ func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *sink.In
 // checkLock confirms the run still holds the mirror's lock (see
 // Options.CheckLock).
 func (e *engine) checkLock(ctx context.Context) error {
+	if e.lockLost.Load() {
+		return fatalf("sink %s: lost the mirror's lock to another run", e.sink.Location())
+	}
 	if !e.sink.IsLocked() || e.opts.CheckLock == nil {
 		return nil
 	}

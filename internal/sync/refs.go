@@ -20,6 +20,12 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 		return err
 	}
 	written, err := e.sink.WriteRefs(ctx, inv, writes, head)
+	if backend.IsPreconditionFailed(err) {
+		// Another run moved refs after this run read them: it has the
+		// mirror, and this run stops.
+		e.lockLost.Store(true)
+		return fatalf("sink %s: %v", e.sink.Location(), err)
+	}
 	if err != nil {
 		return err
 	}
@@ -82,6 +88,13 @@ func (e *engine) decideRef(ctx context.Context, name, id, cur string, exists boo
 			msg = fmt.Sprintf("ref %s not moved to %s: version refused (%s)", name, id, why.Reason)
 		}
 		return "", refuse(ReasonVersion, id, name, "%s", msg)
+	}
+	if missing, err := e.confirmFiles(ctx, id); err != nil || len(missing) > 0 {
+		why := fmt.Sprintf("%d data files it needs are not in the mirror (%s first); sync --repair copies them back", len(missing), firstOf(missing))
+		if err != nil {
+			why = "its data files in the mirror could not be confirmed: " + err.Error()
+		}
+		return "", refuse(ReasonVersion, id, name, "ref %s not moved to %s: %s", name, id, why)
 	}
 	if bad := e.checkRefTarget(ctx, id); bad != nil {
 		return "", refuse(bad.Reason, id, name, "ref %s not moved to %s: %s", name, id, bad.Message)

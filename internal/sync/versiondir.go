@@ -71,9 +71,14 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 
 // publishVersion publishes a version whose files are all in the sink
 // (sink.PublishVersion: version.json last, behind a barrier); a write
-// that fails refuses it, naming the file.
+// that fails refuses it, naming the file. A version.json another run
+// created with other bytes means this run lost the mirror: the lock is
+// lost, and the run stops at its next check (checkLock).
 func (e *engine) publishVersion(ctx context.Context, id string, record, sig []byte) error {
 	err := e.sink.PublishVersion(ctx, id, record, sig)
+	if backend.IsPreconditionFailed(err) {
+		e.lockLost.Store(true)
+	}
 	if fe := (*sink.FileError)(nil); errors.As(err, &fe) {
 		return refuse(ReasonCopy, id, fe.File, "version %s: %v", id, fe.Err)
 	}

@@ -3,18 +3,12 @@ package s3_test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -45,7 +39,8 @@ import (
 func startS3(t *testing.T) *testserver.S3Server {
 	t.Helper()
 	srv := testserver.S3(t)
-	t.Setenv("AWS_CA_BUNDLE", writeCABundle(t))
+	// A fresh CA of its own, so the test does not depend on the machine's bundle.
+	t.Setenv("AWS_CA_BUNDLE", testserver.NewCA(t).WriteFile(t))
 	return srv
 }
 
@@ -394,34 +389,6 @@ func TestOpenRefusesBadAddresses(t *testing.T) {
 type errReader struct{}
 
 func (errReader) Read([]byte) (int, error) { return 0, errors.New("source failed on purpose") }
-
-// writeCABundle writes a PEM file with a fresh self-signed CA, so the test
-// does not depend on the machine's bundle.
-func writeCABundle(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "fdl-mirror test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "ca.pem")
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
 
 // TestPutMemoryIsBounded streams 120 MiB from a reader that holds nothing
 // and watches the heap: with 5 MiB parts, 2 at a time, the backend needs

@@ -196,7 +196,7 @@ func (h *Held) Release(ctx context.Context) error {
 
 // removeIfOurs removes the lock object if it still carries our token.
 func (h *Held) removeIfOurs(ctx context.Context) error {
-	cur, err := readLock(ctx, h.b)
+	cur, version, err := readLockVersion(ctx, h.b)
 	switch {
 	case backend.IsNotExist(err):
 		return fmt.Errorf("%s: lock %s was already gone at release", h.b.Location(), Name)
@@ -205,7 +205,14 @@ func (h *Held) removeIfOurs(ctx context.Context) error {
 	case cur.Token != h.rec.Token:
 		return fmt.Errorf("%s: lock %s now belongs to %s; left in place", h.b.Location(), Name, cur.Owner)
 	}
-	return h.b.Remove(ctx, Name)
+	// Removed only as read: a run paused between the read and the
+	// removal must not remove the lock of one that took it over since.
+	if err := backend.RemoveIfUnchanged(ctx, h.b, Name, version); backend.IsPreconditionFailed(err) {
+		return fmt.Errorf("%s: lock %s was taken over at release; left in place", h.b.Location(), Name)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // newObjectHeld is the lock object this run will hold, with a random token.
@@ -242,7 +249,7 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 		err := b.Create(ctx, Name, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
 		if errors.Is(err, backend.ErrExist) {
 			contended = true
-			cur, rerr := readLock(ctx, b)
+			cur, curVersion, rerr := readLockVersion(ctx, b)
 			switch {
 			case backend.IsNotExist(rerr):
 				continue // released meanwhile
@@ -256,10 +263,15 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 			case time.Now().After(cur.Expires):
 				log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
 				h.rec.Expires = time.Now().Add(opts.TTL).UTC()
-				if err := b.Put(ctx, Name, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode()))); err != nil {
+				// Over the expired lock as read, where the store can: of
+				// two runs taking it over at once, one wins outright.
+				err = backend.ReplaceIfUnchanged(ctx, b, Name, h.rec.encode(), curVersion)
+				if backend.IsPreconditionFailed(err) {
+					continue // another run was first: its lock is read next
+				}
+				if err != nil {
 					return nil, fmt.Errorf("taking over expired lock %s: %w", Name, err)
 				}
-				err = nil
 			case !time.Now().Before(deadline):
 				return nil, fmt.Errorf("%w: %s holds %s until %s", ErrLocked, cur.Owner, Name, cur.Expires.Format(time.RFC3339))
 			default:
@@ -331,7 +343,7 @@ func (h *Held) renew(ctx context.Context, ttl time.Duration) {
 }
 
 func (h *Held) renewOnce(ctx context.Context, ttl time.Duration) error {
-	cur, err := readLock(ctx, h.b)
+	cur, version, err := readLockVersion(ctx, h.b)
 	if backend.IsNotExist(err) {
 		return fmt.Errorf("%w: lock %s was removed by someone else", ErrLocked, Name)
 	}
@@ -343,7 +355,11 @@ func (h *Held) renewOnce(ctx context.Context, ttl time.Duration) error {
 	}
 	rec := h.rec
 	rec.Expires = time.Now().Add(ttl).UTC()
-	if err := h.b.Put(ctx, Name, bytes.NewReader(rec.encode()), int64(len(rec.encode()))); err != nil {
+	// Renewed only as read: a renewal paused between its read and its
+	// write must not overwrite the lock of a run that took it over.
+	if err := backend.ReplaceIfUnchanged(ctx, h.b, Name, rec.encode(), version); backend.IsPreconditionFailed(err) {
+		return fmt.Errorf("%w: lock %s was taken over while it was renewed", ErrLocked, Name)
+	} else if err != nil {
 		return err
 	}
 	h.rec.Expires = rec.Expires
@@ -356,16 +372,23 @@ func (r lockRecord) encode() []byte {
 }
 
 func readLock(ctx context.Context, b backend.Reader) (lockRecord, error) {
-	data, err := backend.ReadAll(ctx, b, Name, 64<<10)
+	rec, _, err := readLockVersion(ctx, b)
+	return rec, err
+}
+
+// readLockVersion is readLock that also gives the version token of the
+// lock object read ("" on a store without conditional writes).
+func readLockVersion(ctx context.Context, b backend.Reader) (lockRecord, string, error) {
+	data, version, err := backend.ReadAllVersion(ctx, b, Name, 64<<10)
 	if err != nil {
-		return lockRecord{}, err
+		return lockRecord{}, "", err
 	}
 	var rec lockRecord
 	if err := json.Unmarshal(data, &rec); err != nil || rec.Token == "" {
 		// Not ours to judge: a human should look before it is removed.
-		return lockRecord{}, fmt.Errorf("%s: lock %s is not a lock record (%.100q); remove it by hand if no run holds it", b.Location(), Name, data)
+		return lockRecord{}, "", fmt.Errorf("%s: lock %s is not a lock record (%.100q); remove it by hand if no run holds it", b.Location(), Name, data)
 	}
-	return rec, nil
+	return rec, version, nil
 }
 
 // settlePause is the pause before a taken-over lock is read back; a
