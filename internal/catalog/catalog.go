@@ -141,7 +141,8 @@ type reader struct {
 	pool     *dbPool
 	dirty    bool // the pooled DuckDB holds something it should not: not used again
 
-	fileRows int64 // rows of ducklake_data_file and ducklake_delete_file, as counted
+	fileRows int64  // rows of ducklake_data_file and ducklake_delete_file, as counted
+	alias    string // attached under this name; "" is cat
 }
 
 // table is how the queries name one of the catalog's tables: the attached
@@ -151,7 +152,16 @@ func (r *reader) table(t string) string {
 	if r.sqlite {
 		return "main." + t
 	}
-	return "cat.main." + t
+	return r.attachedAs() + ".main." + t
+}
+
+// attachedAs is the name the catalog is attached under in DuckDB: cat,
+// or the alias a difference gives each of its two catalogs.
+func (r *reader) attachedAs() string {
+	if r.alias == "" {
+		return "cat"
+	}
+	return r.alias
 }
 
 func (r *reader) errf(format string, args ...any) error {
@@ -225,7 +235,7 @@ func startDuckDB(ctx context.Context, lim Limits, allow string) (*instance, erro
 
 // attach attaches the catalog read-only as cat.
 func (r *reader) attach(file string) error {
-	if _, err := r.conn.ExecContext(r.ctx, "ATTACH "+sqlString(file)+" AS cat (TYPE duckdb, READ_ONLY)"); err != nil {
+	if _, err := r.conn.ExecContext(r.ctx, "ATTACH "+sqlString(file)+" AS "+r.attachedAs()+" (TYPE duckdb, READ_ONLY)"); err != nil {
 		return r.errf("not a readable DuckDB database: %w", err)
 	}
 	r.attached = true
@@ -413,11 +423,11 @@ func (r *reader) checkObjects() error {
 	if r.pooled != nil {
 		return r.checkPooledObjects()
 	}
-	found, err := findObjects(r.ctx, r.conn, []string{"cat"})
+	found, err := findObjects(r.ctx, r.conn, []string{r.attachedAs()})
 	if err != nil {
 		return r.errf("listing the catalog's objects: %w", err)
 	}
-	return r.objectError(found["cat"])
+	return r.objectError(found[r.attachedAs()])
 }
 
 // objectFound is a ducklake_* object of a catalog that is not a table.
@@ -485,7 +495,7 @@ func (r *reader) loadColumns() error {
 	// regard to case, and a lower() in the query costs six times the
 	// plain listing of the schema's columns.
 	rows, err := r.conn.QueryContext(r.ctx, "SELECT table_name, column_name, column_default IS NOT NULL FROM duckdb_columns() "+
-		"WHERE database_name = 'cat' AND schema_name = 'main'")
+		"WHERE database_name = "+sqlString(r.attachedAs())+" AND schema_name = 'main'")
 	if err != nil {
 		return r.errf("reading the columns of its tables: %w", err)
 	}

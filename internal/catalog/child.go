@@ -34,6 +34,11 @@ func init() {
 // open because it is the descriptor's file.
 const readerRoot = "/proc/self/fd/3"
 
+// readerParent is a difference's reader's second file: descriptor 4, the
+// parent's catalog (diff.go). A reader started without one has no rule
+// for it.
+const readerParent = "/proc/self/fd/4"
+
 // Exit codes of a reader, besides 0 (the mirror closed the pipe) and
 // the Go runtime's 2 (a crash).
 const (
@@ -58,6 +63,7 @@ type readerArgs struct {
 	cpuSeconds   uint64 // RLIMIT_CPU soft limit; SIGKILL one second later
 	noLandlock   bool
 	noSeccomp    bool
+	parent       bool // descriptor 4 is a parent's catalog, read-only too
 }
 
 func (a readerArgs) argv() []string {
@@ -68,6 +74,9 @@ func (a readerArgs) argv() []string {
 	}
 	if a.noSeccomp {
 		v = append(v, "seccomp=off")
+	}
+	if a.parent {
+		v = append(v, "parent=4")
 	}
 	return v
 }
@@ -89,6 +98,10 @@ func parseReaderArgs(args []string) (readerArgs, error) {
 			a.noLandlock = v == "off"
 		case "seccomp":
 			a.noSeccomp = v == "off"
+		case "parent":
+			if a.parent = v == "4"; !a.parent {
+				err = errors.New("not descriptor 4")
+			}
 		default:
 			err = errors.New("unknown")
 		}
@@ -118,6 +131,13 @@ func readerMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "catalog reader: descriptor 3: %v\n", err)
 		return exitUsage
 	}
+	var parentRoot string
+	if a.parent {
+		if parentRoot, err = os.Readlink(readerParent); err != nil || !strings.HasPrefix(parentRoot, "/") {
+			fmt.Fprintf(os.Stderr, "catalog reader: descriptor 4: %v\n", err)
+			return exitUsage
+		}
+	}
 	layers, err := confine(a)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "catalog reader: %v\n", err)
@@ -142,11 +162,11 @@ func readerMain(args []string) int {
 		if errors.Is(err, io.EOF) {
 			return 0
 		}
-		if err != nil || typ != frameRequest {
+		if err != nil || typ != frameRequest && typ != frameDiff || typ == frameDiff && !a.parent {
 			fmt.Fprintf(os.Stderr, "catalog reader: reading a request: %v (frame %q)\n", err, typ)
 			return exitProtocol
 		}
-		q, err := parseRequest(in)
+		q, err := parseRequest(in, typ)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "catalog reader: %v\n", err)
 			return exitProtocol
@@ -164,6 +184,13 @@ func readerMain(args []string) int {
 				}
 				continue
 			}
+		}
+		if q.diff {
+			if err := answerDifference(out, root, parentRoot, q); err != nil {
+				fmt.Fprintf(os.Stderr, "catalog reader: answering: %v\n", err)
+				return exitProtocol
+			}
+			continue
 		}
 		var c *Catalog
 		if q.file == "" {
@@ -189,16 +216,21 @@ func readerMain(args []string) int {
 
 // parseRequest reads a request frame; a file name that is not a plain
 // name in the root folder is refused (the mirror names its own fetches).
-func parseRequest(in *frameReader) (request, error) {
+func parseRequest(in *frameReader, typ byte) (request, error) {
 	var q request
 	if v := in.u8(); v != protocolVersion {
 		return q, fmt.Errorf("request of protocol %d, this reader speaks %d", v, protocolVersion)
 	}
 	q.name = in.str()
-	q.file = in.str()
-	n := in.u32()
-	for i := uint32(0); i < n && i < checkAhead+1; i++ {
-		q.ahead = append(q.ahead, in.str())
+	var n uint32
+	if q.diff = typ == frameDiff; q.diff {
+		q.parentName = in.str()
+	} else {
+		q.file = in.str()
+		n = in.u32()
+		for i := uint32(0); i < n && i < checkAhead+1; i++ {
+			q.ahead = append(q.ahead, in.str())
+		}
 	}
 	q.lim.MaxFiles = int64(in.u64())
 	q.lim.Timeout = time.Duration(in.u64()) * time.Millisecond
@@ -248,19 +280,7 @@ func answer(out *frameWriter, c *Catalog, err error) error {
 	}
 	var total uint64
 	for _, f := range c.Files {
-		out.begin(frameFile)
-		out.str(f.Path)
-		out.u64(uint64(f.Size))
-		out.u64(uint64(f.Footer))
-		var flags byte
-		if f.Delete {
-			flags |= fileDelete
-		}
-		if f.Puffin {
-			flags |= filePuffin
-		}
-		out.u8(flags)
-		if err := out.end(); err != nil {
+		if err := writeFile(out, f); err != nil {
 			return err
 		}
 		if f.Size > 0 {

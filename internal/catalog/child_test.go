@@ -129,6 +129,25 @@ func lie(kind string) {
 		meta(1)
 		file("a.parquet", -5)
 		end(1, 0)
+	case "diff-count", "diff-same", "diff-short":
+		// A difference whose counts do not add up: the child's files
+		// less those in the parent are not the files announced, more
+		// files in both than the parent has, fewer files than announced.
+		counts := map[string][4]uint64{"diff-count": {10, 10, 9, 2}, "diff-same": {10, 5, 9, 1}, "diff-short": {10, 10, 8, 2}}[kind]
+		out.begin(frameDiffMeta)
+		out.str("0.3")
+		out.str("/data/")
+		for _, n := range counts {
+			out.u64(n)
+		}
+		out.end()
+		file("a.parquet", 10)
+		if kind != "diff-short" {
+			file("b.parquet", 10)
+			end(counts[3], 20)
+		} else {
+			end(1, 10)
+		}
 	case "limit":
 		out.begin(frameRefusal)
 		out.u8(refusalLimit)

@@ -25,13 +25,21 @@ import (
 //	reader → mirror  meta     'm' ducklakeVersion(s) dataPath(s) files(8)
 //	reader → mirror  file     'f' path(s) size(8) footer(8) flags(1)    one per file, in path order
 //	reader → mirror  end      'e' files(8) bytes(8)
-//	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta/files/end
+//	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end
+//
+//	mirror → reader  diff     'd' version(1) name(s) parentName(s) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
+//	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childFiles(8) parentFiles(8) sameFiles(8) files(8)
+//	                 then file frames and end, as for a catalog
 //
 // Files stream in path order, each checked as it comes (name, size,
 // order), so a consumer can merge them with another sorted listing
-// without holding the catalog.
+// without holding the catalog. A diff asks for the files of the child
+// catalog (descriptor 3) that are not in the parent's (descriptor 4, see
+// diff.go); the reader says how many files each catalog has and how many
+// of the child's are in the parent, and the files that come must be the
+// rest.
 const (
-	protocolVersion = 1
+	protocolVersion = 2
 	// maxFrame bounds every frame: the largest is a refusal (its
 	// message cut to maxMessage) or a meta frame (its data path at most
 	// maxDataPath).
@@ -47,12 +55,14 @@ const (
 	// SQLite's messages may quote the catalog.
 	maxMessage = 1024
 
-	frameHello   = 'h'
-	frameRequest = 'r'
-	frameMeta    = 'm'
-	frameFile    = 'f'
-	frameEnd     = 'e'
-	frameRefusal = 'x'
+	frameHello    = 'h'
+	frameRequest  = 'r'
+	frameMeta     = 'm'
+	frameFile     = 'f'
+	frameEnd      = 'e'
+	frameRefusal  = 'x'
+	frameDiff     = 'd'
+	frameDiffMeta = 'n'
 
 	fileDelete = 1 << 0
 	filePuffin = 1 << 1
@@ -198,19 +208,30 @@ type request struct {
 	// check for views and macros with this one (see checkPooledObjects).
 	ahead []string
 	lim   Limits
+	// diff asks for a difference (a diff frame): the files of the
+	// catalog at descriptor 3 not in parentName's, at descriptor 4.
+	diff       bool
+	parentName string
 	// test asks a test binary's reader to misbehave (child_test.go); a
 	// reader without test behaviours refuses a request that names one.
 	test string
 }
 
 func writeRequest(w *frameWriter, q request) error {
-	w.begin(frameRequest)
-	w.u8(protocolVersion)
-	w.str(q.name)
-	w.str(q.file)
-	w.u32(uint32(len(q.ahead)))
-	for _, a := range q.ahead {
-		w.str(a)
+	if q.diff {
+		w.begin(frameDiff)
+		w.u8(protocolVersion)
+		w.str(q.name)
+		w.str(q.parentName)
+	} else {
+		w.begin(frameRequest)
+		w.u8(protocolVersion)
+		w.str(q.name)
+		w.str(q.file)
+		w.u32(uint32(len(q.ahead)))
+		for _, a := range q.ahead {
+			w.str(a)
+		}
 	}
 	w.u64(uint64(q.lim.MaxFiles))
 	w.u64(uint64(q.lim.Timeout.Milliseconds()))
@@ -221,6 +242,23 @@ func writeRequest(w *frameWriter, q request) error {
 		return err
 	}
 	return w.flush()
+}
+
+// writeFile writes a file frame.
+func writeFile(out *frameWriter, f File) error {
+	out.begin(frameFile)
+	out.str(f.Path)
+	out.u64(uint64(f.Size))
+	out.u64(uint64(f.Footer))
+	var flags byte
+	if f.Delete {
+		flags |= fileDelete
+	}
+	if f.Puffin {
+		flags |= filePuffin
+	}
+	out.u8(flags)
+	return out.end()
 }
 
 // checkString bounds a string field of a frame to n bytes of valid UTF-8.

@@ -223,15 +223,17 @@ type readerProc struct {
 }
 
 // startReader starts a reader of root (a catalog, or a folder of them)
-// that may read up to reads catalogs, and waits for its hello.
-func startReader(ctx context.Context, root *os.File, lim Limits, reads int) (*readerProc, error) {
+// that may read up to reads catalogs, and waits for its hello. A parent
+// catalog, where one is given, is the reader's second file, for a
+// difference (diff.go).
+func startReader(ctx context.Context, root *os.File, lim Limits, reads int, parent ...*os.File) (*readerProc, error) {
 	nonDumpable.Do(func() { _ = makeNonDumpable() })
-	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), noLandlock: knobs.noLandlock, noSeccomp: knobs.noSeccomp}
+	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), noLandlock: knobs.noLandlock, noSeccomp: knobs.noSeccomp, parent: len(parent) > 0}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = append([]string{"fdl-mirror-catalog-reader"}, a.argv()...)
 	cmd.Env = []string{} // not nil: nil would pass on the mirror's, credentials and all
 	cmd.Dir = "/"
-	cmd.ExtraFiles = []*os.File{root}
+	cmd.ExtraFiles = append([]*os.File{root}, parent[:min(len(parent), 1)]...)
 	// No Pdeathsig: it fires when the OS thread that started the reader
 	// exits, which the Go runtime may do under a live mirror. A reader
 	// outlives a killed mirror by one read at most: its stdin ends, and
@@ -500,12 +502,18 @@ func rename(err error, name string) error {
 // refused with a *ReaderError; one that refuses the catalog is killed
 // too (its DuckDB may hold what it should not), and the refusal returned.
 func (p *readerProc) readCatalog(ctx context.Context, q request, each func(File) error) (*Catalog, error) {
+	return p.request(ctx, q, each, nil)
+}
+
+// request asks the reader q and checks the answer; for a difference (q.diff), the
+// counts the reader announces go to d.
+func (p *readerProc) request(ctx context.Context, q request, each func(File) error, d *Difference) (*Catalog, error) {
 	stop := p.watch(ctx, q.lim.Timeout+readerGrace)
 	defer stop()
 	if err := writeRequest(p.out, q); err != nil {
 		return nil, p.failed(ctx, q.name, err)
 	}
-	c, refusal, err := p.answer(q, each)
+	c, refusal, err := p.answer(q, each, d)
 	if err != nil {
 		return nil, p.failed(ctx, q.name, err)
 	}
@@ -525,42 +533,27 @@ func (p *readerProc) readCatalog(ctx context.Context, q request, each func(File)
 // answer reads one answer: the catalog, or the reader's refusal of it;
 // err when the reader broke the protocol or said something no catalog
 // can say.
-func (p *readerProc) answer(q request, each func(File) error) (c *Catalog, refusal error, err error) {
+func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c *Catalog, refusal error, err error) {
 	in := p.in
 	typ, err := in.next()
 	if err != nil {
 		return nil, nil, err
 	}
+	meta := byte(frameMeta)
+	if q.diff {
+		meta = frameDiffMeta
+	}
 	switch typ {
 	case frameRefusal:
-		kind, key, msg := in.u8(), in.str(), in.str()
-		if err := in.done(); err != nil {
-			return nil, nil, err
-		}
-		if err := checkString("refusal", msg, maxMessage); err != nil {
-			return nil, nil, err
-		}
-		msg = cleanMessage(msg)
-		switch kind {
-		case refusalLimit:
-			switch key {
-			case KeyMaxFiles, KeyTimeout, KeyMemoryLimit:
-			default:
-				return nil, nil, fmt.Errorf("%w: a refusal on limit %s", errInvalid, Excerpt(key))
-			}
-			return nil, &LimitError{Catalog: q.name, Key: key, Detail: msg}, nil
-		case refusalPlain:
-			if !strings.HasPrefix(msg, "catalog "+q.name+": ") {
-				msg = "catalog " + q.name + ": " + msg
-			}
-			return nil, errors.New(msg), nil
-		}
-		return nil, nil, fmt.Errorf("%w: a refusal of kind %d", errFrame, kind)
-	case frameMeta:
+		return p.refusal(q)
+	case meta:
 	default:
 		return nil, nil, fmt.Errorf("%w: frame %q where a catalog or a refusal was due", errFrame, typ)
 	}
 	c = &Catalog{DuckLakeVersion: in.str(), DataPath: in.str()}
+	if q.diff {
+		d.ChildFiles, d.ParentFiles, d.SameFiles = int64(in.u64()), int64(in.u64()), int64(in.u64())
+	}
 	count := in.u64()
 	if err := in.done(); err != nil {
 		return nil, nil, err
@@ -577,6 +570,11 @@ func (p *readerProc) answer(q request, each func(File) error) (c *Catalog, refus
 	if count > uint64(q.lim.MaxFiles) {
 		return nil, nil, fmt.Errorf("%w: %d files, more than the %d allowed", errInvalid, count, q.lim.MaxFiles)
 	}
+	if q.diff {
+		if err := diffCounts(d, count, q.lim); err != nil {
+			return nil, nil, err
+		}
+	}
 	if each == nil {
 		c.Files = make([]File, 0, min(count, maxSizeHint))
 	}
@@ -589,6 +587,11 @@ func (p *readerProc) answer(q request, each func(File) error) (c *Catalog, refus
 		}
 		if typ == frameEnd {
 			break
+		}
+		if typ == frameRefusal {
+			// A difference is refused where it goes wrong, among its
+			// files as well as before them.
+			return p.refusal(q)
 		}
 		if typ != frameFile {
 			return nil, nil, fmt.Errorf("%w: frame %q among the files", errFrame, typ)
@@ -625,6 +628,35 @@ func (p *readerProc) answer(q request, each func(File) error) (c *Catalog, refus
 		return nil, nil, fmt.Errorf("%w: the end says %d files of %d bytes, %d were announced, %d of %d bytes came", errInvalid, endCount, endTotal, count, n, total)
 	}
 	return c, nil, nil
+}
+
+// refusal reads a refusal frame: the reader's refusal of the catalog,
+// or err where the frame says what no refusal can.
+func (p *readerProc) refusal(q request) (c *Catalog, refusal error, err error) {
+	in := p.in
+	kind, key, msg := in.u8(), in.str(), in.str()
+	if err := in.done(); err != nil {
+		return nil, nil, err
+	}
+	if err := checkString("refusal", msg, maxMessage); err != nil {
+		return nil, nil, err
+	}
+	msg = cleanMessage(msg)
+	switch kind {
+	case refusalLimit:
+		switch key {
+		case KeyMaxFiles, KeyTimeout, KeyMemoryLimit:
+		default:
+			return nil, nil, fmt.Errorf("%w: a refusal on limit %s", errInvalid, Excerpt(key))
+		}
+		return nil, &LimitError{Catalog: q.name, Key: key, Detail: msg}, nil
+	case refusalPlain:
+		if !strings.HasPrefix(msg, "catalog "+q.name+": ") {
+			msg = "catalog " + q.name + ": " + msg
+		}
+		return nil, errors.New(msg), nil
+	}
+	return nil, nil, fmt.Errorf("%w: a refusal of kind %d", errFrame, kind)
 }
 
 // checkFile checks a file as the reader's own read does (resolve): a

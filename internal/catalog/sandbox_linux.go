@@ -15,7 +15,8 @@ import (
 //   - rlimits: address space, CPU time, 64 open files, files of 0 bytes
 //     (it writes nothing), no core dump;
 //   - no_new_privs;
-//   - Landlock: no file but its root (descriptor 3), read-only, and the
+//   - Landlock: no file but its root (descriptor 3) and, for a
+//     difference, the parent's catalog (descriptor 4), read-only, and the
 //     few DuckDB reads as it starts (its cgroup's limits, the CPUs); no TCP
 //     bind or connect; no signal or abstract socket out of its domain;
 //   - seccomp: a deny-list over an allow default (see deniedSyscalls)
@@ -50,8 +51,12 @@ func confine(a readerArgs) (Layers, error) {
 			// that was. No rule for TCP ports: none may be bound or
 			// connected to where the ABI has network rules (4+).
 			read := landlock.AccessFSSet(ll.AccessFSReadFile)
+			files := []string{readerRoot}
+			if a.parent {
+				files = append(files, readerParent)
+			}
 			rules := []landlock.Rule{
-				landlock.PathAccess(read, readerRoot),
+				landlock.PathAccess(read, files...),
 				// DuckDB sizes its memory and threads from these as it
 				// starts (and crashes where it cannot open the first).
 				landlock.PathAccess(read, "/proc/self/cgroup", "/sys/fs/cgroup", "/sys/devices/system/cpu").IgnoreIfMissing(),

@@ -1,0 +1,332 @@
+package catalog
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+)
+
+// chain generates a repository of a few versions on main (delete files,
+// ended data files: historical rows) and one more added as a child, and
+// returns their catalogs, oldest first.
+func chain(t *testing.T, layout string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	opts := generate.Options{Versions: 3, FilesPerVersion: 4, Layout: layout, DeleteFiles: true, RemoveFiles: true, FastParquet: true}
+	r, err := generate.Generate(context.Background(), dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := generate.AddVersion(context.Background(), dir, 3, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, v := range append(r.Versions, id) {
+		out = append(out, filepath.Join(dir, "versions", v, "ducklake.duckdb"))
+	}
+	return out
+}
+
+// changed is a copy of the catalog at p with stmts run on it, as a
+// hostile upstream would change a child.
+func changed(t *testing.T, p string, stmts ...string) string {
+	t.Helper()
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := filepath.Join(t.TempDir(), "ducklake.duckdb")
+	if err := os.WriteFile(c, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("duckdb", c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	if _, err := db.Exec("CHECKPOINT"); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+const parentName = "versions/019a0000-0000-7000-8000-0000000000ff/ducklake.duckdb"
+
+// wholeReads are catalogs read whole, by path, for one test.
+type wholeReads map[string]*Catalog
+
+func (w wholeReads) read(t *testing.T, p, name string) *Catalog {
+	t.Helper()
+	if c := w[p]; c != nil {
+		return c
+	}
+	c, err := Read(context.Background(), p, name, Limits{})
+	if err != nil {
+		t.Fatalf("reading %s whole: %v", name, err)
+	}
+	w[p] = c
+	return c
+}
+
+// setDifference is what a difference must be: the child's files, read
+// whole, that the parent's, read whole, does not list exactly so.
+func (w wholeReads) setDifference(t *testing.T, child, parent string) []File {
+	t.Helper()
+	c, p := w.read(t, child, catalogName), w.read(t, parent, parentName)
+	in := map[File]bool{}
+	for _, f := range p.Files {
+		in[f] = true
+	}
+	var out []File
+	for _, f := range c.Files {
+		if !in[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// checkDiff takes the difference of child and parent and checks it is
+// the set difference of two whole reads, counts and all.
+func (w wholeReads) checkDiff(t *testing.T, child, parent string) *Difference {
+	t.Helper()
+	d, err := Diff(context.Background(), child, catalogName, parent, parentName, Limits{}, nil)
+	if err != nil {
+		t.Fatalf("Diff: %v", err)
+	}
+	want := w.setDifference(t, child, parent)
+	if !reflect.DeepEqual(d.Files, want) && len(d.Files)+len(want) > 0 {
+		t.Fatalf("the difference is\n%v\nthe set difference of two reads\n%v", d.Files, want)
+	}
+	c, p := w.read(t, child, catalogName), w.read(t, parent, parentName)
+	if d.ChildFiles != int64(len(c.Files)) || d.ParentFiles != int64(len(p.Files)) || d.SameFiles != int64(len(c.Files)-len(want)) {
+		t.Errorf("counts %d, %d, %d; the reads have %d and %d files, %d of the child's in the parent",
+			d.ChildFiles, d.ParentFiles, d.SameFiles, len(c.Files), len(p.Files), len(c.Files)-len(want))
+	}
+	if d.DataPath != c.DataPath || d.DuckLakeVersion != c.DuckLakeVersion {
+		t.Errorf("data path %q, version %q; the read says %q, %q", d.DataPath, d.DuckLakeVersion, c.DataPath, c.DuckLakeVersion)
+	}
+	return d
+}
+
+// Between any two versions of a chain, either way round, in both layouts
+// (DuckLake 0.1 has no schema or table paths), the difference is the set
+// difference of the two catalogs read whole.
+func TestDiffIsTheSetDifferenceOfTwoReads(t *testing.T) {
+	for _, layout := range []string{"0.3", "0.1"} {
+		t.Run(layout, func(t *testing.T) {
+			cats := chain(t, layout)
+			w := wholeReads{}
+			for i, child := range cats {
+				for j, parent := range cats {
+					if i == j {
+						continue
+					}
+					t.Run(fmt.Sprintf("%d-%d", i, j), func(t *testing.T) {
+						d := w.checkDiff(t, child, parent)
+						if i == j+1 && len(d.Files) == 0 {
+							t.Errorf("a child that adds files has none the parent lacks")
+						}
+					})
+				}
+			}
+			// A catalog against itself: nothing.
+			if d := w.checkDiff(t, cats[1], cats[1]); len(d.Files) != 0 || d.SameFiles != d.ChildFiles {
+				t.Errorf("a catalog against itself: %v", d.Files)
+			}
+		})
+	}
+}
+
+// A child is the upstream's bytes: one that changes an old row (its size,
+// its footer size, its kind, where its table or data path puts it) has
+// that row come out as a file the mirror needs, and a row written another
+// way that resolves to the same file does not.
+func TestDiffGivesAChangedOldRowAsNew(t *testing.T) {
+	cats := chain(t, "0.3")
+	parent, child := cats[2], cats[3]
+	w := wholeReads{}
+	base := w.checkDiff(t, child, parent)
+	old := func(t *testing.T) string {
+		var p string
+		db, err := sql.Open("duckdb", parent+"?access_mode=read_only")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.QueryRow("SELECT path FROM ducklake_data_file ORDER BY data_file_id LIMIT 1").Scan(&p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}(t)
+	// Where the parent's read puts it, below the data path.
+	pc := w.read(t, parent, parentName)
+	var oldRel string
+	for _, f := range pc.Files {
+		if strings.HasSuffix(f.Path, "/"+old) {
+			oldRel = f.Path
+		}
+	}
+	if oldRel == "" {
+		t.Fatalf("%s is not in the parent's read", old)
+	}
+	for _, tc := range []struct {
+		name  string
+		stmts []string
+		// more: files beyond the unchanged child's difference; -1: every
+		// file of the table.
+		more int
+	}{
+		{"a size", []string{"UPDATE ducklake_data_file SET file_size_bytes = file_size_bytes + 1 WHERE path = '" + old + "'"}, 1},
+		{"a footer size", []string{"UPDATE ducklake_data_file SET footer_size = footer_size + 1 WHERE path = '" + old + "'"}, 1},
+		{"a size made unknown", []string{"UPDATE ducklake_data_file SET file_size_bytes = NULL WHERE path = '" + old + "'"}, 1},
+		{"the table's path", []string{"UPDATE ducklake_table SET path = 'elsewhere/'"}, -1},
+		{"the data path", []string{"UPDATE ducklake_metadata SET value = '/var/lib/other/' WHERE key = 'data_path'",
+			"UPDATE ducklake_data_file SET path = '/var/lib/other/x/y.parquet', path_is_relative = false WHERE path = '" + old + "'"}, 1},
+		{"the same file written absolute", []string{"UPDATE ducklake_data_file SET path = '" + pc.DataPath + oldRel + "', path_is_relative = false WHERE path = '" + old + "'"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hostile := changed(t, child, tc.stmts...)
+			d := w.checkDiff(t, hostile, parent)
+			switch {
+			case tc.more >= 0 && len(d.Files) != len(base.Files)+tc.more:
+				t.Errorf("%d files in the difference, want %d: %v", len(d.Files), len(base.Files)+tc.more, d.Files)
+			case tc.more < 0 && d.SameFiles != 0:
+				t.Errorf("%d files still in the parent after the table moved", d.SameFiles)
+			}
+			if tc.more > 0 && tc.name != "the data path" {
+				found := false
+				for _, f := range d.Files {
+					found = found || strings.HasSuffix(f.Path, "/"+old)
+				}
+				if !found {
+					t.Errorf("the changed row %s is not in the difference %v", old, d.Files)
+				}
+			}
+		})
+	}
+}
+
+// What a read refuses in a child, a difference refuses: a row without a
+// path, one outside the data path, a path too long, a file with two
+// sizes, more rows than the limit, a view; and the mirror gets a refusal
+// naming the child, not a difference.
+func TestDiffRefusesWhatReadRefuses(t *testing.T) {
+	cats := chain(t, "0.3")
+	parent, child := cats[2], cats[3]
+	for _, tc := range []struct {
+		name  string
+		stmts []string
+		lim   Limits
+		says  string
+	}{
+		{"a row without a path", []string{"UPDATE ducklake_data_file SET path = NULL WHERE data_file_id = (SELECT max(data_file_id) FROM ducklake_data_file)"}, Limits{}, "without a path"},
+		{"a row outside the data path", []string{"UPDATE ducklake_data_file SET path = '/etc/passwd', path_is_relative = false WHERE data_file_id = (SELECT min(data_file_id) FROM ducklake_data_file)"}, Limits{}, "outside the catalog's data path"},
+		{"a path of 8 MB", []string{"UPDATE ducklake_table SET path = repeat('x', 8 << 20)"}, Limits{}, "longer than 1024 bytes"},
+		{"a file with two sizes", []string{"INSERT INTO ducklake_delete_file (delete_file_id, table_id, begin_snapshot, data_file_id, path, path_is_relative, format, delete_count, file_size_bytes, footer_size) " +
+			"SELECT 9999, table_id, begin_snapshot, data_file_id, path, path_is_relative, 'parquet', 1, file_size_bytes + 7, footer_size FROM ducklake_data_file ORDER BY data_file_id LIMIT 1"}, Limits{}, "two sizes"},
+		{"more rows than the limit", nil, Limits{MaxFiles: 5}, KeyMaxFiles},
+		{"a view", dataFileView("range(1e15::BIGINT) t(i)", "'f' || i || '.parquet'"), Limits{}, "is a view"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hostile := changed(t, child, tc.stmts...)
+			if _, err := Read(context.Background(), hostile, catalogName, tc.lim); err == nil {
+				t.Fatalf("Read reads it")
+			}
+			d, err := Diff(context.Background(), hostile, catalogName, parent, parentName, tc.lim, nil)
+			var re *ReaderError
+			if d != nil || err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), catalogName) || strings.Contains(err.Error(), hostile) {
+				t.Fatalf("Diff: %v, %v; want a refusal of %s saying %q", d, err, catalogName, tc.says)
+			}
+		})
+	}
+}
+
+// A difference streamed goes to each in path order, and nothing to Files.
+func TestDiffStreamsItsFiles(t *testing.T) {
+	cats := chain(t, "0.3")
+	var got []File
+	d, err := Diff(context.Background(), cats[3], catalogName, cats[0], parentName, Limits{}, func(f File) error {
+		got = append(got, f)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (wholeReads{}).setDifference(t, cats[3], cats[0]); len(d.Files) != 0 || !reflect.DeepEqual(got, want) {
+		t.Fatalf("streamed %v, kept %v; want %v streamed", got, d.Files, want)
+	}
+}
+
+// diffMisbehaving asks a difference's reader to misbehave first.
+func diffMisbehaving(t *testing.T, child, parent, behaviour string) (*Difference, error) {
+	t.Helper()
+	lim := Limits{}.WithDefaults()
+	var fds []*os.File
+	for _, p := range []string{child, parent} {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fds = append(fds, f)
+	}
+	proc, err := startReader(context.Background(), fds[0], lim, 1, fds[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := proc.readDifference(context.Background(), request{name: catalogName, parentName: parentName, lim: lim, test: behaviour}, nil)
+	if err == nil {
+		proc.close()
+	}
+	return d, err
+}
+
+// A reader whose difference does not add up (the files announced are not
+// the child's less those in both, more in both than the parent has, the
+// files cut short) has the child refused as a protocol failure.
+func TestTheMirrorChecksTheCountsOfADifference(t *testing.T) {
+	cats := chain(t, "0.1")
+	for _, tc := range []struct{ lie, says string }{
+		{"diff-count", "a difference of 2 files announced, where 1"},
+		{"diff-same", "9 files said to be in both catalogs, of 10 and 5"},
+		{"diff-short", "the end says 1 files"},
+	} {
+		t.Run(tc.lie, func(t *testing.T) {
+			d, err := diffMisbehaving(t, cats[1], cats[0], "lie:"+tc.lie)
+			var re *ReaderError
+			if d != nil || !errors.As(err, &re) || re.Cause != CauseProtocol || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("%v, %v; want a protocol failure saying %q", d, err, tc.says)
+			}
+		})
+	}
+}
+
+// A difference's reader may open its two catalogs and nothing else: not
+// /etc/passwd, not a catalog beside its child in the same folder.
+func TestADifferenceReaderOpensItsTwoCatalogsOnly(t *testing.T) {
+	requireBothLayers(t)
+	cats := chain(t, "0.1")
+	for _, other := range []string{"/etc/passwd", cats[2]} {
+		d, err := diffMisbehaving(t, cats[1], cats[0], "open:"+other)
+		if d != nil || err == nil || !strings.Contains(err.Error(), "permission denied") {
+			t.Fatalf("a difference's reader opening %s: %v, %v; want permission denied", other, d, err)
+		}
+	}
+	// Its second descriptor it may read: the difference is taken.
+	(wholeReads{}).checkDiff(t, cats[1], cats[0])
+}
