@@ -22,7 +22,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
 // The daemon as operators run it: the built binary, a config file, signals,

@@ -16,6 +16,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	fdlsink "github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -161,7 +162,7 @@ func TestSyncKeepsPendingSmallAndSurvivesAnOversizedOne(t *testing.T) {
 				t.Errorf("a refusal message of %d bytes: %.200s…", len(r.Message), r.Message)
 			}
 		}
-		st, err := os.Stat(filepath.Join(sink, backend.ReservedPrefix+fdlsync.PendingFile))
+		st, err := os.Stat(filepath.Join(sink, backend.ReservedPrefix+fdlsink.PendingFile))
 		if err == nil && st.Size() > 8<<10 {
 			t.Errorf("pending.json: %d bytes; want at most 8 KiB", st.Size())
 		}
@@ -175,7 +176,7 @@ func TestSyncKeepsPendingSmallAndSurvivesAnOversizedOne(t *testing.T) {
 		if res := run(t, "sync", up, sink); res.code != 0 {
 			t.Fatalf("first sync: exit %d", res.code)
 		}
-		pending := filepath.Join(sink, backend.ReservedPrefix+fdlsync.PendingFile)
+		pending := filepath.Join(sink, backend.ReservedPrefix+fdlsink.PendingFile)
 		writeFile(t, pending, "["+strings.Repeat(" ", 65<<20)+"]")
 		next, err := generate.AddVersion(context.Background(), up, 1, generate.Options{FastParquet: true})
 		if err != nil {
@@ -185,7 +186,7 @@ func TestSyncKeepsPendingSmallAndSurvivesAnOversizedOne(t *testing.T) {
 		if res.code != 0 || readRef(t, sink, generate.MainRef) != next {
 			t.Fatalf("sync with an oversized pending.json: exit %d, main %s (want %s)\n%s%s", res.code, readRef(t, sink, generate.MainRef), next, res.stdout, res.stderr)
 		}
-		assertSetAside(t, sink, fdlsync.PendingFile, res.stderr)
+		assertSetAside(t, sink, fdlsink.PendingFile, res.stderr)
 		if st := run(t, "status", up, sink); st.code != 0 {
 			t.Errorf("status after: exit %d\n%s%s", st.code, st.stdout, st.stderr)
 		}
@@ -205,7 +206,7 @@ func TestSyncKeepsPendingSmallAndSurvivesAnOversizedOne(t *testing.T) {
 				Message: strings.Repeat("m", 1500), Since: time.Now()})
 		}
 		raw, _ := json.Marshal(list)
-		writeFile(t, filepath.Join(sink, backend.ReservedPrefix+fdlsync.PendingFile), string(raw))
+		writeFile(t, filepath.Join(sink, backend.ReservedPrefix+fdlsink.PendingFile), string(raw))
 		st := run(t, "status", "--json", up, sink)
 		if len(st.stdout) > 1500<<10 || st.code != 1 {
 			t.Errorf("status --json: exit %d, %d bytes; want 1 (behind) and at most 1.5 MiB", st.code, len(st.stdout))
@@ -267,7 +268,7 @@ func TestSyncSetsAsideAStateFileThatIsNotARegularFile(t *testing.T) {
 			if res := run(t, "sync", up, sink); res.code != 0 {
 				t.Fatalf("first sync: exit %d", res.code)
 			}
-			tc.plant(t, filepath.Join(sink, backend.ReservedPrefix+fdlsync.PendingFile))
+			tc.plant(t, filepath.Join(sink, backend.ReservedPrefix+fdlsink.PendingFile))
 			next, err := generate.AddVersion(context.Background(), up, 1, generate.Options{FastParquet: true})
 			if err != nil {
 				t.Fatal(err)
@@ -278,7 +279,7 @@ func TestSyncSetsAsideAStateFileThatIsNotARegularFile(t *testing.T) {
 			if res.code != 0 || readRef(t, sink, generate.MainRef) != next {
 				t.Fatalf("exit %d, main %s (want %s)\n%s%s", res.code, readRef(t, sink, generate.MainRef), next, res.stdout, res.stderr)
 			}
-			assertSetAside(t, sink, fdlsync.PendingFile, res.stderr)
+			assertSetAside(t, sink, fdlsink.PendingFile, res.stderr)
 			st := runCtx(t, ctx, "status", up, sink)
 			if st.code != 0 || strings.Contains(st.stdout, "read through a symlink") {
 				t.Errorf("status: exit %d\n%s%s", st.code, st.stdout, st.stderr)

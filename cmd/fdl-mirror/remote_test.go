@@ -9,7 +9,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
 // The command against a real S3 server: --lock-wait and its exit codes.

@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"

@@ -24,9 +24,10 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -197,5 +198,5 @@ func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVe
 		return nil, 0, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
 	defer closeDst()
-	return fdlsync.ReadPending(ctx, dst, log)
+	return sink.ReadPending(ctx, dst, log)
 }

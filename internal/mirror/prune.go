@@ -8,9 +8,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
 // Prune opens the source and the sink, plans, takes the sink's lock as a

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
@@ -89,36 +88,10 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 	case !backend.IsNotExist(err):
 		return nil, fail("%s: %w", repo.HeadFile, err)
 	}
-	if m.versions, err = versionListing(ctx, dst, m.versionOf); err != nil {
+	if m.versions, err = repo.ListVersions(ctx, dst, m.versionOf); err != nil {
 		return nil, fail("%w", err)
 	}
 	return m, nil
-}
-
-// versionListing maps every version folder of a store to its files and
-// their sizes, with one listing of versions/; each file's version token
-// goes into versionOf where it is not nil.
-func versionListing(ctx context.Context, r backend.Reader, versionOf map[string]string) (map[string]map[string]int64, error) {
-	out := map[string]map[string]int64{}
-	err := r.List(ctx, repo.VersionsDir, func(fi backend.FileInfo) error {
-		rest := strings.TrimPrefix(fi.Name, repo.VersionsDir)
-		id, file, ok := strings.Cut(rest, "/")
-		if !ok || repo.CheckVersionID(id) != nil {
-			return nil // not a version folder: someone else's file, left alone
-		}
-		if out[id] == nil {
-			out[id] = map[string]int64{}
-		}
-		out[id][file] = fi.Size
-		if versionOf != nil {
-			versionOf[fi.Name] = fi.Version
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", repo.VersionsDir, err)
-	}
-	return out, nil
 }
 
 // listData lists the mirror's data_dir, sorted, with each file's

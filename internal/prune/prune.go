@@ -23,6 +23,16 @@
 // complete version, and the next prune finds what is left to do: ref files
 // still there, version folders without version.json, catalogs naming data
 // files nothing needs.
+//
+// Its place: internal/mirror opens the stores, takes the lock and calls
+// Run; the upstream is read through internal/source (settings, versions,
+// whether a version is expired or gone), the mirror's source record and
+// the repository check through internal/sink. It does not import sync.
+//
+// Files: prune.go (Run, the plan, the removals), upstream.go (what the
+// upstream still has), mirror.go (the mirror's refs, versions, data
+// files and catalogs), job.go (Job, as the command line or config gives
+// it), report.go (Report).
 package prune
 
 import (
@@ -37,7 +47,8 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
-	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // DefaultMaxDelete is how many objects a prune removes before it refuses,
@@ -100,7 +111,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	p := &pruner{src: src, dst: dst, opts: opts, log: opts.Logger, report: rep}
 
 	// Read and plan; nothing is deleted before the plan is whole.
-	up, err := readUpstream(ctx, src)
+	up, err := readUpstream(ctx, src, opts.Logger)
 	if err != nil {
 		return rep, err
 	}
@@ -136,12 +147,17 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		return rep, nil
 	}
 
-	// Each step's removals are made durable before the next step's begin
-	// (one barrier on a local disk, where a removal is otherwise durable
-	// only once its folder is fsynced): a power cut must not bring back a
-	// ref whose version is gone, or a version.json whose files are.
+	return rep, p.execute(ctx, pl)
+}
+
+// execute removes what the plan says, step by step. Each step's removals
+// are made durable before the next step's begin (one barrier on a local
+// disk, where a removal is otherwise durable only once its folder is
+// fsynced): a power cut must not bring back a ref whose version is gone,
+// or a version.json whose files are.
+func (p *pruner) execute(ctx context.Context, pl *plan) error {
 	dctx := ctx
-	barrier, _ := backend.As[backend.Barrier](dst)
+	barrier, _ := backend.As[backend.Barrier](p.dst)
 	if barrier != nil {
 		dctx = backend.WithoutSync(ctx)
 	}
@@ -150,49 +166,53 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 			return nil
 		}
 		if err := barrier.Barrier(ctx); err != nil {
-			return fmt.Errorf("sink %s: making removals durable: %w", dst.Location(), err)
+			return fmt.Errorf("sink %s: making removals durable: %w", p.dst.Location(), err)
 		}
 		return nil
 	}
-
-	// Step 1: refs, pointers first.
-	if err := p.removeRefs(ctx, dctx, pl); err != nil {
-		return rep, err
-	}
-	if err := settle(); err != nil {
-		return rep, err
-	}
-	// Step 2: versions, version.json first; catalogs stay for now.
-	for _, v := range pl.versions {
-		if err := p.removeVersion(dctx, v); err != nil {
-			return rep, err
-		}
-	}
-	if err := settle(); err != nil {
-		return rep, err
-	}
-	// Step 3: data files that no remaining complete version needs.
-	for _, name := range pl.dataFiles {
-		if err := p.remove(dctx, name); err != nil {
-			return rep, err
-		}
-		rep.DataFilesRemoved = append(rep.DataFilesRemoved, name)
-	}
-	if err := settle(); err != nil {
-		return rep, err
-	}
-	// Step 4: the removed versions' catalogs, which named those files.
-	for _, v := range pl.versions {
-		for _, name := range v.catalogs {
-			if err := p.remove(dctx, name); err != nil {
-				return rep, err
+	steps := []func() error{
+		// Step 1: refs, pointers first.
+		func() error { return p.removeRefs(ctx, dctx, pl) },
+		// Step 2: versions, version.json first; catalogs stay for now.
+		func() error {
+			for _, v := range pl.versions {
+				if err := p.removeVersion(dctx, v); err != nil {
+					return err
+				}
 			}
+			return nil
+		},
+		// Step 3: data files that no remaining complete version needs.
+		func() error {
+			for _, name := range pl.dataFiles {
+				if err := p.remove(dctx, name); err != nil {
+					return err
+				}
+				p.report.DataFilesRemoved = append(p.report.DataFilesRemoved, name)
+			}
+			return nil
+		},
+		// Step 4: the removed versions' catalogs, which named those files.
+		func() error {
+			for _, v := range pl.versions {
+				for _, name := range v.catalogs {
+					if err := p.remove(dctx, name); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+		if err := settle(); err != nil {
+			return err
 		}
 	}
-	if err := settle(); err != nil {
-		return rep, err
-	}
-	return rep, nil
+	return nil
 }
 
 type pruner struct {
@@ -242,10 +262,21 @@ func (pl *plan) deletions() int {
 // plan decides the three steps from the upstream's and the mirror's state.
 func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, error) {
 	pl := &plan{}
+	remaining := p.planRefs(pl, up, m)
+	if err := p.planVersions(ctx, pl, up, m, remaining); err != nil {
+		return nil, err
+	}
+	if err := p.planDataFiles(ctx, pl, m); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
 
-	// Step 1: the mirror's selected refs, by their files or in refs.json,
-	// that upstream does not have. A ref upstream holds but refused (a bad
-	// name or value) is still upstream's: it is not withdrawn.
+// planRefs is step 1: the mirror's selected refs, by their files or in
+// refs.json, that upstream does not have. A ref upstream holds but
+// refused (a bad name or value) is still upstream's: it is not withdrawn.
+// It returns the ref files that remain.
+func (p *pruner) planRefs(pl *plan, up *upstream, m *mirror) repo.Refs {
 	remaining := repo.Refs{}
 	for _, name := range m.refs.Names() {
 		if up.hasRef(name) || !p.opts.Selected(name) {
@@ -274,10 +305,13 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 			pl.head, pl.headRef = true, m.head
 		}
 	}
+	return remaining
+}
 
-	// Step 2: versions no remaining ref names (in the ref files, in
-	// refs.json, which readers that cannot list follow, or upstream), that
-	// upstream expired or no longer has.
+// planVersions is step 2: versions no remaining ref names (in the ref
+// files, in refs.json, which readers that cannot list follow, or
+// upstream), that upstream expired or no longer has.
+func (p *pruner) planVersions(ctx context.Context, pl *plan, up *upstream, m *mirror, remaining repo.Refs) error {
 	protected := map[string]bool{}
 	for _, id := range remaining {
 		protected[id] = true
@@ -296,17 +330,20 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 		}
 		status, err := up.versionStatus(ctx, id)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if status == statusKept {
+		if status == source.Kept {
 			continue
 		}
 		pl.versions = append(pl.versions, newVersionPlan(id, status, m.versions[id]))
 	}
+	return nil
+}
 
-	// Step 3: the data files the removed versions' catalogs name, less
-	// those a remaining complete version needs. Without a removed catalog
-	// there is nothing to look for, and no catalog is read.
+// planDataFiles is step 3: the data files the removed versions' catalogs
+// name, less those a remaining complete version needs. Without a removed
+// catalog there is nothing to look for, and no catalog is read.
+func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 	candidates := map[string]bool{}
 	for _, v := range pl.versions {
 		for _, name := range v.catalogs {
@@ -324,7 +361,7 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 		}
 	}
 	if len(candidates) == 0 {
-		return pl, nil
+		return nil
 	}
 	removed := map[string]bool{}
 	for _, v := range pl.versions {
@@ -346,7 +383,7 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 			continue // nothing of it named yet
 		}
 		if len(cats) == 0 {
-			return nil, fmt.Errorf("sink %s: version %s stays but has no catalog, so the data files it needs are unknown; nothing removed",
+			return fmt.Errorf("sink %s: version %s stays but has no catalog, so the data files it needs are unknown; nothing removed",
 				p.dst.Location(), id)
 		}
 		for _, name := range cats {
@@ -354,7 +391,7 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 			if err != nil {
 				// A remaining version whose needs are unknown could lose a
 				// file it needs: remove nothing.
-				return nil, fmt.Errorf("sink %s: version %s stays but its catalog %s cannot be read, so the data files it needs are unknown; nothing removed: %w",
+				return fmt.Errorf("sink %s: version %s stays but its catalog %s cannot be read, so the data files it needs are unknown; nothing removed: %w",
 					p.dst.Location(), id, name, err)
 			}
 			for _, f := range names {
@@ -364,7 +401,7 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 	}
 	data, err := listData(ctx, p.dst, m.settings.DataDir, m.versionOf)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, name := range data {
 		switch {
@@ -375,7 +412,7 @@ func (p *pruner) plan(ctx context.Context, up *upstream, m *mirror) (*plan, erro
 			pl.unnamed = append(pl.unnamed, name)
 		}
 	}
-	return pl, nil
+	return nil
 }
 
 func newVersionPlan(id, reason string, files map[string]int64) *versionPlan {
@@ -528,20 +565,16 @@ func (p *pruner) fenced(name string, err error) error {
 
 // sameRepository refuses to prune a mirror of another repository against
 // this upstream: its refs would all look withdrawn.
-func sameRepository(up, mine *repo.Settings, sink string) error {
-	if mine.ID != up.ID {
-		return fmt.Errorf("sink %s holds another repository: its %s has id %q, upstream's is %q; nothing removed",
-			sink, repo.SettingsFile, mine.ID, up.ID)
-	}
-	if mine.DataDir != up.DataDir {
-		return fmt.Errorf("sink %s: %s has data_dir %q, upstream's is %q; nothing removed", sink, repo.SettingsFile, mine.DataDir, up.DataDir)
+func sameRepository(up, mine *repo.Settings, location string) error {
+	if err := sink.SameRepository(location, up, mine); err != nil {
+		return fmt.Errorf("%w; nothing removed", err)
 	}
 	return nil
 }
 
 // sameSource refuses to prune, against a source at another address, a
 // mirror of a repository without id made from the address it recorded
-// (fdlsync.SourceFile). A mirror with no record is pruned: prune writes
+// (sink.SourceFile). A mirror with no record is pruned: prune writes
 // none, the next sync does.
 func sameSource(ctx context.Context, dst backend.Reader, up, mine *repo.Settings, source, fallback string) error {
 	if up.ID != "" || mine.ID != "" {
@@ -550,14 +583,14 @@ func sameSource(ctx context.Context, dst backend.Reader, up, mine *repo.Settings
 	if source == "" {
 		source = fallback
 	}
-	rec, err := fdlsync.ReadSourceRecord(ctx, dst)
+	rec, err := sink.ReadSourceRecord(ctx, dst)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
 	}
 	if rec != nil && rec.Address != source {
 		return fmt.Errorf("sink %s was made from %s (recorded in %s%s), not from %s, and neither side's fdl.json has an id: "+
 			"refusing to prune it against another repository; nothing removed (if it is the same repository at a new address, "+
-			"a sync with --force records the new one)", dst.Location(), rec.Address, backend.ReservedPrefix, fdlsync.SourceFile, source)
+			"a sync with --force records the new one)", dst.Location(), rec.Address, backend.ReservedPrefix, sink.SourceFile, source)
 	}
 	return nil
 }

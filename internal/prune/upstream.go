@@ -6,43 +6,39 @@ import (
 	"fmt"
 	"sync"
 
+	"go.uber.org/zap"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // Why a version is removed.
 const (
-	ReasonExpired = "expired" // upstream marks it with expired.json
-	ReasonGone    = "gone"    // upstream no longer has its version.json
-	statusKept    = ""
+	ReasonExpired = source.Expired // upstream marks it with expired.json
+	ReasonGone    = source.Gone    // upstream no longer has its version.json
 )
 
 // upstream is what a prune knows of the upstream: every read of it must
 // succeed, or nothing is removed. A broken upstream must never look like
 // one that withdrew everything.
 type upstream struct {
-	src      backend.Reader
+	src      *source.Source
 	settings *repo.Settings
 	refs     repo.Refs       // refs that follow the rules
 	names    map[string]bool // every ref name upstream holds, refused ones too
-	versions map[string]map[string]int64
 }
 
-func readUpstream(ctx context.Context, src backend.Reader) (*upstream, error) {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("source %s: "+format+"; nothing removed", append([]any{src.Location()}, args...)...)
+func readUpstream(ctx context.Context, r backend.Reader, log *zap.Logger) (*upstream, error) {
+	fail := func(err error) error { return fmt.Errorf("%w; nothing removed", err) }
+	u := &upstream{src: source.New(r, nil, log), names: map[string]bool{}}
+	var err error
+	if u.settings, err = u.src.ReadSettings(ctx); err != nil {
+		return nil, fail(err)
 	}
-	raw, err := backend.ReadAll(ctx, src, repo.SettingsFile, repo.MaxSmallFile)
+	refs, bad, err := repo.ReadRefs(ctx, r)
 	if err != nil {
-		return nil, fail("%s: %w", repo.SettingsFile, err)
-	}
-	u := &upstream{src: src, names: map[string]bool{}}
-	if u.settings, err = repo.ParseSettings(raw); err != nil {
-		return nil, fail("%w", err)
-	}
-	refs, bad, err := repo.ReadRefs(ctx, src)
-	if err != nil {
-		return nil, fail("refs unreadable: %w", err)
+		return nil, fail(fmt.Errorf("source %s: refs unreadable: %w", r.Location(), err))
 	}
 	u.refs = refs
 	for name := range refs {
@@ -54,15 +50,13 @@ func readUpstream(ctx context.Context, src backend.Reader) (*upstream, error) {
 	if len(u.names) == 0 {
 		// A repository with no ref at all is more likely a broken or
 		// half-written upstream than one that withdrew everything.
-		return nil, fail("upstream has no refs at all")
+		return nil, fail(fmt.Errorf("source %s: upstream has no refs at all", r.Location()))
 	}
-	if src.Properties().CanList {
-		if u.versions, err = versionListing(ctx, src, nil); err != nil {
-			return nil, fail("%w", err)
-		}
+	if err := u.src.ListVersions(ctx); err != nil {
+		return nil, fail(err)
 	}
 	if err := u.checkRefTargets(ctx); err != nil {
-		return nil, fail("%w", err)
+		return nil, fail(fmt.Errorf("source %s: %w", r.Location(), err))
 	}
 	return u, nil
 }
@@ -77,11 +71,12 @@ func (u *upstream) checkRefTargets(ctx context.Context) error {
 		targets[u.refs[name]] = append(targets[u.refs[name]], name)
 	}
 	ids := sortedKeys(targets)
+	versions := u.src.Versions()
 	errs := make([]error, len(ids))
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, 8)
 	for i, id := range ids {
-		if u.versions != nil && hasKey(u.versions[id], repo.RecordFile) {
+		if versions != nil && hasKey(versions[id], repo.RecordFile) {
 			continue
 		}
 		wg.Add(1)
@@ -89,9 +84,9 @@ func (u *upstream) checkRefTargets(ctx context.Context) error {
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			record := repo.VersionFile(id, repo.RecordFile)
-			_, err := backend.ReadAll(ctx, u.src, record, repo.MaxRecordFile)
+			_, err := backend.ReadAll(ctx, u.src.Reader(), record, repo.MaxRecordFile)
 			switch {
-			case err == nil && u.versions != nil:
+			case err == nil && versions != nil:
 				errs[i] = fmt.Errorf("%s reads but the listing of %s lacks it (ref %s): the listing is not consistent", record, repo.VersionsDir, targets[id][0])
 			case backend.IsNotExist(err):
 				errs[i] = fmt.Errorf("ref %s points at version %s, which upstream does not have (%s: not found)", targets[id][0], id, record)
@@ -116,40 +111,11 @@ func (u *upstream) checkRefTargets(ctx context.Context) error {
 func (u *upstream) hasRef(name string) bool { return u.names[name] }
 
 // versionStatus says whether upstream expired a version, no longer has it,
-// or keeps it. "No longer has" is always a GET of its version.json that
-// answers 404 (or 410), never a listing or a HEAD alone (a host may
-// answer HEAD 404 and GET with the file); a listing that lacks a
-// version.json a GET reads is an upstream not consistent, and stops the
-// prune as any other failure does. The expired.json marker is read
-// too, where the upstream does not list.
+// or keeps it (source.VersionStatus); any failure stops the prune.
 func (u *upstream) versionStatus(ctx context.Context, id string) (string, error) {
-	if u.versions != nil {
-		files := u.versions[id]
-		switch {
-		case hasKey(files, repo.RecordFile) && hasKey(files, expiredFile):
-			return ReasonExpired, nil
-		case hasKey(files, repo.RecordFile):
-			return statusKept, nil
-		}
+	status, err := u.src.VersionStatus(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("%w; nothing removed", err)
 	}
-	record := repo.VersionFile(id, repo.RecordFile)
-	_, err := backend.ReadAll(ctx, u.src, record, repo.MaxRecordFile)
-	switch {
-	case backend.IsNotExist(err):
-		return ReasonGone, nil
-	case err != nil:
-		return "", fmt.Errorf("source %s: %s: %w; nothing removed", u.src.Location(), record, err)
-	case u.versions != nil:
-		return "", fmt.Errorf("source %s: %s reads but the listing of %s lacks it: the upstream is not consistent; nothing removed", u.src.Location(), record, repo.VersionsDir)
-	}
-	marker := repo.VersionFile(id, expiredFile)
-	if _, err := backend.ReadAll(ctx, u.src, marker, repo.MaxSmallFile); backend.IsNotExist(err) {
-		return statusKept, nil
-	} else if err != nil {
-		return "", fmt.Errorf("source %s: %s: %w; nothing removed", u.src.Location(), marker, err)
-	}
-	return ReasonExpired, nil
+	return status, nil
 }
-
-// expiredFile marks a version past its retention period (spec layout).
-const expiredFile = "expired.json"

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -155,4 +156,32 @@ func RefsJSONLimitListed(files []backend.FileInfo) int64 {
 		n += int64(len(fi.Name)) + max(fi.Size, 0) + 8
 	}
 	return max(MaxRefsJSON, 2*n)
+}
+
+// ListVersions maps every version folder of a store to its files and
+// their sizes, with one listing of versions/: a mirror's inventory, an
+// upstream's where it lists, a prune's plan. Names that are not a version
+// folder's (someone else's files) are left out. Each file's version token
+// (FileInfo.Version) goes into tokens where it is not nil: a prune's
+// removals are conditional on them.
+func ListVersions(ctx context.Context, r backend.Reader, tokens map[string]string) (map[string]map[string]int64, error) {
+	out := map[string]map[string]int64{}
+	err := r.List(ctx, VersionsDir, func(fi backend.FileInfo) error {
+		id, file, ok := strings.Cut(strings.TrimPrefix(fi.Name, VersionsDir), "/")
+		if !ok || CheckVersionID(id) != nil {
+			return nil
+		}
+		if out[id] == nil {
+			out[id] = map[string]int64{}
+		}
+		out[id][file] = fi.Size
+		if tokens != nil {
+			tokens[fi.Name] = fi.Version
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", VersionsDir, err)
+	}
+	return out, nil
 }

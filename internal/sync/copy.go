@@ -6,7 +6,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -31,11 +30,11 @@ const (
 // retried.
 func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 	select {
-	case e.copySlots <- struct{}{}:
+	case e.slots.copy <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-e.copySlots }()
+	defer func() { <-e.slots.copy }()
 	if e.opts.DryRun {
 		e.plan(name)
 		return nil
@@ -73,7 +72,7 @@ func (e *engine) waitToRetry(ctx context.Context, msg, name string, attempt int,
 }
 
 func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {
-	if c, ok := backend.As[backend.Copier](e.dst); ok && c.CanCopyFrom(e.src) {
+	if c, ok := backend.As[backend.Copier](e.sink.Backend()); ok && c.CanCopyFrom(e.src.Reader()) {
 		have, err := e.sourceSize(ctx, name)
 		if err != nil {
 			return 0, &sourceError{err}
@@ -81,11 +80,11 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 		if size >= 0 && have != size {
 			return 0, sizeRefusal(name, have, size)
 		}
-		if ok, err := c.CopyFrom(ctx, backend.Innermost(e.src), name, name, have); ok || err != nil {
+		if ok, err := c.CopyFrom(ctx, backend.Innermost(e.src.Reader()), name, name, have); ok || err != nil {
 			return have, err
 		}
 	}
-	rc, err := e.src.Open(ctx, name)
+	rc, err := e.src.Reader().Open(ctx, name)
 	if err != nil {
 		return 0, &sourceError{err}
 	}
@@ -104,7 +103,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 		size = fi.Size()
 	} else {
 		if size < 0 {
-			fi, err := e.src.Stat(ctx, name)
+			fi, err := e.src.Reader().Stat(ctx, name)
 			if err != nil {
 				return 0, &sourceError{err}
 			}
@@ -118,7 +117,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 		}
 		body = &exactReader{r: rc, left: size, name: name, want: size}
 	}
-	if err := e.dst.Put(ctx, name, body, size); err != nil {
+	if err := e.sink.Backend().Put(ctx, name, body, size); err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
 			return 0, r
@@ -134,7 +133,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, 
 // copyUnsized copies a file whose size the source does not say through a
 // local temporary copy, under the catalog download's limits.
 func (e *engine) copyUnsized(ctx context.Context, name string) (int64, error) {
-	fetched, err := catalog.Fetch(ctx, e.src, name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
+	fetched, err := catalog.Fetch(ctx, e.src.Reader(), name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return 0, &sourceError{err}
 	}
@@ -144,7 +143,7 @@ func (e *engine) copyUnsized(ctx context.Context, name string) (int64, error) {
 		return 0, err
 	}
 	defer f.Close()
-	if err := e.dst.Put(ctx, name, f, fetched.Size); err != nil {
+	if err := e.sink.Backend().Put(ctx, name, f, fetched.Size); err != nil {
 		return 0, err
 	}
 	return fetched.Size, nil
@@ -160,30 +159,11 @@ func (e *sourceError) Unwrap() error   { return e.err }
 func (e *sourceError) Permanent() bool { return true }
 
 // sourceSize is a source file's size, checked before a server-side copy
-// (no byte passes through the mirror to count). A run copying many files
-// (it listed the sink's data_dir rather than asking file by file) takes
-// the sizes from one listing of the source's data_dir: a page per thousand
-// files instead of a request per file. It asks file by file first, as many
-// times as that listing would take pages (guessed from the sink's, which
-// holds most of the same files): a run adding ten files to a mirror of
-// twenty thousand asks ten times rather than listing twenty pages, and
-// one copying everything pays at most twice the cheaper way.
+// (see source.Size: from one listing where the run copies many files).
 func (e *engine) sourceSize(ctx context.Context, name string) (int64, error) {
-	if e.dstData.loaded.Load() && e.src.Properties().CanList && strings.HasPrefix(name, e.settings.DataDir) &&
-		(e.srcData.loaded.Load() || e.srcStats.Add(1) > int64(len(e.dstData.files)/listPage+1)) {
-		files, err := e.srcData.load(ctx, e.src, e.settings.DataDir)
-		if size, ok := files[name]; ok && err == nil {
-			return size, nil
-		}
-		// Not listed (or the listing failed): ask for it alone.
-	}
-	fi, err := e.src.Stat(ctx, name)
-	return fi.Size, err
+	sinkListed, sinkFiles := e.sink.DataListed()
+	return e.src.Size(ctx, name, sinkListed, sinkFiles)
 }
-
-// listPage is how many names a list request returns (S3's and GCS's
-// default page).
-const listPage = 1000
 
 func sizeRefusal(name string, got, want int64) *refusal {
 	return refuse(ReasonSizeMismatch, "", name, "data file %s has %d bytes upstream, the catalog records %d", name, got, want)

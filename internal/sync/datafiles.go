@@ -18,61 +18,44 @@ import (
 
 // copyVersion is the heavy part of mirroring a version, a few versions at
 // a time: each holds its catalog's list of files, which can be long.
-func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles int, err error) {
+func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int, err error) {
 	// A version's main catalog is fetched before it takes a version slot,
 	// several versions ahead: the pool then checks the catalogs waiting
 	// together (see catalog.Pool), and downloads overlap reads.
 	select {
-	case e.aheadSlots <- struct{}{}:
+	case e.slots.ahead <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	defer func() { <-e.aheadSlots }()
-	id, raw, rec := n.id, n.raw, n.rec
-	var sig []byte
-	parents := rec.Parents
-	files, err := e.versionFiles(ctx, id)
+	defer func() { <-e.slots.ahead }()
+	id, rec := n.id, n.rec
+	files, err := e.src.VersionFiles(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	if _, ok := files[repo.SignatureFile]; ok {
-		if sig, err = backend.ReadAll(ctx, e.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
-			return 0, err
-		}
+	if n.sig, err = e.src.ReadSignature(ctx, id, files); err != nil {
+		return 0, err
 	}
-	n.sig = sig
-	if e.opts.Trust != nil {
-		if err := e.opts.Trust.CheckVersion(id, raw, sig); err != nil {
-			return 0, refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
-		}
+	if err := e.src.CheckSignature(id, n.raw, n.sig); err != nil {
+		return 0, err
 	}
 
 	// Every catalog is read before any data file is copied: a bad one
 	// refuses the version without a byte of it written.
 	mainFile := repo.MainCatalog(files)
-	var fetched *catalog.Fetched
-	if size, ok := files[mainFile]; ok && size >= 0 && size <= maxAheadCatalog {
-		// One download ahead at a time: the versions holding slots keep
-		// most of the bandwidth (under bwlimit, eight catalogs fetched
-		// at once held back every data file for a minute).
-		select {
-		case e.aheadFetch <- struct{}{}:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-		fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256)
-		<-e.aheadFetch
-		if err != nil {
-			return 0, err
-		}
+	fetched, err := e.fetchAhead(ctx, id, mainFile, files, rec.SHA256)
+	if err != nil {
+		return 0, err
+	}
+	if fetched != nil {
 		defer fetched.Remove()
 	}
 	select {
-	case e.versionSlots <- struct{}{}:
+	case e.slots.version <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	releaseSlot := sync.OnceFunc(func() { <-e.versionSlots })
+	releaseSlot := sync.OnceFunc(func() { <-e.slots.version })
 	defer releaseSlot()
 	if fetched == nil {
 		if fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
@@ -84,30 +67,17 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 	if err != nil {
 		return 0, err
 	}
-	var alternates []*versionCatalog
+	alternates, err := e.readAlternates(ctx, id, files)
 	defer func() {
 		for _, a := range alternates {
 			a.fetched.Remove()
 		}
 	}()
-	for _, f := range repo.AlternateCatalogs(files) {
-		a, err := e.readCatalog(ctx, id, f, files, "")
-		if err != nil {
-			return 0, err
-		}
-		alternates = append(alternates, a)
-	}
-
-	known := e.knownFromParents(ctx, parents)
-	if err := e.mirrorDataFiles(ctx, id, main.cat, known); err != nil {
+	if err != nil {
 		return 0, err
 	}
-	dataFiles = len(main.cat.Files)
-	for _, a := range alternates {
-		if err := e.mirrorDataFiles(ctx, id, a.cat, known); err != nil {
-			return 0, listedBy(err, a.name)
-		}
-		dataFiles += len(a.cat.Files)
+	if dataFiles, err = e.copyDataFiles(ctx, id, rec.Parents, main, alternates); err != nil {
+		return 0, err
 	}
 	// The file lists are done with: the next version takes the slot
 	// (and reads its catalog) while this one writes its folder.
@@ -121,6 +91,56 @@ func (e *engine) copyVersion(ctx context.Context, n *pendingVersion) (dataFiles 
 		return 0, err
 	}
 	e.log.Debug("version folder written", zap.String("version", id))
+	return dataFiles, nil
+}
+
+// fetchAhead fetches a version's main catalog before the version takes a
+// slot, where it is no larger than maxAheadCatalog; nil where it is (or
+// its size is unknown): it is then fetched once the version has a slot.
+func (e *engine) fetchAhead(ctx context.Context, id, mainFile string, files map[string]int64, sha256 string) (*catalog.Fetched, error) {
+	if size, ok := files[mainFile]; !ok || size < 0 || size > maxAheadCatalog {
+		return nil, nil
+	}
+	// One download ahead at a time: the versions holding slots keep most
+	// of the bandwidth (under bwlimit, eight catalogs fetched at once held
+	// back every data file for a minute).
+	select {
+	case e.slots.aheadFetch <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-e.slots.aheadFetch }()
+	return e.fetchCatalog(ctx, id, mainFile, files, sha256)
+}
+
+// readAlternates fetches and reads a version's alternate catalogs; those
+// read are returned even with an error, for the caller to remove.
+func (e *engine) readAlternates(ctx context.Context, id string, files map[string]int64) ([]*versionCatalog, error) {
+	var alternates []*versionCatalog
+	for _, f := range repo.AlternateCatalogs(files) {
+		a, err := e.readCatalog(ctx, id, f, files, "")
+		if err != nil {
+			return alternates, err
+		}
+		alternates = append(alternates, a)
+	}
+	return alternates, nil
+}
+
+// copyDataFiles makes sure the sink has every data file a version's
+// catalogs name, and returns how many they name.
+func (e *engine) copyDataFiles(ctx context.Context, id string, parents []string, main *versionCatalog, alternates []*versionCatalog) (int, error) {
+	known := e.knownFromParents(ctx, parents)
+	if err := e.mirrorDataFiles(ctx, id, main.cat, known); err != nil {
+		return 0, err
+	}
+	dataFiles := len(main.cat.Files)
+	for _, a := range alternates {
+		if err := e.mirrorDataFiles(ctx, id, a.cat, known); err != nil {
+			return 0, listedBy(err, a.name)
+		}
+		dataFiles += len(a.cat.Files)
+	}
 	return dataFiles, nil
 }
 
@@ -174,7 +194,7 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			fetchCtx = backend.WithCheckedRead(ctx)
 		}
 		start := time.Now()
-		fetched, err := e.catalogs.Fetch(fetchCtx, e.src, catalogName)
+		fetched, err := e.catalogs.Fetch(fetchCtx, e.src.Reader(), catalogName)
 		e.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 		if err != nil {
 			if backend.IsNotExist(err) {
@@ -204,13 +224,13 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 func (e *engine) readFetched(ctx context.Context, id, file string, fetched *catalog.Fetched) (*versionCatalog, error) {
 	catalogName := repo.VersionFile(id, file)
 	select {
-	case e.catalogSlots <- struct{}{}:
+	case e.slots.catalog <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	start := time.Now()
 	cat, err := e.catalogs.Read(ctx, fetched.Path, catalogName)
-	<-e.catalogSlots
+	<-e.slots.catalog
 	e.log.Debug("catalog read", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	e.mu.Lock()
 	e.report.CatalogsRead++
@@ -243,45 +263,6 @@ func listedBy(err error, catalogName string) error {
 	return &c
 }
 
-// versionFiles names the files of a version's directory upstream, with
-// their sizes (-1 where unknown until read). A source that cannot list is
-// asked for the names the layout knows.
-func (e *engine) versionFiles(ctx context.Context, id string) (map[string]int64, error) {
-	if e.srcVersions != nil {
-		return e.srcVersions[id], nil
-	}
-	names := append(append([]string{}, repo.KnownVersionFiles...), e.settings.CatalogFiles()...)
-	files := map[string]int64{}
-	for _, n := range names {
-		if err := e.statVersionFile(ctx, id, n, files); err != nil {
-			return nil, err
-		}
-	}
-	// ducklake.duckdb first, then metadata.db, as newer tools name the
-	// catalog: a version with both is read from ducklake.duckdb, and
-	// its metadata.db is not asked for.
-	if _, ok := files[repo.CatalogFile]; !ok {
-		if err := e.statVersionFile(ctx, id, repo.MetadataFile, files); err != nil {
-			return nil, err
-		}
-	}
-	return files, nil
-}
-
-// statVersionFile adds a file of a version's folder upstream to files
-// with its size, where it exists.
-func (e *engine) statVersionFile(ctx context.Context, id, name string, files map[string]int64) error {
-	fi, err := e.src.Stat(ctx, repo.VersionFile(id, name))
-	if backend.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	files[name] = fi.Size
-	return nil
-}
-
 // maxStatChecks is how many data files of a version are checked in the
 // sink one by one (Stat) before one listing of data_dir is cheaper: about
 // one list page of S3 or GCS.
@@ -305,7 +286,7 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 	known := map[string]int64{}
 	for _, p := range parents {
 		e.mu.Lock()
-		done, now := e.published[p], e.publishedNow[p]
+		done, now := e.versions.published[p], e.versions.publishedNow[p]
 		e.mu.Unlock()
 		if !done {
 			return nil
@@ -317,19 +298,19 @@ func (e *engine) knownFromParents(ctx context.Context, parents []string) map[str
 			continue
 		}
 		select {
-		case e.catalogSlots <- struct{}{}:
+		case e.slots.catalog <- struct{}{}:
 		case <-ctx.Done():
 			return nil
 		}
 		cat, err := e.readSinkCatalog(ctx, p)
-		<-e.catalogSlots
+		<-e.slots.catalog
 		if err != nil {
 			e.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
 				zap.String("version", p), zap.Error(err))
 			return nil
 		}
 		for _, f := range cat.Files {
-			known[e.settings.DataDir+f.Path] = f.Size
+			known[e.src.Settings().DataDir+f.Path] = f.Size
 		}
 	}
 	return known
@@ -348,7 +329,7 @@ func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catal
 // readSinkFile reads one catalog of a version in the sink.
 func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := e.catalogs.Fetch(ctx, e.dst, name)
+	fetched, err := e.catalogs.Fetch(ctx, e.sink.Backend(), name)
 	if err != nil {
 		return nil, err
 	}
@@ -360,42 +341,19 @@ func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Ca
 // with the recorded size. Files in known (see knownFromParents) with the
 // recorded size are there already.
 func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
-	if len(cat.Files) >= 2*listPart && (!e.dstData.loaded.Load() || !e.srcData.loaded.Load()) {
+	if sinkListed, _ := e.sink.DataListed(); len(cat.Files) >= 2*listPart && (!sinkListed || !e.src.DataListed()) {
 		// Where data_dir is listed for this version, in parts split
 		// among the files its catalog names (worked out only by a store
 		// that lists in parts).
 		ctx = backend.WithListBounds(ctx, func() []string {
 			names := make([]string, len(cat.Files))
 			for i, f := range cat.Files {
-				names[i] = e.settings.DataDir + f.Path
+				names[i] = e.src.Settings().DataDir + f.Path
 			}
 			return backend.SplitBounds(names, listPart, maxListParts)
 		})
 	}
-	var todo []int    // indexes into cat.Files of the files to check
-	var parents []int // those a parent has, to confirm
-	for i, f := range cat.Files {
-		name := e.settings.DataDir + f.Path
-		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.isDistrusted(name) {
-			todo = append(todo, i)
-		} else {
-			parents = append(parents, i)
-		}
-	}
-	// A parent's file is confirmed in the sink too: a lifecycle rule or
-	// an operator may have removed it since the parent was published, and
-	// a version is published only with every file. Several at a time: on
-	// a disk each is a stat.
-	gone := make([]bool, len(parents))
-	e.each(len(parents), func(k int) {
-		f := cat.Files[parents[k]]
-		gone[k] = !e.confirmInSink(ctx, e.settings.DataDir+f.Path, f.Size)
-	})
-	for k, i := range parents {
-		if gone[k] {
-			todo = append(todo, i)
-		}
-	}
+	todo := e.filesToCheck(ctx, cat, known)
 	byStat := known != nil && len(todo) <= maxStatChecks
 	errs := make([]error, len(cat.Files))
 	// Three steps, so that the names written without a barrier are
@@ -410,7 +368,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	e.each(len(todo), func(k int) {
 		i := todo[k]
 		f := cat.Files[i]
-		name := e.settings.DataDir + f.Path
+		name := e.src.Settings().DataDir + f.Path
 		calls[i], owned[i] = e.claimDataFile(name, f.Size)
 		call := calls[i]
 		if !owned[i] {
@@ -429,48 +387,82 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Ca
 	names := make([]string, len(mine))
 	sizes := make([]int64, len(mine))
 	for k, i := range mine {
-		names[k], sizes[k] = e.settings.DataDir+cat.Files[i].Path, cat.Files[i].Size
+		names[k], sizes[k] = e.src.Settings().DataDir+cat.Files[i].Path, cat.Files[i].Size
 	}
-	if err := e.recordUnsynced(ctx, names, sizes); err != nil {
+	if err := e.sink.RecordUnsynced(ctx, names, sizes); err != nil {
 		for _, i := range mine {
 			calls[i].settle(err)
 		}
 		return err
 	}
-	dctx := e.withoutSync(ctx)
+	dctx := e.sink.WithoutSync(ctx)
 	e.each(len(mine), func(k int) {
 		i, name := mine[k], names[k]
 		err := e.copyFile(dctx, name, cat.Files[i].Size)
-		e.wroteUnsynced(name)
+		e.sink.WroteUnsynced(name)
 		calls[i].settle(err)
 		errs[i] = err
 	})
 	for _, i := range todo {
 		if !owned[i] {
 			f := cat.Files[i]
-			errs[i] = e.awaitDataFile(ctx, calls[i], e.settings.DataDir+f.Path, f.Size)
+			errs[i] = e.awaitDataFile(ctx, calls[i], e.src.Settings().DataDir+f.Path, f.Size)
 		}
 	}
 	for i, err := range errs {
-		if err == nil {
-			continue
+		if err != nil {
+			return dataFileRefusal(id, e.src.Settings().DataDir+cat.Files[i].Path, err)
 		}
-		name := e.settings.DataDir + cat.Files[i].Path
-		var r *refusal
-		if errors.As(err, &r) {
-			c := *r
-			c.Version = id
-			if !strings.HasPrefix(c.Message, "version ") {
-				c.Message = "version " + id + ": " + c.Message
-			}
-			return &c
-		}
-		if backend.IsNotExist(err) {
-			return refuse(ReasonMissingFile, id, name, "version %s: data file %s is missing upstream", id, name)
-		}
-		return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
 	}
 	return nil
+}
+
+// filesToCheck returns the indexes into cat.Files of the data files to
+// check in the sink: all but those in known (see knownFromParents) at the
+// recorded size, which are only confirmed there.
+func (e *engine) filesToCheck(ctx context.Context, cat *catalog.Catalog, known map[string]int64) []int {
+	var todo []int    // indexes into cat.Files of the files to check
+	var parents []int // those a parent has, to confirm
+	for i, f := range cat.Files {
+		name := e.src.Settings().DataDir + f.Path
+		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.sink.IsDistrusted(name) {
+			todo = append(todo, i)
+		} else {
+			parents = append(parents, i)
+		}
+	}
+	// A parent's file is confirmed in the sink too: a lifecycle rule or
+	// an operator may have removed it since the parent was published, and
+	// a version is published only with every file. Several at a time: on
+	// a disk each is a stat.
+	gone := make([]bool, len(parents))
+	e.each(len(parents), func(k int) {
+		f := cat.Files[parents[k]]
+		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size)
+	})
+	for k, i := range parents {
+		if gone[k] {
+			todo = append(todo, i)
+		}
+	}
+	return todo
+}
+
+// dataFileRefusal is the refusal of version id over its data file name.
+func dataFileRefusal(id, name string, err error) error {
+	var r *refusal
+	if errors.As(err, &r) {
+		c := *r
+		c.Version = id
+		if !strings.HasPrefix(c.Message, "version ") {
+			c.Message = "version " + id + ": " + c.Message
+		}
+		return &c
+	}
+	if backend.IsNotExist(err) {
+		return refuse(ReasonMissingFile, id, name, "version %s: data file %s is missing upstream", id, name)
+	}
+	return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
 }
 
 // each calls fn for 0 to n-1, from at most Concurrency goroutines: a
@@ -549,11 +541,11 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 	if err != nil || !need {
 		return err
 	}
-	if err := e.recordUnsynced(ctx, []string{name}, []int64{size}); err != nil {
+	if err := e.sink.RecordUnsynced(ctx, []string{name}, []int64{size}); err != nil {
 		return err
 	}
-	err = e.copyFile(e.withoutSync(ctx), name, size)
-	e.wroteUnsynced(name)
+	err = e.copyFile(e.sink.WithoutSync(ctx), name, size)
+	e.sink.WroteUnsynced(name)
 	return err
 }
 
@@ -562,12 +554,14 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 // another size than recorded: data files are immutable. byStat asks the
 // sink about this file alone rather than listing data_dir.
 func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat bool) (bool, error) {
-	if e.isDistrusted(name) {
+	if e.sink.IsDistrusted(name) {
 		return true, nil
 	}
-	lookup := e.sinkDataFile
-	if byStat && !e.dstData.loaded.Load() {
-		lookup = e.statSinkFile
+	lookup := func(ctx context.Context, name string) (int64, bool, error) {
+		return e.sink.DataFile(ctx, e.src.Settings().DataDir, name)
+	}
+	if listed, _ := e.sink.DataListed(); byStat && !listed {
+		lookup = e.sink.StatFile
 	}
 	have, known, err := lookup(ctx, name)
 	if err != nil {
@@ -580,27 +574,4 @@ func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat 
 		return false, nil
 	}
 	return true, nil
-}
-
-// statSinkFile says whether the sink has a data file, asking for it alone.
-func (e *engine) statSinkFile(ctx context.Context, name string) (int64, bool, error) {
-	fi, err := e.dst.Stat(ctx, name)
-	if backend.IsNotExist(err) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, fmt.Errorf("sink %s: %w", e.dst.Location(), err)
-	}
-	return fi.Size, true, nil
-}
-
-// sinkDataFile says whether the sink has a data file, from one listing of
-// its data_dir made the first time a version needs it.
-func (e *engine) sinkDataFile(ctx context.Context, name string) (int64, bool, error) {
-	files, err := e.dstData.load(ctx, e.dst, e.settings.DataDir)
-	if err != nil {
-		return 0, false, fmt.Errorf("sink %s: listing %s: %w", e.dst.Location(), e.settings.DataDir, err)
-	}
-	size, ok := files[name]
-	return size, ok, nil
 }

@@ -8,14 +8,25 @@
 // version. Immutable files (data files, version directories) are never
 // overwritten; a tag is never moved.
 //
-// engine.go holds that order (Run); each stage is in the file named after
-// it: inventory.go (what the sink holds, upstream refs, what has work),
-// settings.go (fdl.json), versions.go (walking the version graph, cycles,
-// publishing parents first), datafiles.go (a version's catalog and data
-// files), versiondir.go (the version folder, version.json last), copy.go
-// (copying one file, size checks), refs.go (stage two: refs, refs.json,
-// HEAD), lock.go (writes only under the mirror's lock), options.go and
-// report.go (what a run is told and what it tells).
+// Its place: internal/mirror composes a job and calls Run; the run reads
+// and judges the upstream through internal/source and reads and writes
+// the mirror through internal/sink, which keeps the mirror's orders
+// (version.json last behind a barrier; marker, ref files, refs.json,
+// HEAD). sync decides: which versions, parents first, which refs move.
+//
+// Files: engine.go (Run: the order; the lock and its checks),
+// inventory.go (both sides read at once, what has work, ref selection),
+// settings.go (fdl.json on both sides), recordedsource.go (the source on
+// record for a repository without id), versions.go (walking the version
+// graph, cycles, publishing parents first), datafiles.go (a version's
+// catalogs and data files), versiondir.go (the version folder, then
+// publishing it), copy.go (copying one file, size checks, retries),
+// refs.go (stage two: decide, write, report), reftarget.go (the policy
+// on a ref's target in the sink), ancestry.go (forward, rewound,
+// diverged), pending.go (ancestors kept to retry), repair.go (sync
+// --repair), upstreamstate.go (when upstream refs last changed),
+// status.go (Compare, for status), options.go and report.go (what a run
+// is told and what it tells).
 package sync
 
 import (
@@ -32,56 +43,58 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
-// engine is one run.
+// engine is one run: the plan and its order, between the upstream (src)
+// and the mirror (sink).
 type engine struct {
-	src      backend.Reader
-	dst      backend.Backend
-	opts     Options
-	log      *zap.Logger
-	settings *repo.Settings
+	src  *source.Source
+	sink *sink.Sink
+	opts Options
+	log  *zap.Logger
 
-	copySlots    chan struct{} // bounds file copies across all versions
-	catalogSlots chan struct{} // bounds catalogs fetched and read at once
-	versionSlots chan struct{} // bounds versions holding a catalog's file list
-	aheadSlots   chan struct{} // bounds versions with a catalog fetched, waiting for a version slot
-	aheadFetch   chan struct{} // one catalog download ahead of its version at a time
+	slots    slots           // bounds on the work done at once
+	inv      *sink.Inventory // what the sink holds, as last read
+	versions versionStates   // where each version stands in this run
+	upstream upstreamView    // the upstream's refs as this run reads them
+	recorded sourceCheck     // the source on record, for a repository without id (see recordedsource.go)
+	ancestry *ancestry       // parents of versions, read once (see ancestry.go)
+	catalogs *catalog.Pool   // fetches and reads catalogs, upstream's and the sink's
 
-	// Inventories, each read with one listing where the store can list.
-	srcVersions map[string]map[string]int64 // version → file → size; nil when the source cannot list
-	dstVersions map[string]map[string]int64
-	dstData     lazyListing  // the sink's data_dir, listed only when a version needs it
-	srcData     lazyListing  // the source's data_dir, listed for many server-side copies
-	srcStats    atomic.Int64 // source files asked for their size one by one (see sourceSize)
+	mu        sync.Mutex
+	report    *Report
+	dataCalls map[string]*dataFileCall // one copy per data file across versions
 
-	// upstreamRead is every upstream ref as this run last read it, for
-	// its second read after taking the lock: a ref file whose listed MD5
-	// is that of the value read is not read again.
-	upstreamRead repo.Refs
-
-	mu             sync.Mutex
-	report         *Report
-	published      map[string]bool           // versions complete in the sink, before or now
-	publishedNow   map[string]bool           // versions this run published
-	confirmed      map[string][]string       // versions from before confirmed in stage two → data files missing (see confirmFiles)
-	refused        map[string]*refusal       // versions refused in this run
-	dataCalls      map[string]*dataFileCall  // one copy per data file across versions
-	ancestry       *ancestry                 // parents of versions, read once (see ancestry.go)
-	upstreamState  *upstreamState            // when upstream refs last changed (see upstreamstate.go)
-	excluded       repo.Refs                 // upstream refs not selected
-	upstreamUnread bool                      // upstream's refs could not be read
-	pending        map[string]PendingVersion // ancestors earlier runs could not mirror
-	absent         map[string]bool           // ancestors upstream does not have
-	targetChecks   map[string]*refusal       // policy verdicts on ref targets, per run
-	source         sourceCheck               // the source on record, for a repository without id (see source.go)
-
-	dur durability // barriers and the record of unsynced files (see durability.go)
-
-	catalogs *catalog.Pool // fetches and reads catalogs, upstream's and the sink's
-
-	locked   atomic.Bool // the mirror's lock is held (see Options.Lock)
 	lockLost atomic.Bool
+}
+
+// slots bound the work of a run done at once.
+type slots struct {
+	copy       chan struct{} // file copies across all versions
+	catalog    chan struct{} // catalogs fetched and read at once
+	version    chan struct{} // versions holding a catalog's file list
+	ahead      chan struct{} // versions with a catalog fetched, waiting for a version slot
+	aheadFetch chan struct{} // one catalog download ahead of its version at a time
+}
+
+// versionStates is where each version stands in this run; e.mu guards it.
+type versionStates struct {
+	published    map[string]bool                // complete in the sink, before or now
+	publishedNow map[string]bool                // published by this run
+	refused      map[string]*refusal            // refused in this run
+	pending      map[string]sink.PendingVersion // ancestors earlier runs could not mirror
+	absent       map[string]bool                // ancestors upstream does not have
+	targetChecks map[string]*refusal            // policy verdicts on ref targets, per run
+	confirmed    map[string][]string            // versions from before confirmed in stage two → data files missing (see confirmFiles)
+}
+
+// upstreamView is the upstream's refs as this run reads them.
+type upstreamView struct {
+	state    *upstreamState // when upstream refs last changed (see upstreamstate.go)
+	excluded repo.Refs      // upstream refs not selected
+	unread   bool           // upstream's refs could not be read
 }
 
 // Run mirrors src into dst. The error is a FatalError, or the context's
@@ -99,36 +112,31 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		opts.Source = src.Location()
 	}
 	e := &engine{
-		src:          src,
-		dst:          dst,
-		opts:         opts,
-		log:          opts.Logger,
-		copySlots:    make(chan struct{}, opts.Concurrency),
-		catalogSlots: make(chan struct{}, 2),
-		versionSlots: make(chan struct{}, 2),
-		aheadSlots:   make(chan struct{}, 8),
-		aheadFetch:   make(chan struct{}, 1),
-		published:    map[string]bool{},
-		publishedNow: map[string]bool{},
-		refused:      map[string]*refusal{},
-		dataCalls:    map[string]*dataFileCall{},
-		excluded:     repo.Refs{},
-		absent:       map[string]bool{},
-		targetChecks: map[string]*refusal{},
+		src:  source.New(src, opts.Trust, opts.Logger),
+		opts: opts,
+		log:  opts.Logger,
+		slots: slots{
+			copy: make(chan struct{}, opts.Concurrency), catalog: make(chan struct{}, 2), version: make(chan struct{}, 2),
+			ahead: make(chan struct{}, 8), aheadFetch: make(chan struct{}, 1),
+		},
+		versions: versionStates{
+			published: map[string]bool{}, publishedNow: map[string]bool{}, refused: map[string]*refusal{},
+			absent: map[string]bool{}, targetChecks: map[string]*refusal{}, confirmed: map[string][]string{},
+		},
+		upstream:  upstreamView{excluded: repo.Refs{}},
+		dataCalls: map[string]*dataFileCall{},
 		report: &Report{
 			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
 			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{}, Pending: []PendingVersion{},
 			Refs: []RefStatus{},
 		},
 	}
-	e.dur.barrier, _ = backend.As[backend.Barrier](dst)
-	if opts.Lock != nil {
-		e.dst = guarded{dst, e}
-	}
+	e.sink = sink.New(dst, sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
+		Copied: e.copied, Planned: e.plan, NoUnsyncedRecord: noUnsyncedRecord})
 	e.ancestry = newAncestry(dst, src, opts.Trust)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
-	pool, err := catalog.NewPool(opts.TempDir, cap(e.catalogSlots), opts.CatalogLimits)
+	pool, err := catalog.NewPool(opts.TempDir, cap(e.slots.catalog), opts.CatalogLimits)
 	if err != nil {
 		return e.report, &FatalError{err}
 	}
@@ -175,7 +183,7 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}()
 		ctx = locked
-		e.locked.Store(true)
+		e.sink.Locked()
 		// What another run wrote while we waited counts, upstream and in
 		// the sink: a plan made from the refs read before waiting could
 		// move a ref back to where another run had moved it from.
@@ -191,33 +199,20 @@ func (e *engine) run(ctx context.Context) error {
 	if err := e.recordSource(ctx); err != nil {
 		return err
 	}
-	if err := e.ensureSinkSettings(ctx, inv.settings); err != nil {
+	if err := e.ensureSinkSettings(ctx, inv.Settings); err != nil {
 		return err
 	}
 	// Files an earlier run wrote with no barrier behind them (a power
 	// cut) are copied again before any version that needs them is
 	// published.
-	e.rewriteDistrusted(ctx)
+	e.sink.RewriteDistrusted(ctx, e.copyFile)
 	if e.opts.Repair {
 		e.repair(ctx)
 	}
 
-	// Stage one: versions and the data files they need.
-	var roots []string
-	for _, name := range upstream.Names() {
-		roots = append(roots, upstream[name])
-	}
-	e.mirrorVersions(ctx, roots)
-	e.completeVersionDirs(ctx)
-	if err := ctx.Err(); err != nil {
+	if err := e.stageOne(ctx, upstream); err != nil {
 		return err // never move refs after an interrupted stage one
 	}
-	e.settleUnsynced(ctx)
-	isRoot := map[string]bool{}
-	for _, id := range roots {
-		isRoot[id] = true
-	}
-	e.savePending(ctx, isRoot)
 	// Stage two is only for the lock's holder, checked again now rather
 	// than at the next renewal, so that two runs never both move refs.
 	if err := e.checkLock(ctx); err != nil {
@@ -231,17 +226,39 @@ func (e *engine) run(ctx context.Context) error {
 	if err := e.checkLock(ctx); err != nil {
 		return err
 	}
-	e.saveUpstreamState(ctx, upstream, !e.upstreamUnread)
+	e.saveUpstreamState(ctx, upstream, !e.upstream.unread)
+	return nil
+}
+
+// stageOne mirrors the versions the refs name and the data files they
+// need, makes the writes durable, and records what stays pending. Its
+// error is the context's: refs never move after an interrupted stage one.
+func (e *engine) stageOne(ctx context.Context, upstream repo.Refs) error {
+	var roots []string
+	for _, name := range upstream.Names() {
+		roots = append(roots, upstream[name])
+	}
+	e.mirrorVersions(ctx, roots)
+	e.completeVersionDirs(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.sink.SettleUnsynced(ctx)
+	isRoot := map[string]bool{}
+	for _, id := range roots {
+		isRoot[id] = true
+	}
+	e.savePending(ctx, isRoot)
 	return nil
 }
 
 // readBothSides reads upstream's refs and takes the sink's inventory at
 // once: each is listings and reads that wait on their own store (two
 // listings of 20,000 refs took 2 s each on the test gateway).
-func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *inventory, error) {
+func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *sink.Inventory, error) {
 	// The state says what the mirror last saw upstream, for upstreamRefs.
 	e.loadUpstreamState(ctx)
-	var inv *inventory
+	var inv *sink.Inventory
 	var err error
 	done := make(chan struct{})
 	go func() {
@@ -251,4 +268,20 @@ func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *invento
 	upstream, head := e.upstreamRefs(ctx)
 	<-done
 	return upstream, head, inv, err
+}
+
+// checkLock confirms the run still holds the mirror's lock (see
+// Options.CheckLock).
+func (e *engine) checkLock(ctx context.Context) error {
+	if e.lockLost.Load() {
+		return fatalf("sink %s: lost the mirror's lock to another run", e.sink.Location())
+	}
+	if !e.sink.IsLocked() || e.opts.CheckLock == nil {
+		return nil
+	}
+	if err := e.opts.CheckLock(ctx); err != nil {
+		e.lockLost.Store(true)
+		return fatalf("sink %s: %v", e.sink.Location(), err)
+	}
+	return nil
 }

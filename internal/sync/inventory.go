@@ -2,177 +2,86 @@ package sync
 
 import (
 	"context"
-	"fmt"
 	"iter"
-	"strings"
-	"sync"
-	"sync/atomic"
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
-// inventory is what the sink holds, read before anything is written.
-type inventory struct {
-	settings []byte // the sink's fdl.json; nil when it has none
-	refs     repo.Refs
-	refsJSON []byte // nil when absent
-	head     []byte // nil when absent
-	// versions are the version tokens (backend.FileInfo.Version) of the
-	// ref files, refs.json and HEAD as this run read them, for the
-	// conditional writes of stage two (see putRead); an object absent
-	// when read has none. Empty on a store without conditional writes.
-	versions map[string]string
-	// refsMoving: RefsMovingFile is there (an earlier run stopped while
-	// moving refs, or this run is moving them).
-	refsMoving bool
-}
-
-// takeInventory reads the sink's fdl.json, refs, refs.json and HEAD, and
-// lists versions/ in the sink and (where it lists) in the source.
-func (e *engine) takeInventory(ctx context.Context) (*inventory, error) {
-	inv := &inventory{versions: map[string]string{}}
-	var err error
-	if inv.settings, err = e.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
-		return nil, err
+// takeInventory takes the sink's (see sink.TakeInventory), checks that it
+// holds this upstream's repository, and lists versions/ in the source
+// where it lists.
+func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
+	inv, err := e.sink.TakeInventory(ctx, e.src.Settings().DataDir)
+	if err != nil {
+		return nil, &FatalError{err}
 	}
-	if inv.settings != nil {
-		if err := e.sameRepository(inv.settings); err != nil {
+	if inv.Settings != nil {
+		if err := e.sameRepository(inv.Settings); err != nil {
 			return nil, err
 		}
 	}
-	if err := e.checkSource(ctx, inv.settings != nil); err != nil {
+	if err := e.checkSource(ctx, inv.Settings != nil); err != nil {
 		return nil, err
 	}
-	if err := e.listVersions(ctx); err != nil {
+	if err := e.listSourceVersions(ctx); err != nil {
 		return nil, err
 	}
-	if err := e.readSinkRefs(ctx, inv); err != nil {
-		return nil, err
+	e.inv = inv
+	e.versions.published = map[string]bool{}
+	for id := range inv.Versions {
+		if inv.Complete(id) {
+			e.versions.published[id] = true
+		}
 	}
-	if err := e.loadPending(ctx); err != nil {
-		return nil, err
-	}
-	if err := e.loadUnsynced(ctx); err != nil {
-		return nil, err
-	}
-	if inv.head, err = e.readVersioned(ctx, inv, repo.HeadFile, repo.MaxSmallFile); err != nil {
-		return nil, err
-	}
+	e.versions.pending = inv.Pending
+	e.report.Distrusted = inv.Distrusted
 	return inv, nil
-}
-
-// readOptional reads a small file of the sink; nil when it is absent.
-func (e *engine) readOptional(ctx context.Context, name string, limit int64) ([]byte, error) {
-	b, err := backend.ReadAll(ctx, e.dst, name, limit)
-	if backend.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fatalf("sink %s: %s: %w", e.dst.Location(), name, err)
-	}
-	return b, nil
-}
-
-// readVersioned is readOptional that records the version read in
-// inv.versions, for a write of stage two conditional on it.
-func (e *engine) readVersioned(ctx context.Context, inv *inventory, name string, limit int64) ([]byte, error) {
-	b, version, err := backend.ReadAllVersion(ctx, e.dst, name, limit)
-	if backend.IsNotExist(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fatalf("sink %s: %s: %w", e.dst.Location(), name, err)
-	}
-	if version != "" {
-		inv.versions[name] = version
-	}
-	return b, nil
 }
 
 // hasWork says whether the run would write anything: it errs towards yes,
 // and a write without the lock fails loudly (see guarded) rather than race.
-func (e *engine) hasWork(inv *inventory, upstream repo.Refs, head string) bool {
-	if inv.settings == nil || len(e.pending) > 0 || e.opts.Repair || len(e.dur.distrusted) > 0 || e.sourceUnrecorded() || inv.refsMoving {
+func (e *engine) hasWork(inv *sink.Inventory, upstream repo.Refs, head string) bool {
+	if inv.Settings == nil || len(e.versions.pending) > 0 || e.opts.Repair || len(inv.Distrusted) > 0 || e.sourceUnrecorded() || inv.RefsMoving {
 		return true
 	}
 	for name, id := range upstream {
-		if inv.refs[name] != id || !e.published[id] {
+		if inv.Refs[name] != id || !e.versions.published[id] {
 			return true
 		}
 	}
 	for range e.newFilesInCompleteVersions() {
 		return true
 	}
-	if !e.upstreamUnread && e.upstreamStateStale(upstream) {
+	if !e.upstream.unread && e.upstreamStateStale(upstream) {
 		return true // when upstream refs changed is to be recorded
 	}
 	// Every upstream ref is as upstream has it: what is left to write is
 	// refs.json and HEAD, if they do not say what the ref files say.
-	if string(inv.refsJSON) != string(repo.RefsJSON(inv.refs)) {
+	if string(inv.RefsJSON) != string(repo.RefsJSON(inv.Refs)) {
 		return true
 	}
-	return head != "" && inv.refs[head] != "" && string(inv.head) != "ref: "+head+"\n"
+	return head != "" && inv.Refs[head] != "" && string(inv.Head) != "ref: "+head+"\n"
 }
 
-// upstreamRefs reads every ref upstream: by listing refs/ where the source
-// can list, else from refs.json. Refs that break the rules are refused and
-// left out; the rest go on. A ref file whose listing shows the content of
-// the value the mirror last saw upstream (see repo.ListingHolds) is not
-// read again. The upstream state must be loaded first.
+// upstreamRefs reads every ref upstream (source.ReadRefs), refusing those
+// that break the rules, with the values the mirror last saw upstream as
+// the hint. The upstream state must be loaded first.
 func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
-	var refs repo.Refs
-	var bad []*repo.RefError
-	var err error
-	if e.src.Properties().CanList {
-		var files []backend.FileInfo
-		if files, err = repo.ListRefFiles(ctx, e.src); err == nil {
-			seen, read := e.upstreamState.loaded.Refs, e.upstreamRead
-			refs, bad, err = repo.ReadRefFiles(ctx, e.src, files, func(fi backend.FileInfo) (string, bool) {
-				if s, ok := seen[fi.Name]; ok && repo.ListingHolds(fi, s.Version) {
-					return s.Version, true
-				}
-				// What this run read before it took the lock.
-				id, ok := read[fi.Name]
-				return id, ok && repo.ListingHolds(fi, id)
-			})
-			if err == nil {
-				e.upstreamRead = refs
-			}
-		}
-	} else {
-		refs, bad, err = repo.ReadRefs(ctx, e.src)
-	}
-	if err != nil {
-		where := repo.RefsDir
-		if !e.src.Properties().CanList {
-			where = repo.RefsFile
-		}
-		e.addRefusal(refuse(ReasonBadRef, "", where, "source %s: %v", e.src.Location(), err))
-		refs = repo.Refs{}
-		e.upstreamUnread = true
-	}
-	for _, b := range bad {
-		r := refuse(ReasonBadRef, "", b.Ref, "%v", b.Err)
-		r.Ref = b.Ref
+	seen := e.upstream.state.loaded.Refs
+	got := e.src.ReadRefs(ctx, func(ref string) (string, bool) {
+		s, ok := seen[ref]
+		return s.Version, ok
+	})
+	for _, r := range got.Refused {
 		e.addRefusal(r)
 	}
-
-	head := ""
-	raw, err := backend.ReadAll(ctx, e.src, repo.HeadFile, repo.MaxSmallFile)
-	switch {
-	case err == nil:
-		if head, err = repo.ParseHead(raw); err != nil {
-			r := refuse(ReasonBadRef, "", repo.HeadFile, "%v", err)
-			r.Ref = repo.HeadFile
-			e.addRefusal(r)
-		}
-	case !backend.IsNotExist(err):
-		e.addRefusal(refuse(ReasonBadRef, "", repo.HeadFile, "reading %s: %v", repo.HeadFile, err))
+	if got.Unread {
+		e.upstream.unread = true
 	}
-	return e.selectRefs(refs, head)
+	return e.selectRefs(got.Refs, got.Head)
 }
 
 // selectRefs keeps the refs the operator chose (Options.Refs); the others,
@@ -186,7 +95,7 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 			continue
 		}
 		e.report.Excluded = append(e.report.Excluded, name)
-		e.excluded[name] = refs[name]
+		e.upstream.excluded[name] = refs[name]
 		e.log.Debug("ref not selected; not mirrored", zap.String("ref", name))
 	}
 	if head != "" && !e.opts.Refs.Selects(head) {
@@ -196,47 +105,12 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 	return selected, head
 }
 
-// listVersions takes inventory of versions/ in the sink (which versions are
-// complete, which files they already have) and, where it can list, in the
-// source. Two listings, whatever the number of versions.
-func (e *engine) listVersions(ctx context.Context) error {
-	var err error
-	e.dstVersions, err = versionListing(ctx, e.dst)
-	if err != nil {
-		return fatalf("sink %s: %w", e.dst.Location(), err)
-	}
-	e.published = map[string]bool{}
-	for id, files := range e.dstVersions {
-		if _, ok := files[repo.RecordFile]; ok {
-			e.published[id] = true
-		}
-	}
-	if e.src.Properties().CanList {
-		if e.srcVersions, err = versionListing(ctx, e.src); err != nil {
-			return fatalf("source %s: %w", e.src.Location(), err)
-		}
+// listSourceVersions lists versions/ in the source, where it can list.
+func (e *engine) listSourceVersions(ctx context.Context) error {
+	if err := e.src.ListVersions(ctx); err != nil {
+		return &FatalError{err}
 	}
 	return nil
-}
-
-func versionListing(ctx context.Context, r backend.Reader) (map[string]map[string]int64, error) {
-	out := map[string]map[string]int64{}
-	err := r.List(ctx, repo.VersionsDir, func(fi backend.FileInfo) error {
-		rest := strings.TrimPrefix(fi.Name, repo.VersionsDir)
-		id, file, ok := strings.Cut(rest, "/")
-		if !ok || repo.CheckVersionID(id) != nil {
-			return nil // not a version directory: someone else's file
-		}
-		if out[id] == nil {
-			out[id] = map[string]int64{}
-		}
-		out[id][file] = fi.Size
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("listing %s: %w", repo.VersionsDir, err)
-	}
-	return out, nil
 }
 
 // newVersionFile is a file upstream in a version the sink holds complete,
@@ -255,14 +129,15 @@ type newVersionFile struct {
 // among them: they are written before version.json, never after.
 func (e *engine) newFilesInCompleteVersions() iter.Seq[newVersionFile] {
 	return func(yield func(newVersionFile) bool) {
-		if e.srcVersions == nil {
+		upstream := e.src.Versions()
+		if upstream == nil {
 			return
 		}
-		for id, have := range e.dstVersions {
+		for id, have := range e.inv.Versions {
 			if _, complete := have[repo.RecordFile]; !complete {
 				continue
 			}
-			for f, size := range e.srcVersions[id] {
+			for f, size := range upstream[id] {
 				if _, ok := have[f]; ok || f == repo.SignatureFile || f == repo.CatalogFile {
 					continue
 				}
@@ -285,25 +160,3 @@ const (
 	listPart     = 2500
 	maxListParts = 4
 )
-
-// lazyListing is one folder of a store, listed the first time a run needs
-// it and then shared by every goroutine that asks.
-type lazyListing struct {
-	once   sync.Once
-	files  map[string]int64 // name → size
-	err    error
-	loaded atomic.Bool // once has run
-}
-
-// load lists dir in r on the first call; every call returns that listing.
-func (l *lazyListing) load(ctx context.Context, r backend.Reader, dir string) (map[string]int64, error) {
-	l.once.Do(func() {
-		l.files = map[string]int64{}
-		l.err = r.List(ctx, dir, func(fi backend.FileInfo) error {
-			l.files[fi.Name] = fi.Size
-			return nil
-		})
-		l.loaded.Store(true)
-	})
-	return l.files, l.err
-}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // Options tune one run of the engine.
@@ -61,12 +63,14 @@ type Options struct {
 	Repair bool
 }
 
-// Trust judges a version's signature against keys the operator trusts.
-type Trust interface {
-	// CheckVersion returns an error when the version must not be
-	// published; sig is nil when the version carries no signature.
-	CheckVersion(versionID string, record, sig []byte) error
-	// CompareRepoSigners returns a warning when the keys the repository
-	// lists differ from the trusted ones ("" when they agree).
-	CompareRepoSigners(lines []string) string
-}
+// Trust judges a version's signature against keys the operator trusts
+// (see source.Trust).
+type Trust = source.Trust
+
+// noUnsyncedRecord turns the sink's record of unsynced files off, for the
+// test that shows what a power cut does without it (export_test.go).
+var noUnsyncedRecord = false
+
+// UnsyncedFile (under .fdl-mirror/) names the data files a run was
+// writing without a barrier behind them yet (see sink.UnsyncedFile).
+const UnsyncedFile = sink.UnsyncedFile

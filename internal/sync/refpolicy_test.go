@@ -12,6 +12,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	fdlsink "github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -251,7 +252,7 @@ func TestRequestRefsOnlyWhenSelected(t *testing.T) {
 
 func TestUpstreamLastChangeIsRecorded(t *testing.T) {
 	up, mirror, _ := chain(t)
-	st, _, err := fdlsync.ReadUpstreamState(context.Background(), mustOpen(t, mirror))
+	st, _, err := fdlsink.ReadUpstreamState(context.Background(), mustOpen(t, mirror))
 	if err != nil || st.Refs[generate.MainRef].Version == "" {
 		t.Fatalf("no upstream state after the first run: %+v, %v", st, err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	fdlsink "github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -259,7 +260,7 @@ func TestRefsMovingMarkerForcesReadingTheSinksRefs(t *testing.T) {
 		t.Fatalf("without the marker, ref files read: %v", got)
 	}
 
-	marker := filepath.Join(mirrorDir, backend.ReservedPrefix+fdlsync.RefsMovingFile)
+	marker := filepath.Join(mirrorDir, backend.ReservedPrefix+fdlsink.RefsMovingFile)
 	if err := os.WriteFile(marker, []byte("{}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestFailedRefWriteLeavesTheMarker(t *testing.T) {
 	if len(rep.Refused) != 1 || rep.Refused[0].Reason != fdlsync.ReasonCopy {
 		t.Fatalf("refused: %+v, want the one ref write", rep.Refused)
 	}
-	marker := filepath.Join(mirrorDir, backend.ReservedPrefix+fdlsync.RefsMovingFile)
+	marker := filepath.Join(mirrorDir, backend.ReservedPrefix+fdlsink.RefsMovingFile)
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("no marker after a failed ref write: %v", err)
 	}

@@ -2,43 +2,39 @@ package sync
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
-// Refusal reasons: stable, short labels for summaries and metrics.
+// Refusal reasons, as source defines them: the Report's vocabulary.
 const (
-	ReasonBadRef       = "bad-ref"         // ref name or content against the rules
-	ReasonTagMoved     = "tag-moved"       // a tag in the sink with another value
-	ReasonRecord       = "bad-record"      // version.json missing or malformed
-	ReasonSHA256       = "sha256-mismatch" // catalog does not match its record
-	ReasonCatalog      = "bad-catalog"     // catalog cannot be read or breaks a path rule
-	ReasonMissingFile  = "missing-file"    // a file the version needs is not upstream
-	ReasonSizeMismatch = "size-mismatch"   // a file's size differs from its record
-	ReasonSignature    = "signature"       // signature missing, bad or untrusted
-	ReasonVersion      = "version-refused" // ref not moved: its version was refused
-	ReasonCopy         = "copy-failed"     // an I/O error that retries did not cure
-	ReasonLimit        = "limit-exceeded"  // a catalog past one of the catalog limits
-	ReasonRewound      = "rewound"         // a branch moved back to an ancestor upstream
-	ReasonDiverged     = "diverged"        // a branch moved to an unrelated history upstream
-	ReasonReplay       = "replayed-record" // a record whose "id" is another version's
-	// ReasonReaderFailed: a catalog's reader crashed, was killed by a
-	// limit or the timeout, or broke the protocol (catalog.ReaderError).
-	ReasonReaderFailed = "catalog-reader-failed"
+	ReasonBadRef       = source.ReasonBadRef
+	ReasonTagMoved     = source.ReasonTagMoved
+	ReasonRecord       = source.ReasonRecord
+	ReasonSHA256       = source.ReasonSHA256
+	ReasonCatalog      = source.ReasonCatalog
+	ReasonMissingFile  = source.ReasonMissingFile
+	ReasonSizeMismatch = source.ReasonSizeMismatch
+	ReasonSignature    = source.ReasonSignature
+	ReasonVersion      = source.ReasonVersion
+	ReasonCopy         = source.ReasonCopy
+	ReasonLimit        = source.ReasonLimit
+	ReasonRewound      = source.ReasonRewound
+	ReasonDiverged     = source.ReasonDiverged
+	ReasonReplay       = source.ReasonReplay
+	ReasonReaderFailed = source.ReasonReaderFailed
 )
 
-// Refusal is one thing the run would not do, and why.
-type Refusal struct {
-	Ref     string `json:"ref,omitempty"`
-	Version string `json:"version,omitempty"`
-	File    string `json:"file,omitempty"`
-	Reason  string `json:"reason"`
-	Message string `json:"message"`
-}
+// PendingVersion is an ancestor the mirror keeps to retry (see
+// sink.PendingVersion), as a Report lists it.
+type PendingVersion = sink.PendingVersion
+
+// Refusal is one thing the run would not do, and why (see source.Refusal).
+type Refusal = source.Refusal
 
 // RefMove is one ref written in the sink.
 type RefMove struct {
@@ -155,53 +151,9 @@ func fatalf(format string, args ...any) error {
 }
 
 // refusal is an error that carries its report entry.
-type refusal struct{ Refusal }
+type refusal = source.RefusalError
 
-func (r *refusal) Error() string { return r.Message }
-
-// Permanent: a refusal is a verdict on the upstream's bytes, which a
-// retry would only read again (backend.IsPermanent).
-func (r *refusal) Permanent() bool { return true }
-
+// refuse is source.Refuse: a refusal of version over file.
 func refuse(reason, version, file string, format string, args ...any) *refusal {
-	return &refusal{Refusal{Version: version, File: file, Reason: reason, Message: boundMessage(fmt.Sprintf(format, args...), maxMessage)}}
-}
-
-// maxMessage bounds a refusal's message: upstream text (a table path, a
-// record's field) can be megabytes, and a message is kept in the
-// mirror's state, the report, the daemon's status page and logs.
-const maxMessage = 1024
-
-// boundMessage makes s fit for a message: bytes that are not UTF-8 and
-// control characters escaped (\xNN, \n), then cut to at most max bytes,
-// saying how much was left out.
-func boundMessage(s string, max int) string {
-	clean := true
-	for _, r := range s {
-		if r == utf8.RuneError || r < 0x20 || r == 0x7f {
-			clean = false
-			break
-		}
-	}
-	if clean && len(s) <= max {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		if b.Len() >= max-40 {
-			fmt.Fprintf(&b, "… (%d bytes more)", len(s)-i)
-			break
-		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n <= 1:
-			fmt.Fprintf(&b, "\\x%02x", s[i])
-		case r < 0x20 || r == 0x7f:
-			b.WriteString(strings.Trim(strconv.QuoteRune(r), "'"))
-		default:
-			b.WriteString(s[i : i+n])
-		}
-		i += n
-	}
-	return b.String()
+	return source.Refuse(reason, version, file, format, args...)
 }

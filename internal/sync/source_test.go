@@ -14,6 +14,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	fdlsink "github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -49,7 +50,7 @@ func recordedSource(t *testing.T, sink string) string {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	rec, err := fdlsync.ReadSourceRecord(context.Background(), l)
+	rec, err := fdlsink.ReadSourceRecord(context.Background(), l)
 	if err != nil || rec == nil {
 		t.Fatalf("source record: %v %v", rec, err)
 	}
@@ -81,7 +82,7 @@ func TestASinkWithoutIDRefusesAnotherSource(t *testing.T) {
 
 	for _, dry := range []bool{true, false} {
 		rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: b, Sink: sink, DryRun: dry}, nil, nil)
-		var other *fdlsync.OtherSourceError
+		var other *fdlsink.OtherSourceError
 		var fatal *fdlsync.FatalError
 		if !errors.As(err, &fatal) || !errors.As(err, &other) {
 			t.Fatalf("dry run %v from another address: err %v, want a FatalError of another source", dry, err)
@@ -181,7 +182,7 @@ func TestAMirrorWithoutRecordAdoptsItsNextSource(t *testing.T) {
 	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(sink, ".fdl-mirror", fdlsync.SourceFile)); err != nil {
+	if err := os.Remove(filepath.Join(sink, ".fdl-mirror", fdlsink.SourceFile)); err != nil {
 		t.Fatal(err)
 	}
 	if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil || rep.FilesCopied != 0 {
@@ -206,7 +207,7 @@ func TestARepositoryWithIDRecordsNoSource(t *testing.T) {
 	if _, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(sink, ".fdl-mirror", fdlsync.SourceFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(sink, ".fdl-mirror", fdlsink.SourceFile)); !os.IsNotExist(err) {
 		t.Errorf("a source was recorded for a repository with an id: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // Compare reads the refs upstream and in the mirror (dst nil: a mirror not
@@ -15,13 +16,13 @@ import (
 // when it saw each upstream value.
 func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection) ([]RefStatus, error) {
 	mine := repo.Refs{}
-	var seen UpstreamState
+	var seen sink.UpstreamState
 	if dst != nil {
 		var err error
 		if mine, _, err = repo.ReadRefs(ctx, dst); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
-		if seen, _, err = ReadUpstreamState(ctx, dst); err != nil {
+		if seen, _, err = sink.ReadUpstreamState(ctx, dst); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
 	}

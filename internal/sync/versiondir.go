@@ -3,23 +3,20 @@ package sync
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // writeVersionFiles copies the version's own directory but for its
 // record and signature: the opaque files, then the catalogs from the
 // local copies that were read (their bytes are not fetched again).
 func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[string]int64, main *versionCatalog, alternates []*versionCatalog) error {
-	have := e.dstVersions[id]
+	have := e.inv.Versions[id]
 	catalogs := map[string]bool{main.file: true}
 	for _, a := range alternates {
 		catalogs[a.file] = true
@@ -34,7 +31,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 	// Written without an fsync each: the barrier before version.json
 	// covers them, and a folder without version.json is rewritten by the
 	// next run whatever it holds (see durability.go).
-	dctx := e.withoutSync(ctx)
+	dctx := e.sink.WithoutSync(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, len(opaque))
 	for i, f := range opaque {
@@ -58,7 +55,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		}
 	}
 	for _, a := range alternates {
-		if err := e.putCatalog(dctx, a.name, a.fetched); err != nil {
+		if err := e.sink.PutCatalog(dctx, a.name, a.fetched); err != nil {
 			return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 		}
 	}
@@ -66,84 +63,26 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 	if size, ok := have[main.file]; ok && size == cat.Size && e.sinkCatalogIs(ctx, main.name, cat.SHA256) {
 		// Written by an interrupted run from a copy of this record's
 		// catalog (same sha256).
-	} else if err := e.putCatalog(dctx, main.name, cat); err != nil {
+	} else if err := e.sink.PutCatalog(dctx, main.name, cat); err != nil {
 		return refuse(ReasonCopy, id, main.name, "version %s: writing catalog: %v", id, err)
 	}
 	return nil
 }
 
-// publishVersion writes version.json.sig, then, once a barrier has made
-// every file the version needs durable, version.json (durable when it
-// returns): from this moment the version is complete.
+// publishVersion publishes a version whose files are all in the sink
+// (sink.PublishVersion: version.json last, behind a barrier); a write
+// that fails refuses it, naming the file. A version.json another run
+// created with other bytes means this run lost the mirror: the lock is
+// lost, and the run stops at its next check (checkLock).
 func (e *engine) publishVersion(ctx context.Context, id string, record, sig []byte) error {
-	if sig != nil {
-		if err := e.putBytes(e.withoutSync(ctx), repo.VersionFile(id, repo.SignatureFile), sig); err != nil {
-			return refuse(ReasonCopy, id, repo.VersionFile(id, repo.SignatureFile), "version %s: %v", id, err)
-		}
-	}
-	if err := e.barrier(ctx); err != nil {
-		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
-	}
-	if err := e.createRecord(ctx, repo.VersionFile(id, repo.RecordFile), record); err != nil {
-		return refuse(ReasonCopy, id, repo.VersionFile(id, repo.RecordFile), "version %s: %v", id, err)
-	}
-	return nil
-}
-
-// createRecord writes a version's version.json only where there is none
-// (If-None-Match: * on an object store): a record already there was
-// published by another run, which is fine when it holds these bytes, and
-// means this run lost the mirror to another when it does not.
-func (e *engine) createRecord(ctx context.Context, name string, b []byte) error {
-	if e.opts.DryRun {
-		e.plan(name)
-		return nil
-	}
-	err := e.dst.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
-	if errors.Is(err, backend.ErrExist) {
-		there, rerr := backend.ReadAll(ctx, e.dst, name, int64(len(b))+1)
-		if rerr == nil && string(there) == string(b) {
-			return nil
-		}
-		return e.fenced(name, fmt.Errorf("%w: %w", backend.ErrPreconditionFailed, err))
-	}
-	if err != nil {
-		return err
-	}
-	e.copied(int64(len(b)))
-	return nil
-}
-
-// putRead writes a ref file, refs.json or HEAD only if it is still what
-// this run read in its inventory (If-Match its version token, or
-// If-None-Match: * where it was absent), on a store that can make writes
-// conditional. A run paused past its lock's lifetime (a GC pause, a
-// frozen VM) may check its lock, be paused, and write after another run
-// took the mirror over: only the store can refuse that write (see
-// backend.Conditional). A local folder needs no condition: its flock is
-// held by the kernel through any pause.
-func (e *engine) putRead(ctx context.Context, inv *inventory, name string, b []byte) error {
-	if e.opts.DryRun {
-		e.plan(name)
-		return nil
-	}
-	err := backend.ReplaceIfUnchanged(ctx, e.dst, name, b, inv.versions[name])
+	err := e.sink.PublishVersion(ctx, id, record, sig)
 	if backend.IsPreconditionFailed(err) {
-		return e.fenced(name, err)
+		e.lockLost.Store(true)
 	}
-	if err != nil {
-		return err
+	if fe := (*sink.FileError)(nil); errors.As(err, &fe) {
+		return refuse(ReasonCopy, id, fe.File, "version %s: %v", id, fe.Err)
 	}
-	e.copied(int64(len(b)))
-	return nil
-}
-
-// fenced records that the store refused a write of name because another
-// run changed it since this run read it: this run lost the mirror's lock,
-// whatever its renewal has seen so far, and stops before it writes more.
-func (e *engine) fenced(name string, err error) error {
-	e.lockLost.Store(true)
-	return fmt.Errorf("%s was changed by another run since this run read it; the store refused the write: %w", name, err)
+	return err
 }
 
 // completeVersionDirs copies the files that appeared upstream in versions
@@ -152,7 +91,7 @@ func (e *engine) fenced(name string, err error) error {
 func (e *engine) completeVersionDirs(ctx context.Context) {
 	for nf := range e.newFilesInCompleteVersions() {
 		name := repo.VersionFile(nf.version, nf.file)
-		if isAlternateCatalog(nf.file, e.dstVersions[nf.version]) {
+		if isAlternateCatalog(nf.file, e.inv.Versions[nf.version]) {
 			if err := e.addAlternateCatalog(ctx, nf.version, nf.file, nf.size); err != nil && ctx.Err() == nil {
 				var r *refusal
 				if !errors.As(err, &r) {
@@ -191,40 +130,8 @@ func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size 
 	if err := e.mirrorDataFiles(ctx, id, a.cat, nil); err != nil {
 		return listedBy(err, a.name)
 	}
-	if err := e.putCatalog(ctx, a.name, a.fetched); err != nil {
+	if err := e.sink.PutCatalog(ctx, a.name, a.fetched); err != nil {
 		return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 	}
-	return nil
-}
-
-// putCatalog writes a fetched catalog from its local copy, with the
-// SHA-256 of the bytes that were read: a store that can check a write
-// against it (S3) stores those bytes or nothing.
-func (e *engine) putCatalog(ctx context.Context, name string, cat *catalog.Fetched) error {
-	if e.opts.DryRun {
-		e.plan(name)
-		return nil
-	}
-	f, err := os.Open(cat.Path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := e.dst.Put(backend.WithContentSHA256(ctx, cat.SHA256), name, f, cat.Size); err != nil {
-		return err
-	}
-	e.copied(cat.Size)
-	return nil
-}
-
-func (e *engine) putBytes(ctx context.Context, name string, b []byte) error {
-	if e.opts.DryRun {
-		e.plan(name)
-		return nil
-	}
-	if err := e.dst.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
-		return err
-	}
-	e.copied(int64(len(b)))
 	return nil
 }

@@ -7,21 +7,20 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
-// pendingVersion is a version to mirror, found by walking the refs'
+// versionJob is a version to mirror, found by walking the refs'
 // versions and their ancestors.
-type pendingVersion struct {
+type versionJob struct {
 	id     string
 	isRoot bool   // a ref names it (else it is an ancestor)
 	raw    []byte // version.json as upstream has it
 	sig    []byte // version.json.sig; nil when unsigned
 	rec    *repo.Record
-	err    error             // why it cannot be mirrored, found while walking
-	wait   []*pendingVersion // parents being mirrored in this run
-	done   chan struct{}     // closed when published or refused
+	err    error         // why it cannot be mirrored, found while walking
+	wait   []*versionJob // parents being mirrored in this run
+	done   chan struct{} // closed when published or refused
 }
 
 // mirrorVersions mirrors every version the refs name and their ancestors
@@ -55,7 +54,7 @@ func (e *engine) mirrorVersions(ctx context.Context, roots []string) {
 				r = refuse(ReasonCopy, n.id, "", "version %s: %v", n.id, err)
 			}
 			e.mu.Lock()
-			e.refused[n.id] = r
+			e.versions.refused[n.id] = r
 			e.mu.Unlock()
 			if ctx.Err() == nil {
 				e.addRefusal(r)
@@ -68,21 +67,21 @@ func (e *engine) mirrorVersions(ctx context.Context, roots []string) {
 // walkVersions reads the records of the versions the refs name and of
 // their ancestors, level by level, stopping at versions complete in the
 // sink. An ancestor absent upstream is logged and left out.
-func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*pendingVersion {
-	nodes := map[string]*pendingVersion{}
-	level := []*pendingVersion{}
+func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*versionJob {
+	nodes := map[string]*versionJob{}
+	level := []*versionJob{}
 	add := func(id string, isRoot bool) {
-		if _, seen := nodes[id]; seen || e.published[id] {
+		if _, seen := nodes[id]; seen || e.versions.published[id] {
 			return
 		}
-		n := &pendingVersion{id: id, isRoot: isRoot, done: make(chan struct{})}
+		n := &versionJob{id: id, isRoot: isRoot, done: make(chan struct{})}
 		nodes[id] = n
 		level = append(level, n)
 	}
 	for _, id := range roots {
 		add(id, true)
 	}
-	for id := range e.pending {
+	for id := range e.versions.pending {
 		add(id, false) // retried: see PendingVersion
 	}
 	for len(level) > 0 && ctx.Err() == nil {
@@ -111,7 +110,7 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*p
 	for id, n := range nodes {
 		if n.rec == nil && n.err == nil {
 			delete(nodes, id) // an ancestor absent upstream
-			e.absent[id] = true
+			e.versions.absent[id] = true
 			continue
 		}
 	}
@@ -128,9 +127,10 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*p
 	return nodes
 }
 
-// readRecord fetches and parses a version's record into n.
-func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
-	if !n.isRoot && e.expiredUpstream(ctx, n.id) {
+// readRecord fetches and parses a version's record into n (see
+// source.ReadRecord: an ancestor upstream lacks is left with neither).
+func (e *engine) readRecord(ctx context.Context, n *versionJob) {
+	if !n.isRoot && e.src.IsExpired(ctx, n.id) {
 		// Past its retention upstream, and no selected ref points at
 		// it: prune removes it from the mirror, so copying it back as an
 		// ancestor would only start that again at every run. Left out
@@ -138,46 +138,18 @@ func (e *engine) readRecord(ctx context.Context, n *pendingVersion) {
 		e.log.Info("ancestor version expired upstream; not copied", zap.String("version", n.id))
 		return
 	}
-	name := repo.VersionFile(n.id, repo.RecordFile)
-	raw, err := backend.ReadAll(ctx, e.src, name, repo.MaxRecordFile)
-	switch {
-	case backend.IsNotExist(err) && !n.isRoot:
-		e.log.Info("ancestor version absent upstream; skipped", zap.String("version", n.id))
-	case backend.IsNotExist(err):
-		n.err = refuse(ReasonMissingFile, n.id, name, "version %s: %s is missing upstream", n.id, name)
-	case errors.Is(err, backend.ErrTooLarge):
-		n.err = refuse(ReasonRecord, n.id, name, "version %s: %s is larger than the %d bytes a record may have", n.id, name, repo.MaxRecordFile)
-	case err != nil:
-		n.err = err
-	default:
-		n.raw = raw
-		// Its parents count for ancestry only once it passed the policy
-		// (see ancestry), noted as it is published.
-		if n.rec, err = repo.ParseRecord(n.id, raw); err != nil {
-			n.err = recordRefusal(n.id, err)
-		}
-	}
-}
-
-// expiredUpstream says whether upstream marks a version expired: its
-// listing says where it lists, else a request for the marker (an error
-// counts as not expired: the version is then copied, as before).
-func (e *engine) expiredUpstream(ctx context.Context, id string) bool {
-	if e.srcVersions != nil {
-		_, ok := e.srcVersions[id][repo.ExpiredFile]
-		return ok
-	}
-	_, err := e.src.Stat(ctx, repo.VersionFile(id, repo.ExpiredFile))
-	return err == nil
+	// Its parents count for ancestry only once it passed the policy
+	// (see ancestry), noted as it is published.
+	n.raw, n.rec, n.err = e.src.ReadRecord(ctx, n.id, n.isRoot)
 }
 
 // refuseCycles refuses the versions whose parents lead back to themselves
 // (a hostile or broken upstream), and those that wait on them: they could
 // never be published parents first. They are marked by a nil done.
-func (e *engine) refuseCycles(nodes map[string]*pendingVersion) {
-	waiting := map[*pendingVersion]int{}
-	children := map[*pendingVersion][]*pendingVersion{}
-	var ready []*pendingVersion
+func (e *engine) refuseCycles(nodes map[string]*versionJob) {
+	waiting := map[*versionJob]int{}
+	children := map[*versionJob][]*versionJob{}
+	var ready []*versionJob
 	for _, n := range nodes {
 		waiting[n] = len(n.wait)
 		for _, p := range n.wait {
@@ -201,7 +173,7 @@ func (e *engine) refuseCycles(nodes map[string]*pendingVersion) {
 		n.done = nil
 		r := refuse(ReasonRecord, n.id, repo.VersionFile(n.id, repo.RecordFile),
 			"version %s: its parents lead back to itself (a cycle of versions); refused", n.id)
-		e.refused[n.id] = r
+		e.versions.refused[n.id] = r
 		e.addRefusal(r)
 	}
 }
@@ -210,7 +182,7 @@ func (e *engine) refuseCycles(nodes map[string]*pendingVersion) {
 // signature check, catalog (sha256), data files, the directory's other
 // files; then, once its parents in this run are settled, the signature
 // and version.json, last.
-func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
+func (e *engine) mirrorVersion(ctx context.Context, n *versionJob) error {
 	dataFiles, err := e.copyVersion(ctx, n)
 	if err != nil {
 		return err
@@ -235,8 +207,8 @@ func (e *engine) mirrorVersion(ctx context.Context, n *pendingVersion) error {
 	}
 	e.ancestry.note(id, n.rec.Parents)
 	e.mu.Lock()
-	e.published[id] = true
-	e.publishedNow[id] = true
+	e.versions.published[id] = true
+	e.versions.publishedNow[id] = true
 	e.report.VersionsPublished = append(e.report.VersionsPublished, id)
 	e.mu.Unlock()
 	e.log.Info("version published", zap.String("version", id), zap.Int("data_files", dataFiles), zap.Bool("dry_run", e.opts.DryRun))

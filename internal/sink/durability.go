@@ -1,4 +1,4 @@
-package sync
+package sink
 
 import (
 	"context"
@@ -11,8 +11,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
 // Durability on a sink with a backend.Barrier (a local disk).
@@ -84,79 +84,76 @@ type durability struct {
 	distrusted map[string]int64 // found in the record, not copied again yet: name → recorded size, -1 if none
 }
 
-// noUnsyncedRecord turns the record off, for the test that shows what a
-// power cut does without it.
-var noUnsyncedRecord = false
+func (s *Sink) deferSync() bool { return s.dur.barrier != nil && !s.opts.DryRun }
 
-func (e *engine) deferSync() bool { return e.dur.barrier != nil && !e.opts.DryRun }
-
-// withoutSync is ctx for a write the next barrier makes durable.
-func (e *engine) withoutSync(ctx context.Context) context.Context {
-	if !e.deferSync() {
+// WithoutSync is ctx for a write the next barrier makes durable.
+func (s *Sink) WithoutSync(ctx context.Context) context.Context {
+	if !s.deferSync() {
 		return ctx
 	}
 	return backend.WithoutSync(ctx)
 }
 
 // loadUnsynced reads the record an earlier run left: those files were
-// written without a barrier behind them and may hold wrong bytes.
-func (e *engine) loadUnsynced(ctx context.Context) error {
-	e.dur.distrusted = map[string]int64{}
-	e.report.Distrusted = nil
-	if e.dur.barrier == nil {
-		return nil
+// written without a barrier behind them and may hold wrong bytes. It
+// returns their names, sorted; only data files below dataDir count.
+func (s *Sink) loadUnsynced(ctx context.Context, dataDir string) ([]string, error) {
+	s.dur.distrusted = map[string]int64{}
+	if s.dur.barrier == nil {
+		return nil, nil
 	}
-	raw, err := lock.ReadStateOrSetAside(ctx, e.dst, UnsyncedFile, maxUnsyncedFile, !e.opts.DryRun, e.log)
+	raw, err := lock.ReadStateOrSetAside(ctx, s.b, UnsyncedFile, maxUnsyncedFile, !s.opts.DryRun, s.log)
 	if err != nil {
-		return fatalf("sink %s: %s%s: %w", e.dst.Location(), backend.ReservedPrefix, UnsyncedFile, err)
+		return nil, s.errorf("%s%s: %w", backend.ReservedPrefix, UnsyncedFile, err)
 	}
 	if raw == nil {
-		return nil
+		return nil, nil
 	}
-	e.dur.onDisk = true
+	s.dur.onDisk = true
 	var rec unsyncedRecord
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		// Torn it cannot be (it is written to a temporary file, fsynced
 		// and renamed); unreadable, it names nothing we can check.
-		e.log.Error("the record of files written without a barrier is unreadable; files written before a power cut may be damaged (verify --deep, then sync --repair)",
+		s.log.Error("the record of files written without a barrier is unreadable; files written before a power cut may be damaged (verify --deep, then sync --repair)",
 			zap.String("file", backend.ReservedPrefix+UnsyncedFile), zap.Error(err))
-		return nil
+		return nil, nil
 	}
 	for _, f := range rec.Files {
-		if !e.isDataFileName(f.Name) {
-			e.log.Warn("the record of files written without a barrier names a file that is not a data file; ignored",
+		if !isDataFileName(f.Name, dataDir) {
+			s.log.Warn("the record of files written without a barrier names a file that is not a data file; ignored",
 				zap.String("file", backend.ReservedPrefix+UnsyncedFile), zap.String("name", quoteName(f.Name)))
 			continue
 		}
-		e.dur.distrusted[f.Name] = f.Size
+		s.dur.distrusted[f.Name] = f.Size
 	}
-	for name := range e.dur.distrusted {
-		e.report.Distrusted = append(e.report.Distrusted, name)
+	var distrusted []string
+	for name := range s.dur.distrusted {
+		distrusted = append(distrusted, name)
 	}
-	sort.Strings(e.report.Distrusted)
-	if len(e.report.Distrusted) > 0 {
-		e.log.Warn("files written before an interrupted run (a power cut?) had no barrier behind them; copying them again",
-			zap.Int("files", len(e.report.Distrusted)), zap.Strings("first", e.report.Distrusted[:min(10, len(e.report.Distrusted))]))
+	sort.Strings(distrusted)
+	if len(distrusted) > 0 {
+		s.log.Warn("files written before an interrupted run (a power cut?) had no barrier behind them; copying them again",
+			zap.Int("files", len(distrusted)), zap.Strings("first", distrusted[:min(10, len(distrusted))]))
 	}
-	return nil
+	return distrusted, nil
 }
 
-// rewriteDistrusted copies the files of the record again, each at its
-// recorded size and replacing what the sink has, before any version is
-// published. Those it cannot copy, and those recorded without a size,
+// RewriteDistrusted copies the files of the record again with copyFile
+// (from the source), each at its recorded size and replacing what the
+// sink has, before any version is published. Those it cannot copy, and those recorded without a size,
 // stay distrusted: treated as absent, and so copied at the size a
 // catalog gives (or their versions refused) like any missing file.
-func (e *engine) rewriteDistrusted(ctx context.Context) {
-	if len(e.dur.distrusted) == 0 || e.opts.DryRun {
+func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string, size int64) error) {
+	if len(s.dur.distrusted) == 0 || s.opts.DryRun {
 		return
 	}
-	e.dur.mu.Lock()
-	if e.dur.recorded == nil {
-		e.dur.recorded, e.dur.written = map[string]int64{}, map[string]bool{}
+	s.dur.mu.Lock()
+	if s.dur.recorded == nil {
+		s.dur.recorded, s.dur.written = map[string]int64{}, map[string]bool{}
 	}
 	var names []string
 	var sizes []int64
-	for name, size := range e.dur.distrusted {
+	for name, size := range s.dur.distrusted {
 		if size < 0 {
 			// Nothing to confirm a copy by: absent for this run, and
 			// not kept in the record (a file a barrier did not cover
@@ -164,11 +161,11 @@ func (e *engine) rewriteDistrusted(ctx context.Context) {
 			// again with its catalog's size).
 			continue
 		}
-		e.dur.recorded[name] = size // the record on disk names them
+		s.dur.recorded[name] = size // the record on disk names them
 		names = append(names, name)
 		sizes = append(sizes, size)
 	}
-	e.dur.mu.Unlock()
+	s.dur.mu.Unlock()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for i, name := range names {
@@ -176,38 +173,37 @@ func (e *engine) rewriteDistrusted(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := e.copyFile(e.withoutSync(ctx), name, size); err != nil {
+			if err := copyFile(s.WithoutSync(ctx), name, size); err != nil {
 				// Left in the record: its bytes are as untrusted as before.
-				e.log.Warn("file written before a power cut could not be copied again; treated as absent",
+				s.log.Warn("file written before a power cut could not be copied again; treated as absent",
 					zap.String("file", name), zap.Error(err))
 				return
 			}
-			e.wroteUnsynced(name)
+			s.WroteUnsynced(name)
 			mu.Lock()
-			delete(e.dur.distrusted, name)
+			delete(s.dur.distrusted, name)
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
 }
 
-// isDistrusted says whether a file of the sink may hold wrong bytes.
-func (e *engine) isDistrusted(name string) bool {
-	if len(e.dur.distrusted) == 0 {
+// IsDistrusted says whether a file of the sink may hold wrong bytes.
+func (s *Sink) IsDistrusted(name string) bool {
+	if len(s.dur.distrusted) == 0 {
 		return false
 	}
-	_, ok := e.dur.distrusted[name]
+	_, ok := s.dur.distrusted[name]
 	return ok
 }
 
 // isDataFileName says whether name is a data file of the mirror's layout:
-// below data_dir, a clean name outside the mirror's own folder, and none
-// of the names a repository's readers start from.
-func (e *engine) isDataFileName(name string) bool {
-	if backend.CheckName(name) != nil || strings.HasPrefix(name, backend.ReservedPrefix) || e.settings == nil {
+// below data_dir (dir), a clean name outside the mirror's own folder, and
+// none of the names a repository's readers start from.
+func isDataFileName(name, dir string) bool {
+	if backend.CheckName(name) != nil || strings.HasPrefix(name, backend.ReservedPrefix) {
 		return false
 	}
-	dir := e.settings.DataDir
 	if dir == "" || !strings.HasPrefix(name, dir) || len(name) == len(dir) {
 		return false
 	}
@@ -228,34 +224,34 @@ func quoteName(name string) string {
 	return strconv.Quote(name)
 }
 
-// recordUnsynced adds names to the record, with the sizes their catalogs
+// RecordUnsynced adds names to the record, with the sizes their catalogs
 // give (sizes[i] for names[i]), durably, before they are written without
 // a barrier.
-func (e *engine) recordUnsynced(ctx context.Context, names []string, sizes []int64) error {
-	if !e.deferSync() || noUnsyncedRecord || len(names) == 0 {
+func (s *Sink) RecordUnsynced(ctx context.Context, names []string, sizes []int64) error {
+	if !s.deferSync() || s.opts.NoUnsyncedRecord || len(names) == 0 {
 		return nil
 	}
-	e.dur.mu.Lock()
-	defer e.dur.mu.Unlock()
-	if e.dur.recorded == nil {
-		e.dur.recorded, e.dur.written = map[string]int64{}, map[string]bool{}
+	s.dur.mu.Lock()
+	defer s.dur.mu.Unlock()
+	if s.dur.recorded == nil {
+		s.dur.recorded, s.dur.written = map[string]int64{}, map[string]bool{}
 	}
 	added := false
 	for i, n := range names {
-		if size, ok := e.dur.recorded[n]; !ok || size != sizes[i] {
-			e.dur.recorded[n] = sizes[i]
+		if size, ok := s.dur.recorded[n]; !ok || size != sizes[i] {
+			s.dur.recorded[n] = sizes[i]
 			added = true
 		}
 	}
 	if !added {
 		return nil
 	}
-	return e.writeUnsyncedLocked(ctx)
+	return s.writeUnsyncedLocked(ctx)
 }
 
-func (e *engine) writeUnsyncedLocked(ctx context.Context) error {
-	rec := unsyncedRecord{Files: make([]unsyncedEntry, 0, len(e.dur.recorded))}
-	for n, size := range e.dur.recorded {
+func (s *Sink) writeUnsyncedLocked(ctx context.Context) error {
+	rec := unsyncedRecord{Files: make([]unsyncedEntry, 0, len(s.dur.recorded))}
+	for n, size := range s.dur.recorded {
 		rec.Files = append(rec.Files, unsyncedEntry{n, size})
 	}
 	sort.Slice(rec.Files, func(i, j int) bool { return rec.Files[i].Name < rec.Files[j].Name })
@@ -263,75 +259,75 @@ func (e *engine) writeUnsyncedLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := lock.WriteState(ctx, e.dst, UnsyncedFile, append(raw, '\n')); err != nil {
-		return fatalf("sink %s: writing %s%s: %w", e.dst.Location(), backend.ReservedPrefix, UnsyncedFile, err)
+	if err := lock.WriteState(ctx, s.b, UnsyncedFile, append(raw, '\n')); err != nil {
+		return s.errorf("writing %s%s: %w", backend.ReservedPrefix, UnsyncedFile, err)
 	}
-	e.dur.onDisk = true
+	s.dur.onDisk = true
 	return nil
 }
 
-// wroteUnsynced notes that a recorded file's write returned: the next
+// WroteUnsynced notes that a recorded file's write returned: the next
 // barrier to start covers it.
-func (e *engine) wroteUnsynced(name string) {
-	e.dur.mu.Lock()
-	defer e.dur.mu.Unlock()
-	if _, ok := e.dur.recorded[name]; ok {
-		e.dur.written[name] = true
+func (s *Sink) WroteUnsynced(name string) {
+	s.dur.mu.Lock()
+	defer s.dur.mu.Unlock()
+	if _, ok := s.dur.recorded[name]; ok {
+		s.dur.written[name] = true
 	}
 }
 
-// barrier makes every write so far durable, and settles the recorded
+// Barrier makes every write so far durable, and settles the recorded
 // names written before it started. The record on disk keeps them until it
-// is written again (or removed by settleUnsynced): a power cut in between
+// is written again (or removed by SettleUnsynced): a power cut in between
 // costs only copying them again.
-func (e *engine) barrier(ctx context.Context) error {
-	if !e.deferSync() {
+func (s *Sink) Barrier(ctx context.Context) error {
+	if !s.deferSync() {
 		return nil
 	}
-	e.dur.barrierMu.Lock()
-	defer e.dur.barrierMu.Unlock()
-	e.dur.mu.Lock()
-	covered := make([]string, 0, len(e.dur.written))
-	for n := range e.dur.written {
+	s.dur.barrierMu.Lock()
+	defer s.dur.barrierMu.Unlock()
+	s.dur.mu.Lock()
+	covered := make([]string, 0, len(s.dur.written))
+	for n := range s.dur.written {
 		covered = append(covered, n)
 	}
-	e.dur.mu.Unlock()
-	if err := e.dur.barrier.Barrier(ctx); err != nil {
+	s.dur.mu.Unlock()
+	if err := s.dur.barrier.Barrier(ctx); err != nil {
 		return err
 	}
-	e.dur.mu.Lock()
+	s.dur.mu.Lock()
 	for _, n := range covered {
-		delete(e.dur.written, n)
-		delete(e.dur.recorded, n)
+		delete(s.dur.written, n)
+		delete(s.dur.recorded, n)
 	}
-	e.dur.mu.Unlock()
+	s.dur.mu.Unlock()
 	return nil
 }
 
-// settleUnsynced ends stage one: a last barrier for what no version's
+// SettleUnsynced ends stage one: a last barrier for what no version's
 // barrier covered (files of refused versions, say), then the record goes.
-func (e *engine) settleUnsynced(ctx context.Context) {
-	if !e.deferSync() {
+func (s *Sink) SettleUnsynced(ctx context.Context) {
+	if !s.deferSync() {
 		return
 	}
-	if err := e.barrier(ctx); err != nil {
-		e.log.Warn("could not make the run's writes durable; the next run copies them again", zap.Error(err))
+	if err := s.Barrier(ctx); err != nil {
+		s.log.Warn("could not make the run's writes durable; the next run copies them again", zap.Error(err))
 		return
 	}
-	e.dur.mu.Lock()
-	defer e.dur.mu.Unlock()
-	if len(e.dur.recorded) > 0 || !e.dur.onDisk {
+	s.dur.mu.Lock()
+	defer s.dur.mu.Unlock()
+	if len(s.dur.recorded) > 0 || !s.dur.onDisk {
 		// Names not written by this run (a cancelled copy) stay recorded.
-		if len(e.dur.recorded) > 0 {
-			if err := e.writeUnsyncedLocked(ctx); err != nil {
-				e.log.Warn("could not rewrite the record of unsynced files", zap.Error(err))
+		if len(s.dur.recorded) > 0 {
+			if err := s.writeUnsyncedLocked(ctx); err != nil {
+				s.log.Warn("could not rewrite the record of unsynced files", zap.Error(err))
 			}
 		}
 		return
 	}
-	if err := lock.RemoveState(ctx, e.dst, UnsyncedFile); err != nil {
-		e.log.Warn("could not remove the record of unsynced files; the next run copies them again", zap.Error(err))
+	if err := lock.RemoveState(ctx, s.b, UnsyncedFile); err != nil {
+		s.log.Warn("could not remove the record of unsynced files; the next run copies them again", zap.Error(err))
 		return
 	}
-	e.dur.onDisk = false
+	s.dur.onDisk = false
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
 // Check reads the lock back at once, without waiting for the next

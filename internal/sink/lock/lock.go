@@ -215,20 +215,26 @@ func (h *Held) removeIfOurs(ctx context.Context) error {
 	return nil
 }
 
-func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, error) {
+// newObjectHeld is the lock object this run will hold, with a random token.
+func newObjectHeld(b backend.Backend, opts Options) *Held {
 	log := opts.Logger.With(zap.String("sink", b.Location()))
 	if !b.Properties().AtomicCreate {
 		log.Warn("this store cannot create objects atomically; two runs starting at once may both take the lock")
 	}
 	var token [16]byte
 	rand.Read(token[:])
-	h := &Held{
+	return &Held{
 		b:    b,
 		rec:  lockRecord{Owner: opts.Owner, Token: hex.EncodeToString(token[:])},
 		log:  log,
 		done: make(chan struct{}),
 		lost: make(chan struct{}),
 	}
+}
+
+func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, error) {
+	h := newObjectHeld(b, opts)
+	log := h.log
 	deadline := time.Now().Add(opts.Wait)
 	// A waiter reads the lock (one small GET) this often.
 	poll := min(max(opts.TTL/8, 50*time.Millisecond), time.Second)

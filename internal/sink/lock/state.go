@@ -31,7 +31,7 @@ import (
 // and read through the limit, so that no planted file can make a run
 // follow it out of the mirror, wait on it, or read it without end.
 func ReadState(ctx context.Context, b backend.Reader, name string, limit int64) ([]byte, error) {
-	if l, ok := backend.Innermost(b).(*local.Local); ok {
+	if l, ok := backend.As[*local.Local](b); ok {
 		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
 		data, err := readLocalState(p, limit)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -124,7 +124,7 @@ func ReadStateOrSetAside(ctx context.Context, b backend.Reader, name string, lim
 // store it is copied there where the store copies, then removed.
 func SetAside(ctx context.Context, b backend.Reader, name string) (string, error) {
 	aside := name + "." + time.Now().UTC().Format("20060102T150405.000000000Z") + ".set-aside"
-	if l, ok := backend.Innermost(b).(*local.Local); ok {
+	if l, ok := backend.As[*local.Local](b); ok {
 		dir := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix))
 		if err := os.Rename(filepath.Join(dir, filepath.FromSlash(name)), filepath.Join(dir, filepath.FromSlash(aside))); err != nil {
 			return "", err

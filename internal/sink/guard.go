@@ -1,22 +1,24 @@
-package sync
+package sink
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
 
 // guarded is the sink of a run that locks lazily: a write before the lock
-// is held is a bug in hasWork, and fails instead of racing another run.
+// is held is a bug in the run's plan (internal/sync's hasWork), and fails
+// instead of racing another run.
 type guarded struct {
 	backend.Backend
-	e *engine
+	locked *atomic.Bool
 }
 
 func (g guarded) check(name string) error {
-	if !g.e.locked.Load() {
+	if !g.locked.Load() {
 		return fmt.Errorf("internal error: writing %s before holding the mirror's lock", name)
 	}
 	return nil

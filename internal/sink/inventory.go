@@ -1,0 +1,113 @@
+package sink
+
+import (
+	"context"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// Inventory is what the mirror holds, read before anything is written.
+type Inventory struct {
+	Settings []byte // the mirror's fdl.json; nil when it has none
+	Refs     repo.Refs
+	RefsJSON []byte // nil when absent
+	Head     []byte // nil when absent
+	// Tokens are the version tokens (backend.FileInfo.Version) of the ref
+	// files, refs.json and HEAD as the inventory read them, for the
+	// conditional writes of WriteRefs; an object absent when read has
+	// none. Empty on a store without conditional writes.
+	Tokens map[string]string
+	// RefsMoving: RefsMovingFile is there (an earlier run stopped while
+	// moving refs, or this run is moving them).
+	RefsMoving bool
+	// Versions maps every version folder to its files and their sizes.
+	Versions map[string]map[string]int64
+	// Pending are the ancestors earlier runs could not mirror.
+	Pending map[string]PendingVersion
+	// Distrusted lists, sorted, the files an earlier run wrote with no
+	// barrier behind them (see durability.go): the sink copies them again.
+	Distrusted []string
+}
+
+// Complete says whether the mirror holds version id complete: its
+// version.json, written last, is there.
+func (inv *Inventory) Complete(id string) bool {
+	_, ok := inv.Versions[id][repo.RecordFile]
+	return ok
+}
+
+// TakeInventory reads the mirror's fdl.json, refs, refs.json and HEAD,
+// its pending versions and the record of unsynced files, and lists its
+// versions/ (one listing, whatever the number of versions). The sink
+// keeps the record for the run's durability (see durability.go): only
+// data files below dataDir (the upstream's data_dir) count in it.
+func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, error) {
+	inv := &Inventory{Tokens: map[string]string{}}
+	var err error
+	if inv.Settings, err = s.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
+		return nil, err
+	}
+	if inv.Versions, err = repo.ListVersions(ctx, s.b, nil); err != nil {
+		return nil, s.errorf("%w", err)
+	}
+	if err := s.readRefs(ctx, inv); err != nil {
+		return nil, err
+	}
+	if inv.Pending, err = s.readPending(ctx); err != nil {
+		return nil, err
+	}
+	if inv.Distrusted, err = s.loadUnsynced(ctx, dataDir); err != nil {
+		return nil, err
+	}
+	if inv.Head, err = s.readVersioned(ctx, inv, repo.HeadFile, repo.MaxSmallFile); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// DataFile says whether the mirror has a data file, and its size, from
+// one listing of its data_dir made the first time a version needs it.
+func (s *Sink) DataFile(ctx context.Context, dataDir, name string) (int64, bool, error) {
+	files, err := s.data.Load(ctx, s.b, dataDir)
+	if err != nil {
+		return 0, false, s.errorf("listing %s: %w", dataDir, err)
+	}
+	size, ok := files[name]
+	return size, ok, nil
+}
+
+// StatFile says whether the mirror has a file, and its size, asking for
+// it alone.
+func (s *Sink) StatFile(ctx context.Context, name string) (int64, bool, error) {
+	fi, err := s.b.Stat(ctx, name)
+	if backend.IsNotExist(err) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, s.errorf("%w", err)
+	}
+	return fi.Size, true, nil
+}
+
+// DataListed says whether data_dir was listed, and how many files the
+// listing holds.
+func (s *Sink) DataListed() (listed bool, files int) {
+	if !s.data.Loaded() {
+		return false, 0
+	}
+	return true, s.data.Len()
+}
+
+// HasDataFile says whether the mirror holds a data file at size (-1: any),
+// without a request per file on an object store: a local mirror is asked
+// (a stat is a system call), an object store's data_dir is listed once
+// per run.
+func (s *Sink) HasDataFile(ctx context.Context, dataDir, name string, size int64) bool {
+	lookup := func(ctx context.Context, name string) (int64, bool, error) { return s.DataFile(ctx, dataDir, name) }
+	if _, ok := backend.As[interface{ Dir() string }](s.b); ok {
+		lookup = s.StatFile
+	}
+	have, ok, err := lookup(ctx, name)
+	return err == nil && ok && (size < 0 || have == size)
+}

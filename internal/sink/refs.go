@@ -1,0 +1,222 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+)
+
+// RefsMovingFile (under .fdl-mirror/) is there while stage two moves refs:
+// written before the first ref file, removed once refs.json says what the
+// ref files hold. Where it is absent, refs.json is what the mirror's ref
+// files hold, and a run takes their values from it instead of reading
+// 20,000 ref files one request each; where it is present, a run stopped
+// between a ref file and refs.json, and every ref file is read.
+const RefsMovingFile = "refs-moving"
+
+// readRefs lists the mirror's ref files, reads refs.json and the
+// ref files whose values it cannot take from refs.json: those refs.json
+// does not name, those whose listed size (or MD5, where the store lists
+// one) is not that of the value refs.json gives, and all of them while
+// RefsMovingFile says a run stopped mid-move.
+func (s *Sink) readRefs(ctx context.Context, inv *Inventory) error {
+	files, err := repo.ListRefFiles(ctx, s.b)
+	if err != nil {
+		return s.errorf("reading refs: %w", err)
+	}
+	for _, fi := range files {
+		if fi.Version != "" {
+			inv.Tokens[fi.Name] = fi.Version
+		}
+	}
+	// refs.json is read up to a size the listed refs call for: the
+	// mirror wrote it from those refs.
+	if inv.RefsJSON, err = s.readVersioned(ctx, inv, repo.RefsFile, repo.RefsJSONLimitListed(files)); err != nil {
+		return err
+	}
+	marker, err := lock.ReadState(ctx, s.b, RefsMovingFile, repo.MaxSmallFile)
+	var unusable *lock.UnusableStateError
+	if errors.As(err, &unusable) {
+		// Whatever it holds, it says a run may have stopped mid-move:
+		// every ref file is read, and the next move writes it anew.
+		s.log.Warn("the mirror's marker of a move of refs is unusable; reading every ref file",
+			zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.Error(err))
+		if !s.opts.DryRun {
+			if aside, serr := lock.SetAside(ctx, s.b, RefsMovingFile); serr == nil {
+				s.log.Warn("the unusable state file is set aside", zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.String("set_aside_as", backend.ReservedPrefix+aside))
+			}
+		}
+		marker, err = []byte{}, nil
+	}
+	if err != nil {
+		return s.errorf("%s%s: %w", backend.ReservedPrefix, RefsMovingFile, err)
+	}
+	inv.RefsMoving = marker != nil
+	var fromJSON repo.Refs
+	if inv.RefsJSON != nil && !inv.RefsMoving {
+		fromJSON, _, _ = repo.ParseRefsJSON(inv.RefsJSON) // unparsable: read every file
+	}
+	if inv.RefsMoving {
+		s.log.Info("an earlier run stopped while moving refs; reading every ref file of the mirror")
+	}
+	known := func(fi backend.FileInfo) (string, bool) {
+		id, ok := fromJSON[fi.Name]
+		if !ok || fi.Size != int64(len(repo.RefFileContent(id))) {
+			return "", false
+		}
+		if fi.MD5 != "" && !repo.ListingHolds(fi, id) {
+			return "", false
+		}
+		return id, true
+	}
+	if inv.Refs, _, err = repo.ReadRefFiles(ctx, s.b, files, known); err != nil {
+		return s.errorf("reading refs: %w", err)
+	}
+	return nil
+}
+
+// RefWrite is a ref file to write, and how its write went.
+type RefWrite struct {
+	Name, ID string
+	Err      error
+}
+
+// RefsWritten says how writing the refs went past the ref files.
+type RefsWritten struct {
+	// Refs are the mirror's ref files after the writes.
+	Refs repo.Refs
+	// MarkerErr: RefsMovingFile could not be written, so no ref file was.
+	MarkerErr error
+	// RefsJSONErr, HeadErr: refs.json or HEAD could not be written.
+	RefsJSONErr, HeadErr error
+	// HeadUnknown: HEAD names a ref the mirror does not have yet; HEAD
+	// was not written.
+	HeadUnknown bool
+}
+
+// WriteRefs is stage two in the mirror's order: RefsMovingFile before the
+// first ref file moves; the ref files at once (each names a version
+// complete in the mirror, so their order among themselves does not
+// matter); refs.json from the ref files the mirror then holds; the marker
+// removed once refs.json says what every ref file holds; HEAD naming
+// head ("" leaves it). inv is the inventory the writes were planned from;
+// each write is conditional on the file being as inv read it (putRead).
+// Each write's error is in its RefWrite or in RefsWritten; the error
+// returned is the context's, when the run was stopped among the ref
+// files, or one wrapping backend.ErrPreconditionFailed when the store
+// refused a write because another run changed the file since: nothing
+// more is written then (neither refs.json nor HEAD from this run's view).
+func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite, head string) (RefsWritten, error) {
+	out := RefsWritten{Refs: repo.Refs{}}
+	for name, id := range inv.Refs {
+		out.Refs[name] = id
+	}
+	moving := inv.RefsMoving
+	if len(writes) > 0 {
+		if err := s.startMovingRefs(ctx, moving); err != nil {
+			out.MarkerErr = err
+			writes = nil
+		} else {
+			moving = moving || !s.opts.DryRun
+		}
+	}
+	// One at a time, a first mirror of 20,000 tags took 40 s on the test
+	// gateway.
+	width := repo.RefReaders
+	if s.opts.DryRun {
+		width = 1 // the plan lists them in name order; nothing is written
+	}
+	eachOf(width, len(writes), func(k int) {
+		w := writes[k]
+		w.Err = s.putRead(ctx, inv, w.Name, repo.RefFileContent(w.ID))
+	})
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	for _, w := range writes {
+		if backend.IsPreconditionFailed(w.Err) {
+			return out, w.Err
+		}
+	}
+	refWriteFailed := false // a ref file may hold what refs.json will not say
+	for _, w := range writes {
+		if w.Err != nil {
+			refWriteFailed = true
+			continue
+		}
+		out.Refs[w.Name] = w.ID
+	}
+	want := repo.RefsJSON(out.Refs)
+	if string(inv.RefsJSON) != string(want) {
+		out.RefsJSONErr = s.putRead(ctx, inv, repo.RefsFile, want)
+		if backend.IsPreconditionFailed(out.RefsJSONErr) {
+			return out, out.RefsJSONErr
+		}
+	}
+	if out.RefsJSONErr == nil && !refWriteFailed && moving {
+		s.doneMovingRefs(ctx)
+	}
+	if head == "" {
+		return out, nil
+	}
+	if _, ok := out.Refs[head]; !ok {
+		out.HeadUnknown = true
+		return out, nil
+	}
+	if content := []byte("ref: " + head + "\n"); string(inv.Head) != string(content) {
+		out.HeadErr = s.putRead(ctx, inv, repo.HeadFile, content)
+		if backend.IsPreconditionFailed(out.HeadErr) {
+			return out, out.HeadErr
+		}
+	}
+	return out, nil
+}
+
+// startMovingRefs writes RefsMovingFile before the first ref file moves.
+func (s *Sink) startMovingRefs(ctx context.Context, moving bool) error {
+	if s.opts.DryRun || moving {
+		return nil
+	}
+	stamp := []byte(`{"started":"` + time.Now().UTC().Format(time.RFC3339Nano) + `"}` + "\n")
+	return lock.WriteState(ctx, s.b, RefsMovingFile, stamp)
+}
+
+// doneMovingRefs removes RefsMovingFile once refs.json says what every ref
+// file holds: not after a ref file or refs.json failed to be written.
+func (s *Sink) doneMovingRefs(ctx context.Context) {
+	if s.opts.DryRun {
+		return
+	}
+	if err := lock.RemoveState(ctx, s.b, RefsMovingFile); err != nil {
+		s.log.Warn("removing the mirror's refs-moving marker; the next run reads every ref file",
+			zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.Error(err))
+	}
+}
+
+// eachOf calls fn for 0 to n-1 from at most width goroutines.
+func eachOf(width, n int, fn func(k int)) {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(width, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				k := int(next.Add(1)) - 1
+				if k >= n {
+					return
+				}
+				fn(k)
+			}
+		}()
+	}
+	wg.Wait()
+}

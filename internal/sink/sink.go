@@ -1,0 +1,254 @@
+// Package sink is the mirror: what it holds, read before anything is
+// written (the inventory, returned whole as a value), its state files
+// under .fdl-mirror/, the write guard of a run that locks lazily,
+// durability (barriers and the record of files written without one),
+// publishing a version folder (version.json last, behind a barrier), and
+// writing refs in the mirror's order: the refs-moving marker, the ref
+// files, refs.json, HEAD. It judges nothing of the upstream: its errors
+// are plain, and internal/sync, which plans a run, classifies them.
+//
+// In a run (see internal/sync): TakeInventory while the source's refs
+// are read; Locked once the run holds the lock; then, version by
+// version, data files and folder files through Backend (each recorded
+// with RecordUnsynced where a barrier will cover it), PublishVersion;
+// SettleUnsynced at the end of stage one; WriteRefs for stage two; the
+// state files last.
+//
+// Files: sink.go (Sink, writing small files and catalogs), inventory.go
+// (the inventory, the data_dir listing), guard.go (the write guard),
+// durability.go (barriers, the unsynced record), versions.go (publishing
+// a version folder), refs.go (reading and writing refs, the marker),
+// state.go (pending.json, source.json, upstream.json), same.go (whether
+// the mirror holds the upstream's repository), lock/ (the mirror's lock,
+// and the state files' reading and writing).
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// Options tune a Sink.
+type Options struct {
+	// DryRun writes nothing: every write is planned instead.
+	DryRun bool
+	// Guarded makes every write fail until Locked is called: the sink of
+	// a run that takes the mirror's lock only once it has work.
+	Guarded bool
+	Logger  *zap.Logger
+	// Copied is told of every file written, with its size.
+	Copied func(bytes int64)
+	// Planned is told of every file a dry run would write.
+	Planned func(name string)
+	// NoUnsyncedRecord turns the record of unsynced files off, for the
+	// test that shows what a power cut does without it.
+	NoUnsyncedRecord bool
+}
+
+// Sink is a mirror being written by one run.
+type Sink struct {
+	b      backend.Backend // behind the write guard when Options.Guarded
+	opts   Options
+	log    *zap.Logger
+	locked atomic.Bool // the run holds the mirror's lock (see guard.go)
+	dur    durability
+	data   backend.LazyListing // data_dir, listed only when a version needs it
+}
+
+// New is the mirror in b.
+func New(b backend.Backend, opts Options) *Sink {
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Copied == nil {
+		opts.Copied = func(int64) {}
+	}
+	if opts.Planned == nil {
+		opts.Planned = func(string) {}
+	}
+	s := &Sink{b: b, opts: opts, log: opts.Logger}
+	s.dur.barrier, _ = backend.As[backend.Barrier](b)
+	if opts.Guarded {
+		s.b = guarded{b, &s.locked}
+	}
+	return s
+}
+
+// Backend is the mirror's store, behind the write guard: data files are
+// copied into it from the source.
+func (s *Sink) Backend() backend.Backend { return s.b }
+
+// Location is the mirror's address, for messages.
+func (s *Sink) Location() string { return s.b.Location() }
+
+// DryRun says whether the sink writes nothing.
+func (s *Sink) DryRun() bool { return s.opts.DryRun }
+
+// Locked says the run holds the mirror's lock: writes may begin.
+func (s *Sink) Locked() { s.locked.Store(true) }
+
+// IsLocked says whether Locked was called.
+func (s *Sink) IsLocked() bool { return s.locked.Load() }
+
+// PutBytes writes a small file (a ref, a record, refs.json).
+func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
+	if s.opts.DryRun {
+		s.opts.Planned(name)
+		return nil
+	}
+	if err := s.b.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
+		return err
+	}
+	s.opts.Copied(int64(len(b)))
+	return nil
+}
+
+// PutCatalog writes a fetched catalog from its local copy, with the
+// SHA-256 of the bytes that were read: a store that can check a write
+// against it (S3) stores those bytes or nothing.
+func (s *Sink) PutCatalog(ctx context.Context, name string, cat *catalog.Fetched) error {
+	if s.opts.DryRun {
+		s.opts.Planned(name)
+		return nil
+	}
+	f, err := os.Open(cat.Path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := s.b.Put(backend.WithContentSHA256(ctx, cat.SHA256), name, f, cat.Size); err != nil {
+		return err
+	}
+	s.opts.Copied(cat.Size)
+	return nil
+}
+
+// readOptional reads a small file of the mirror; nil when it is absent.
+func (s *Sink) readOptional(ctx context.Context, name string, limit int64) ([]byte, error) {
+	b, err := backend.ReadAll(ctx, s.b, name, limit)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.errorf("%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// readVersioned is readOptional that records the version read in
+// inv.Tokens, for a write of WriteRefs conditional on it.
+func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, limit int64) ([]byte, error) {
+	b, version, err := backend.ReadAllVersion(ctx, s.b, name, limit)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, s.errorf("%s: %w", name, err)
+	}
+	if version != "" {
+		inv.Tokens[name] = version
+	}
+	return b, nil
+}
+
+// putRead writes a ref file, refs.json or HEAD only if it is still what
+// the inventory read (If-Match its version token, or If-None-Match: *
+// where it was absent), on a store that can make writes conditional. A
+// run paused past its lock's lifetime (a GC pause, a frozen VM) may
+// check its lock, be paused, and write after another run took the
+// mirror over: only the store can refuse that write (see
+// backend.Conditional). A local folder needs no condition: its flock is
+// held by the kernel through any pause. A refused write is an error
+// wrapping backend.ErrPreconditionFailed (see fenced).
+func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byte) error {
+	if s.opts.DryRun {
+		s.opts.Planned(name)
+		return nil
+	}
+	err := backend.ReplaceIfUnchanged(ctx, s.b, name, b, inv.Tokens[name])
+	if backend.IsPreconditionFailed(err) {
+		return fenced(name, err)
+	}
+	if err != nil {
+		return err
+	}
+	s.opts.Copied(int64(len(b)))
+	return nil
+}
+
+// createRecord writes a version's version.json only where there is none
+// (If-None-Match: * on an object store): a record already there was
+// published by another run, which is fine when it holds these bytes, and
+// means this run lost the mirror to another when it does not.
+func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
+	if s.opts.DryRun {
+		s.opts.Planned(name)
+		return nil
+	}
+	err := s.b.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
+	if errors.Is(err, backend.ErrExist) {
+		there, rerr := backend.ReadAll(ctx, s.b, name, int64(len(b))+1)
+		if rerr == nil && string(there) == string(b) {
+			return nil
+		}
+		return fenced(name, fmt.Errorf("%w: %w", backend.ErrPreconditionFailed, err))
+	}
+	if err != nil {
+		return err
+	}
+	s.opts.Copied(int64(len(b)))
+	return nil
+}
+
+// fenced is the error of a write the store refused because another run
+// changed name since this run read it: the run lost the mirror's lock,
+// whatever its renewal has seen so far, and must stop before it writes
+// more. It wraps backend.ErrPreconditionFailed, by which the caller
+// tells it from a failed write.
+func fenced(name string, err error) error {
+	return fmt.Errorf("%s was changed by another run since this run read it; the store refused the write: %w", name, err)
+}
+
+// errorf is an error about the mirror, naming it.
+func (s *Sink) errorf(format string, args ...any) error {
+	return fmt.Errorf("sink %s: "+format, append([]any{s.b.Location()}, args...)...)
+}
+
+func zapFile(name string) zap.Field { return zap.String("file", backend.ReservedPrefix+name) }
+func zapErr(err error) zap.Field    { return zap.Error(err) }
+
+// CreateSettings creates the mirror's fdl.json with raw only where it has
+// none (If-None-Match: *). When one is there all the same (made between
+// the inventory and this create, or by our own create whose answer was
+// lost and retried), it returns that one for the caller to judge.
+func (s *Sink) CreateSettings(ctx context.Context, raw []byte) (existing []byte, err error) {
+	if s.opts.DryRun {
+		s.opts.Planned(repo.SettingsFile)
+		return nil, nil
+	}
+	err = s.b.Create(ctx, repo.SettingsFile, strings.NewReader(string(raw)), int64(len(raw)))
+	if errors.Is(err, backend.ErrExist) {
+		have, err := s.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile)
+		if err != nil {
+			return nil, err
+		}
+		if have == nil {
+			return nil, s.errorf("%s exists and then does not", repo.SettingsFile)
+		}
+		return have, nil
+	}
+	if err != nil {
+		return nil, s.errorf("creating %s: %w", repo.SettingsFile, err)
+	}
+	return nil, nil
+}

@@ -1,0 +1,85 @@
+package source
+
+import (
+	"context"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// Refs is the upstream's refs as ReadRefs read them.
+type Refs struct {
+	Refs repo.Refs // the refs that follow the rules
+	Head string    // the ref HEAD names; "" without a readable HEAD
+	// Refused are the refs (and HEAD) that break the rules, and the
+	// failure to read them at all.
+	Refused []*RefusalError
+	// Unread: the refs could not be read at all (Refs is empty).
+	Unread bool
+}
+
+// ReadRefs reads every ref upstream: by listing refs/ where the store can
+// list, else from refs.json. Refs that break the rules are refused and
+// left out; the rest go on. A ref file whose listing shows the content of
+// the value seen gives for it (the value the mirror last saw upstream),
+// or of the value the previous ReadRefs read (before the run took the
+// lock), is not read again (see repo.ListingHolds).
+func (s *Source) ReadRefs(ctx context.Context, seen func(ref string) (version string, ok bool)) Refs {
+	var out Refs
+	var bad []*repo.RefError
+	var err error
+	if s.r.Properties().CanList {
+		var files []backend.FileInfo
+		if files, err = repo.ListRefFiles(ctx, s.r); err == nil {
+			read := s.read
+			out.Refs, bad, err = repo.ReadRefFiles(ctx, s.r, files, func(fi backend.FileInfo) (string, bool) {
+				if id, ok := seen(fi.Name); ok && repo.ListingHolds(fi, id) {
+					return id, true
+				}
+				id, ok := read[fi.Name]
+				return id, ok && repo.ListingHolds(fi, id)
+			})
+			if err == nil {
+				s.read = out.Refs
+			}
+		}
+	} else {
+		out.Refs, bad, err = repo.ReadRefs(ctx, s.r)
+	}
+	if err != nil {
+		where := repo.RefsDir
+		if !s.r.Properties().CanList {
+			where = repo.RefsFile
+		}
+		out.Refused = append(out.Refused, Refuse(ReasonBadRef, "", where, "source %s: %v", s.r.Location(), err))
+		out.Refs, out.Unread = repo.Refs{}, true
+	}
+	for _, b := range bad {
+		r := Refuse(ReasonBadRef, "", b.Ref, "%v", b.Err)
+		r.Ref = b.Ref
+		out.Refused = append(out.Refused, r)
+	}
+	out.Head, err = s.readHead(ctx)
+	if err != nil {
+		out.Refused = append(out.Refused, err.(*RefusalError))
+	}
+	return out
+}
+
+// readHead reads the ref HEAD names: "" and no error without a HEAD.
+func (s *Source) readHead(ctx context.Context) (string, error) {
+	raw, err := backend.ReadAll(ctx, s.r, repo.HeadFile, repo.MaxSmallFile)
+	switch {
+	case backend.IsNotExist(err):
+		return "", nil
+	case err != nil:
+		return "", Refuse(ReasonBadRef, "", repo.HeadFile, "reading %s: %v", repo.HeadFile, err)
+	}
+	head, err := repo.ParseHead(raw)
+	if err != nil {
+		r := Refuse(ReasonBadRef, "", repo.HeadFile, "%v", err)
+		r.Ref = repo.HeadFile
+		return "", r
+	}
+	return head, nil
+}

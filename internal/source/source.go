@@ -1,0 +1,173 @@
+// Package source is the upstream, read and judged: everything untrusted
+// enters the mirror here. It reads the repository's settings (fdl.json),
+// its refs (by listing refs/, or from refs.json where the store cannot
+// list, with the values the mirror saw last as a hint), version records,
+// signatures (judged by a Trust: keys the operator trusts, never the
+// repository's own list), the files and sizes of version folders, and
+// whether a version was withdrawn or expired. A verdict against the
+// upstream is a Refusal, with one of the reasons below; internal/sync
+// decides what a refusal stops.
+//
+// In a run (see internal/sync): ReadSettings first; ReadRefs while the
+// sink takes its inventory (and again once the run holds the lock);
+// ListVersions; then, per version, ReadRecord, VersionFiles,
+// ReadSignature and CheckSignature, and Size before a server-side copy.
+// A prune asks VersionStatus.
+//
+// Files: source.go (Source, settings, versions and sizes), refs.go (the
+// upstream's refs), records.go (records and signatures, Trust),
+// refusal.go (Refusal, its reasons), status.go (withdrawn or expired).
+package source
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// Source is an upstream repository as one run reads it.
+type Source struct {
+	r        backend.Reader
+	log      *zap.Logger
+	trust    Trust          // nil: no signature is checked
+	settings *repo.Settings // once ReadSettings
+	versions map[string]map[string]int64
+	data     backend.LazyListing // data_dir, listed for many server-side copies
+	stats    atomic.Int64        // files asked for their size one by one (see Size)
+	read     repo.Refs           // the refs as ReadRefs last read them
+}
+
+// New is the upstream in r; trust nil checks no signature.
+func New(r backend.Reader, trust Trust, log *zap.Logger) *Source {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Source{r: r, trust: trust, log: log}
+}
+
+// Reader is the upstream's store.
+func (s *Source) Reader() backend.Reader { return s.r }
+
+// Location is the upstream's address, for messages.
+func (s *Source) Location() string { return s.r.Location() }
+
+// Settings is the upstream's fdl.json, as ReadSettings read it.
+func (s *Source) Settings() *repo.Settings { return s.settings }
+
+// ReadSettings reads and checks the upstream's fdl.json, and warns where
+// the signers it lists differ from the trusted ones.
+func (s *Source) ReadSettings(ctx context.Context) (*repo.Settings, error) {
+	raw, err := backend.ReadAll(ctx, s.r, repo.SettingsFile, repo.MaxSmallFile)
+	if err != nil {
+		return nil, s.errorf("%s: %w", repo.SettingsFile, err)
+	}
+	settings, err := repo.ParseSettings(raw)
+	if err != nil {
+		return nil, s.errorf("%w", err)
+	}
+	s.settings = settings
+	if s.trust != nil {
+		if w := s.trust.CompareRepoSigners(settings.Signers); w != "" {
+			s.log.Warn("repository signers differ from the trusted signers", zap.String("detail", w))
+		}
+	}
+	return settings, nil
+}
+
+// ListVersions lists versions/ upstream, where the store can list: one
+// listing, whatever the number of versions.
+func (s *Source) ListVersions(ctx context.Context) error {
+	if !s.r.Properties().CanList {
+		return nil
+	}
+	versions, err := repo.ListVersions(ctx, s.r, nil)
+	if err != nil {
+		return s.errorf("%w", err)
+	}
+	s.versions = versions
+	return nil
+}
+
+// Versions maps every version folder upstream to its files and sizes;
+// nil where the store cannot list.
+func (s *Source) Versions() map[string]map[string]int64 { return s.versions }
+
+// VersionFiles names the files of a version's folder upstream, with
+// their sizes (-1 where unknown until read). A store that cannot list is
+// asked for the names the layout knows.
+func (s *Source) VersionFiles(ctx context.Context, id string) (map[string]int64, error) {
+	if s.versions != nil {
+		return s.versions[id], nil
+	}
+	names := append(append([]string{}, repo.KnownVersionFiles...), s.settings.CatalogFiles()...)
+	files := map[string]int64{}
+	for _, n := range names {
+		if err := s.statVersionFile(ctx, id, n, files); err != nil {
+			return nil, err
+		}
+	}
+	// ducklake.duckdb first, then metadata.db, as newer tools name the
+	// catalog: a version with both is read from ducklake.duckdb, and
+	// its metadata.db is not asked for.
+	if _, ok := files[repo.CatalogFile]; !ok {
+		if err := s.statVersionFile(ctx, id, repo.MetadataFile, files); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+// statVersionFile adds a file of a version's folder upstream to files
+// with its size, where it exists.
+func (s *Source) statVersionFile(ctx context.Context, id, name string, files map[string]int64) error {
+	fi, err := s.r.Stat(ctx, repo.VersionFile(id, name))
+	if backend.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	files[name] = fi.Size
+	return nil
+}
+
+// listPage is how many names a list request returns (S3's and GCS's
+// default page).
+const listPage = 1000
+
+// Size is an upstream file's size, checked before a server-side copy (no
+// byte passes through the mirror to count). A run copying many files (it
+// listed the sink's data_dir, of sinkFiles files, rather than asking file
+// by file) takes the sizes from one listing of the upstream's data_dir: a
+// page per thousand files instead of a request per file. It asks file by
+// file first, as many times as that listing would take pages (guessed
+// from the sink's, which holds most of the same files): a run adding ten
+// files to a mirror of twenty thousand asks ten times rather than listing
+// twenty pages, and one copying everything pays at most twice the cheaper
+// way.
+func (s *Source) Size(ctx context.Context, name string, sinkListed bool, sinkFiles int) (int64, error) {
+	if sinkListed && s.r.Properties().CanList && strings.HasPrefix(name, s.settings.DataDir) &&
+		(s.data.Loaded() || s.stats.Add(1) > int64(sinkFiles/listPage+1)) {
+		files, err := s.data.Load(ctx, s.r, s.settings.DataDir)
+		if size, ok := files[name]; ok && err == nil {
+			return size, nil
+		}
+		// Not listed (or the listing failed): ask for it alone.
+	}
+	fi, err := s.r.Stat(ctx, name)
+	return fi.Size, err
+}
+
+// DataListed says whether the upstream's data_dir was listed.
+func (s *Source) DataListed() bool { return s.data.Loaded() }
+
+// errorf is an error about the upstream, naming it.
+func (s *Source) errorf(format string, args ...any) error {
+	return fmt.Errorf("source %s: "+format, append([]any{s.r.Location()}, args...)...)
+}

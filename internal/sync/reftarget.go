@@ -1,0 +1,125 @@
+package sync
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
+)
+
+// checkRefTarget applies the run's policy to a version complete in the
+// sink before a ref moves to it: it may have been mirrored under another
+// policy (signatures optional, a key since removed). Its record and
+// signature are read from the sink, once per version and run.
+func (e *engine) checkRefTarget(ctx context.Context, id string) *refusal {
+	e.mu.Lock()
+	now := e.versions.publishedNow[id]
+	r, seen := e.versions.targetChecks[id]
+	e.mu.Unlock()
+	if now || seen {
+		return r // published by this run: checked as it was copied
+	}
+	r = e.judgeSinkVersion(ctx, id)
+	e.mu.Lock()
+	e.versions.targetChecks[id] = r
+	e.mu.Unlock()
+	return r
+}
+
+// confirmFiles returns the data files that a version complete in the sink
+// from before this run names and the sink lacks now: a folder with
+// version.json is not proof that its files are all there (a prune that
+// ran while the run publishing it was paused, a hand's removal). A
+// version this run published was confirmed as it was, and costs nothing
+// here; another is confirmed once per run, from its catalogs in the sink
+// and one listing of data_dir.
+func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) {
+	e.mu.Lock()
+	now := e.versions.publishedNow[id]
+	missing, seen := e.versions.confirmed[id]
+	e.mu.Unlock()
+	if now || e.opts.DryRun {
+		return nil, nil
+	}
+	if seen {
+		return missing, nil
+	}
+	missing, err := e.missingDataFiles(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.versions.confirmed[id] = missing
+	e.mu.Unlock()
+	return missing, nil
+}
+
+// missingDataFiles returns the data files the catalogs of version id in
+// the sink name that the sink lacks, or holds at another size.
+func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, error) {
+	have := e.inv.Versions[id]
+	dataDir := e.src.Settings().DataDir
+	var missing []string
+	seen := map[string]bool{}
+	for _, file := range append([]string{repo.MainCatalog(have)}, repo.AlternateCatalogs(have)...) {
+		cat, err := e.readSinkFile(ctx, id, file)
+		if err != nil {
+			return nil, fmt.Errorf("catalog %s: %w", repo.VersionFile(id, file), err)
+		}
+		for _, f := range cat.Files {
+			name := dataDir + f.Path
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			size, ok, err := e.sink.DataFile(ctx, dataDir, name)
+			if err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
+				// The listing is this run's first: a file this run
+				// copied since (a repair) is asked for alone.
+				size, ok, err = e.sink.StatFile(ctx, name)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if !ok || (f.Size >= 0 && size != f.Size) {
+				missing = append(missing, name)
+			}
+		}
+	}
+	return missing, nil
+}
+
+func firstOf(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	return names[0]
+}
+
+func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {
+	recordName := repo.VersionFile(id, repo.RecordFile)
+	raw, err := backend.ReadAll(ctx, e.sink.Backend(), recordName, repo.MaxRecordFile)
+	if err != nil {
+		return refuse(ReasonRecord, id, recordName, "version %s: reading the mirror's %s: %v", id, recordName, err)
+	}
+	if _, err := repo.ParseRecord(id, raw); err != nil {
+		return source.RecordRefusal(id, err)
+	}
+	if e.opts.Trust == nil {
+		return nil
+	}
+	sigName := repo.VersionFile(id, repo.SignatureFile)
+	sig, err := backend.ReadAll(ctx, e.sink.Backend(), sigName, repo.MaxSmallFile)
+	if backend.IsNotExist(err) {
+		sig, err = nil, nil
+	}
+	if err != nil {
+		return refuse(ReasonSignature, id, sigName, "version %s: reading the mirror's %s: %v", id, sigName, err)
+	}
+	if err := e.opts.Trust.CheckVersion(id, raw, sig); err != nil {
+		return refuse(ReasonSignature, id, sigName, "%v", err)
+	}
+	return nil
+}
