@@ -60,8 +60,9 @@ type Difference struct {
 
 // ErrNoDifference is a pair of catalogs Diff does not compare: one of
 // them is a SQLite database (metadata.db), which the reader's DuckDB
-// cannot attach beside the other (it loads no extension). The caller
-// reads the child whole instead.
+// cannot attach beside the other (it loads no extension), or the
+// parent's catalog is not one the reader can read. The caller reads the
+// child whole instead.
 var ErrNoDifference = errors.New("a difference is taken between two DuckDB catalogs only")
 
 // Diff reads the catalog at file (named name in the repository, the
@@ -162,9 +163,21 @@ func answerDifference(out *frameWriter, file, parentFile string, q request) erro
 	w := &diffWriter{out: out}
 	err := difference(context.Background(), file, parentFile, q, w)
 	var ea errAnswer
+	var pe parentError
 	switch {
 	case errors.As(err, &ea):
 		return ea.error
+	case errors.As(err, &pe):
+		// The child is not refused for its parent: the mirror reads it
+		// whole instead.
+		out.begin(frameRefusal)
+		out.u8(refusalParent)
+		out.str("")
+		out.str(truncate(err.Error(), maxMessage))
+		if err := out.end(); err != nil {
+			return err
+		}
+		return out.flush()
 	case err != nil:
 		// Before the meta frame or among the files: the mirror takes a
 		// refusal at either.
@@ -245,29 +258,10 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 	defer inst.close()
 	metas := make([]*Catalog, 2)
 	for i, r := range []*reader{child, parent} {
-		r.db, r.conn = inst.db, inst.conn
-		if err := r.attach(r.file); err != nil {
-			return err
-		}
-		if err := r.checkObjects(); err != nil {
-			return err
-		}
-		if err := r.loadColumns(); err != nil {
-			return err
-		}
-		for _, t := range []string{"ducklake_metadata", "ducklake_data_file", "ducklake_delete_file"} {
-			if r.cols[t] == nil {
-				return r.errf("no %s table: not a DuckLake catalog", t)
+		if err := prepareDiff(r, inst, r.file, &metas[i]); err != nil {
+			if r == parent {
+				return parentError{err}
 			}
-		}
-		if err := r.checkRowCounts(); err != nil {
-			return err
-		}
-		metas[i] = &Catalog{}
-		if err := r.metadata(metas[i]); err != nil {
-			return err
-		}
-		if err := r.checkPlaceIDs(); err != nil {
 			return err
 		}
 	}
@@ -324,9 +318,47 @@ GROUP BY rel`, diffTable, child.resolvedSQL(metas[0].DataPath), parent.resolvedS
 	return nil
 }
 
+// prepareDiff attaches one catalog of a difference to inst and checks
+// it as read checks one: base tables only, no generated column, rows
+// within the limits, a data path, ids on its schemas and tables.
+func prepareDiff(r *reader, inst *instance, file string, meta **Catalog) error {
+	r.db, r.conn = inst.db, inst.conn
+	if err := r.attach(file); err != nil {
+		return err
+	}
+	if err := r.checkObjects(); err != nil {
+		return err
+	}
+	if err := r.loadColumns(); err != nil {
+		return err
+	}
+	for _, t := range []string{"ducklake_metadata", "ducklake_data_file", "ducklake_delete_file"} {
+		if r.cols[t] == nil {
+			return r.errf("no %s table: not a DuckLake catalog", t)
+		}
+	}
+	if err := r.checkRowCounts(); err != nil {
+		return err
+	}
+	*meta = &Catalog{}
+	if err := r.metadata(*meta); err != nil {
+		return err
+	}
+	if err := r.checkPlaceIDs(); err != nil {
+		return err
+	}
+	return nil
+}
+
 // errAnswer is a write to the mirror that failed: the reader has no one
 // to answer to.
 type errAnswer struct{ error }
+
+// parentError is the parent's catalog failing a check a read makes:
+// nothing against the child.
+type parentError struct{ error }
+
+func (e parentError) Unwrap() error { return e.error }
 
 // diffError is what difference refuses the child for, as read says it:
 // a limit where one was passed, each catalog named as the repository

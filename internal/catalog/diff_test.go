@@ -291,6 +291,21 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 	}
 }
 
+// A parent's catalog the reader cannot read refuses nothing of the child:
+// the difference is not taken (ErrNoDifference), and the child is read
+// whole by the caller.
+func TestDiffOfAnUnreadableParentIsNoDifference(t *testing.T) {
+	cats := chain(t, "0.1")
+	garbage := filepath.Join(t.TempDir(), "ducklake.duckdb")
+	if err := os.WriteFile(garbage, []byte("garbage, not a catalog"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Diff(context.Background(), cats[1], catalogName, garbage, parentName, Limits{}, nil)
+	if d != nil || !errors.Is(err, ErrNoDifference) || !strings.Contains(err.Error(), parentName) {
+		t.Fatalf("%v, %v; want ErrNoDifference naming %s", d, err, parentName)
+	}
+}
+
 // A difference streamed goes to each in path order, and nothing to Files.
 func TestDiffStreamsItsFiles(t *testing.T) {
 	cats := chain(t, "0.3")

@@ -67,8 +67,9 @@ const (
 	fileDelete = 1 << 0
 	filePuffin = 1 << 1
 
-	refusalPlain = 0
-	refusalLimit = 1
+	refusalPlain  = 0
+	refusalLimit  = 1
+	refusalParent = 2 // a difference's parent catalog, not the child, failed
 )
 
 // errFrame is a frame that breaks the protocol.

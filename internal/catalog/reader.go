@@ -650,6 +650,10 @@ func (p *readerProc) refusal(q request) (c *Catalog, refusal error, err error) {
 			return nil, nil, fmt.Errorf("%w: a refusal on limit %s", errInvalid, Excerpt(key))
 		}
 		return nil, &LimitError{Catalog: q.name, Key: key, Detail: msg}, nil
+	case refusalParent:
+		if q.diff {
+			return nil, fmt.Errorf("catalog %s: %w: %s", q.parentName, ErrNoDifference, msg), nil
+		}
 	case refusalPlain:
 		if !strings.HasPrefix(msg, "catalog "+q.name+": ") {
 			msg = "catalog " + q.name + ": " + msg

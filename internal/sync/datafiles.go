@@ -63,7 +63,7 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 		}
 		defer fetched.Remove()
 	}
-	main, err := e.readFetched(ctx, id, mainFile, fetched)
+	main, err := e.readMain(ctx, id, mainFile, fetched, rec.Parents, files)
 	if err != nil {
 		return 0, err
 	}
@@ -130,11 +130,19 @@ func (e *engine) readAlternates(ctx context.Context, id string, files map[string
 // copyDataFiles makes sure the sink has every data file a version's
 // catalogs name, and returns how many they name.
 func (e *engine) copyDataFiles(ctx context.Context, id string, parents []string, main *versionCatalog, alternates []*versionCatalog) (int, error) {
-	known := e.knownFromParents(ctx, parents)
+	var known map[string]int64
+	dataFiles := len(main.cat.Files)
+	if d := main.difference; d != nil {
+		// Only the files the parent lacks are listed, each checked in
+		// the mirror; the others are the parent's, in the mirror.
+		known = map[string]int64{}
+		dataFiles = int(d.ChildRows - d.FoldedRows)
+	} else {
+		known = e.knownFromParents(ctx, parents)
+	}
 	if err := e.mirrorDataFiles(ctx, id, main.cat, known); err != nil {
 		return 0, err
 	}
-	dataFiles := len(main.cat.Files)
 	for _, a := range alternates {
 		if err := e.mirrorDataFiles(ctx, id, a.cat, known); err != nil {
 			return 0, listedBy(err, a.name)
@@ -150,6 +158,10 @@ type versionCatalog struct {
 	name    string // in the repository: versions/<id>/<file>
 	fetched *catalog.Fetched
 	cat     *catalog.Catalog
+	// difference, where the catalog was read as its difference from its
+	// parent's in the mirror (difference.go): cat lists only the files
+	// the parent does not.
+	difference *catalog.Difference
 }
 
 // readCatalog fetches one of a version's catalogs into a local copy,
@@ -236,19 +248,25 @@ func (e *engine) readFetched(ctx context.Context, id, file string, fetched *cata
 	e.report.CatalogsRead++
 	e.mu.Unlock()
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		reason := ReasonCatalog
-		if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
-			reason = ReasonLimit
-		}
-		if re := (*catalog.ReaderError)(nil); errors.As(err, &re) {
-			reason = ReasonReaderFailed
-		}
-		return nil, refuse(reason, id, catalogName, "version %s: %v", id, err)
+		return nil, e.catalogRefusal(ctx, id, catalogName, err)
 	}
 	return &versionCatalog{file: file, name: catalogName, fetched: fetched, cat: cat}, nil
+}
+
+// catalogRefusal refuses version id for the read of one of its catalogs
+// that failed with err, by the reason err gives.
+func (e *engine) catalogRefusal(ctx context.Context, id, catalogName string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	reason := ReasonCatalog
+	if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
+		reason = ReasonLimit
+	}
+	if re := (*catalog.ReaderError)(nil); errors.As(err, &re) {
+		reason = ReasonReaderFailed
+	}
+	return refuse(reason, id, catalogName, "version %s: %v", id, err)
 }
 
 // listedBy says in a refusal over a data file which catalog needs it,
