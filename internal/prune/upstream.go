@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -73,16 +73,13 @@ func (u *upstream) checkRefTargets(ctx context.Context) error {
 	ids := sortedKeys(targets)
 	versions := u.src.Versions()
 	errs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	slots := make(chan struct{}, 8)
+	var g errgroup.Group
+	g.SetLimit(8)
 	for i, id := range ids {
 		if versions != nil && hasKey(versions[id], repo.RecordFile) {
 			continue
 		}
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer func() { <-slots; wg.Done() }()
+		g.Go(func() error {
 			record := repo.VersionFile(id, repo.RecordFile)
 			_, err := backend.ReadAll(ctx, u.src.Reader(), record, repo.MaxRecordFile)
 			switch {
@@ -93,9 +90,10 @@ func (u *upstream) checkRefTargets(ctx context.Context) error {
 			case err != nil:
 				errs[i] = fmt.Errorf("ref %s: %s: %w", targets[id][0], record, err)
 			}
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	g.Wait()
 	var found []error
 	for _, err := range errs {
 		if err != nil {

@@ -3,11 +3,10 @@ package sink
 import (
 	"context"
 	"errors"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -134,10 +133,15 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 	if s.opts.DryRun {
 		width = 1 // the plan lists them in name order; nothing is written
 	}
-	eachOf(width, len(writes), func(k int) {
-		w := writes[k]
-		w.Err = s.putRead(ctx, inv, w.Name, repo.RefFileContent(w.ID))
-	})
+	var g errgroup.Group
+	g.SetLimit(width)
+	for _, w := range writes {
+		g.Go(func() error {
+			w.Err = s.putRead(ctx, inv, w.Name, repo.RefFileContent(w.ID))
+			return nil
+		})
+	}
+	g.Wait()
 	if err := ctx.Err(); err != nil {
 		return out, err
 	}
@@ -199,24 +203,4 @@ func (s *Sink) doneMovingRefs(ctx context.Context) {
 		s.log.Warn("removing the mirror's refs-moving marker; the next run reads every ref file",
 			zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.Error(err))
 	}
-}
-
-// eachOf calls fn for 0 to n-1 from at most width goroutines.
-func eachOf(width, n int, fn func(k int)) {
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(width, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := int(next.Add(1)) - 1
-				if k >= n {
-					return
-				}
-				fn(k)
-			}
-		}()
-	}
-	wg.Wait()
 }

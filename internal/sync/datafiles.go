@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
@@ -483,32 +483,16 @@ func dataFileRefusal(id, name string, err error) error {
 	return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
 }
 
-// each calls fn for 0 to n-1, from at most Concurrency goroutines: a
-// fixed pool rather than one goroutine per file, as a catalog may list
-// tens of thousands of files and their stacks alone would pass the memory
-// budget.
+// each calls fn for 0 to n-1, from at most Concurrency goroutines at
+// once: a catalog may list tens of thousands of files, and their stacks
+// alone would pass the memory budget.
 func (e *engine) each(n int, fn func(k int)) {
-	e.eachOf(e.opts.Concurrency, n, fn)
-}
-
-// eachOf is each with width goroutines.
-func (e *engine) eachOf(width, n int, fn func(k int)) {
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for range min(width, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				k := int(next.Add(1)) - 1
-				if k >= n {
-					return
-				}
-				fn(k)
-			}
-		}()
+	var g errgroup.Group
+	g.SetLimit(e.opts.Concurrency)
+	for k := range n {
+		g.Go(func() error { fn(k); return nil })
 	}
-	wg.Wait()
+	g.Wait()
 }
 
 // dataFileCall is the one copy of a data file in a run; versions that
