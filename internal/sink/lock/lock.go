@@ -332,6 +332,21 @@ func (h *Held) renew(ctx context.Context, ttl time.Duration) {
 		}
 		// A further try waits TTL/10 and may take TTL/4; it must end with
 		// TTL/10 to spare, or the lock could expire while we still write.
+		if !errors.Is(err, ErrLocked) && !time.Now().Before(h.rec.Expires) {
+			// Tries end before the expiry, so a run past it was stopped
+			// (SIGSTOP, a paused VM) and woke with its try's deadline
+			// gone. Whether the lock is still its own is then the
+			// store's to say, as it is for a run whose sleep outlasted
+			// the pause: one more try, conditional like every renewal.
+			tryCtx, cancel := context.WithTimeout(ctx, ttl/4)
+			err = h.renewOnce(tryCtx, ttl)
+			cancel()
+			if err == nil {
+				h.log.Warn("renewed the lock after its lease ran out; no other run had taken it")
+				wait = ttl / 3
+				continue
+			}
+		}
 		if errors.Is(err, ErrLocked) || time.Until(h.rec.Expires) < ttl/10+ttl/4+ttl/10 {
 			h.log.Error("lost the lock", zap.Error(err))
 			h.lose.Do(func() { close(h.lost) })
