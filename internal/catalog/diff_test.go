@@ -48,19 +48,7 @@ func changed(t *testing.T, p string, stmts ...string) string {
 	if err := os.WriteFile(c, raw, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	db, err := sql.Open("duckdb", c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	for _, q := range stmts {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	if _, err := db.Exec("CHECKPOINT"); err != nil {
-		t.Fatal(err)
-	}
+	runSQL(t, "duckdb", c, append(stmts, "CHECKPOINT")...)
 	return c
 }
 

@@ -26,7 +26,14 @@ func generatedCatalog(t *testing.T, stmts ...string) string {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, "versions", r.Versions[0], "ducklake.duckdb")
-	db, err := sql.Open("duckdb", p)
+	runSQL(t, "duckdb", p, append(stmts, "CHECKPOINT")...)
+	return p
+}
+
+// runSQL runs stmts, in order, on the database at path.
+func runSQL(t *testing.T, driver, path string, stmts ...string) {
+	t.Helper()
+	db, err := sql.Open(driver, path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,10 +43,6 @@ func generatedCatalog(t *testing.T, stmts ...string) string {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	if _, err := db.Exec("CHECKPOINT"); err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 const catalogName = "versions/019a0000-0000-7000-8000-000000000000/ducklake.duckdb"

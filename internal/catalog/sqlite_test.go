@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"path/filepath"
 	"reflect"
@@ -30,16 +29,7 @@ func sqliteCatalog(t *testing.T, opts generate.Options, stmts ...string) (duck, 
 		t.Fatal(err)
 	}
 	if len(stmts) > 0 {
-		db, err := sql.Open("sqlite3", lite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		for _, q := range stmts {
-			if _, err := db.Exec(q); err != nil {
-				t.Fatalf("%s: %v", q, err)
-			}
-		}
+		runSQL(t, "sqlite3", lite, stmts...)
 	}
 	return duck, lite
 }
