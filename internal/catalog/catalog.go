@@ -18,7 +18,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/duckdb/duckdb-go/v2" // also registers the "duckdb" driver
@@ -63,9 +62,21 @@ type place struct {
 // of the catalog's main schema.
 var tablesRead = []string{"ducklake_metadata", "ducklake_schema", "ducklake_table", "ducklake_data_file", "ducklake_delete_file"}
 
-// read is a reader's read of one catalog (child.go), with a DuckDB
-// instance of pool's where pool is not nil.
-func read(ctx context.Context, file, name string, lim Limits, pool *dbPool) (*Catalog, error) {
+// rowSink takes a catalog's answer as a read makes it: the catalog's
+// metadata and its count of file rows first, then each file row as it is
+// read and resolved, in the catalog's order, paths repeated where rows
+// repeat them. An error a sink returns comes back from the read wrapped
+// in errAnswer.
+type rowSink interface {
+	meta(c *Catalog, rows int64) error
+	file(f File) error
+}
+
+// readRows is a reader's read of one catalog (child.go), with a DuckDB
+// instance of pool's where pool is not nil: each file row goes to out as
+// it is read, so that the reader holds no list of the catalog's files
+// (the mirror puts them in path order, sort.go).
+func readRows(ctx context.Context, file, name string, lim Limits, pool *dbPool, out rowSink) error {
 	if name == "" {
 		name = file
 	}
@@ -74,10 +85,9 @@ func read(ctx context.Context, file, name string, lim Limits, pool *dbPool) (*Ca
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	r := &reader{ctx: ctx, name: name, lim: lim, file: file, pool: pool}
-	var c *Catalog
 	sqlite, err := isSQLite(file)
 	if err != nil {
-		return nil, r.errf("%v", strings.ReplaceAll(err.Error(), file, name))
+		return r.errf("%v", strings.ReplaceAll(err.Error(), file, name))
 	}
 	switch {
 	case sqlite:
@@ -89,32 +99,71 @@ func read(ctx context.Context, file, name string, lim Limits, pool *dbPool) (*Ca
 		err = r.open(file)
 	}
 	if err == nil {
-		c, err = r.read()
+		err = r.read(out)
 	}
 	r.release(err == nil)
-	if err == nil {
-		return c, nil
-	}
+	var ea errAnswer
 	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ea):
+		return err
 	case parent.Err() != nil:
-		return nil, parent.Err()
+		return parent.Err()
 	case ctx.Err() != nil:
-		return nil, &LimitError{Catalog: name, Key: KeyTimeout, Detail: fmt.Sprintf("reading it took longer than %s", lim.Timeout)}
+		return &LimitError{Catalog: name, Key: KeyTimeout, Detail: fmt.Sprintf("reading it took longer than %s", lim.Timeout)}
 	}
 	var de *duckdb.Error
 	switch {
 	case errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory:
-		return nil, &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than DuckDB's memory limit of %s", FormatBytes(lim.MemoryLimit))}
+		return &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than DuckDB's memory limit of %s", FormatBytes(lim.MemoryLimit))}
 	case isSQLiteNoMem(err):
-		return nil, &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than SQLite's memory limit of %s", FormatBytes(lim.MemoryLimit))}
+		return &LimitError{Catalog: name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("reading it needs more than SQLite's memory limit of %s", FormatBytes(lim.MemoryLimit))}
 	case isSQLiteTooBig(err):
 		// Not the operator's to raise: no path of a catalog is near it.
-		return nil, r.errf("a value larger than SQLite's length limit of %s (SQLITE_LIMIT_LENGTH)", FormatBytes(sqliteMaxLength))
+		return r.errf("a value larger than SQLite's length limit of %s (SQLITE_LIMIT_LENGTH)", FormatBytes(sqliteMaxLength))
 	}
 	// DuckDB's messages name the file it opened: the local copy, whose
 	// name means nothing to the operator and changes every run.
-	return nil, &renamed{msg: strings.ReplaceAll(err.Error(), file, name), err: err}
+	return &renamed{msg: strings.ReplaceAll(err.Error(), file, name), err: err}
 }
+
+// read reads a catalog in this process, its files sorted and folded as
+// the mirror sorts and folds a reader's (sort.go): this package's tests
+// and benchmarks read catalogs so.
+func read(ctx context.Context, file, name string, lim Limits, pool *dbPool) (*Catalog, error) {
+	if name == "" {
+		name = file
+	}
+	s := &sortingSink{sorter: newFileSorter("", name)}
+	defer s.sorter.close()
+	if err := readRows(ctx, file, name, lim, pool, s); err != nil {
+		var ea errAnswer
+		if errors.As(err, &ea) {
+			return nil, ea.error
+		}
+		return nil, err
+	}
+	sorted, err := s.sorter.finish(s.c)
+	if err != nil {
+		return nil, err
+	}
+	defer sorted.Close()
+	return sorted.Catalog()
+}
+
+// sortingSink sorts the rows of a read in this process.
+type sortingSink struct {
+	c      Catalog
+	sorter *fileSorter
+}
+
+func (s *sortingSink) meta(c *Catalog, rows int64) error {
+	s.c = *c
+	return nil
+}
+
+func (s *sortingSink) file(f File) error { return s.sorter.add(f) }
 
 // renamed is an error whose message names the catalog as the repository
 // does instead of by its local copy.
@@ -271,120 +320,172 @@ func (r *reader) release(ok bool) {
 
 func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-func (r *reader) read() (*Catalog, error) {
+// read reads the catalog and gives out its metadata, then its file
+// rows one by one, each resolved and checked (a clean path below the
+// data path, within MaxPathBytes, no more rows than counted).
+func (r *reader) read(out rowSink) error {
 	check, load := r.checkObjects, r.loadColumns
 	if r.sqlite {
 		check, load = r.checkSQLiteObjects, r.loadSQLiteColumns
 	}
 	if err := check(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := load(); err != nil {
-		return nil, err
+		return err
 	}
 	for _, t := range []string{"ducklake_metadata", "ducklake_data_file", "ducklake_delete_file"} {
 		if r.cols[t] == nil {
-			return nil, r.errf("no %s table: not a DuckLake catalog", t)
+			return r.errf("no %s table: not a DuckLake catalog", t)
 		}
 	}
 	if err := r.checkRowCounts(); err != nil {
-		return nil, err
+		return err
 	}
 	c := &Catalog{}
 	if err := r.metadata(c); err != nil {
-		return nil, err
+		return err
 	}
 	schemas, err := r.places("ducklake_schema", "schema_id", "")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	tables, err := r.places("ducklake_table", "table_id", "schema_id")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res := &resolver{dataPath: c.DataPath, schemas: schemas, tables: tables}
-	// Sized by the rows counted, up to a bound: a catalog of 20,000 files
-	// grew the map and the slice a dozen times, and a catalog of millions
-	// of rows that name one file must not get room for millions.
-	hint := min(r.fileRows, maxSizeHint)
-	seen := make(map[string]int, hint)
-	c.Files = make([]File, 0, hint)
-	var rowsRead int64
-	// One set of destinations for every row: declared in the loop, each
+	if err := out.meta(c, r.fileRows); err != nil {
+		return errAnswer{err}
+	}
+	fr := &fileRows{r: r, res: &resolver{dataPath: c.DataPath, schemas: schemas, tables: tables}, out: out}
+	for _, kind := range []fileKind{{"ducklake_data_file", false, "file_format"}, {"ducklake_delete_file", true, "format"}} {
+		if err := fr.readTable(kind); err != nil {
+			return err
+		}
+	}
+	if fr.rowsRead != r.fileRows {
+		return r.errf("%d file rows read where %d were counted: the catalog changed while read", fr.rowsRead, r.fileRows)
+	}
+	return nil
+}
+
+// fileKind is one of the two tables of file rows.
+type fileKind struct {
+	table  string
+	delete bool
+	format string // its format column
+}
+
+// fileRows reads the file rows of a catalog and gives each out.
+type fileRows struct {
+	r        *reader
+	res      *resolver
+	out      rowSink
+	rowsRead int64
+	// One set of destinations for every row: declared per row, each
 	// escaped to the heap, seven allocations a row.
-	var tableID, begin, size, footerSize nullInt64
-	var p, fileFormat sql.NullString
-	var rel sql.NullBool
-	for _, kind := range []struct {
-		table  string
-		delete bool
-		format string // its format column
-	}{{"ducklake_data_file", false, "file_format"}, {"ducklake_delete_file", true, "format"}} {
-		// footer_size and the format are read where the catalog has them:
-		// verify --deep checks files against them.
-		footer, format := "CAST(NULL AS BIGINT)", "CAST(NULL AS VARCHAR)"
-		if r.cols[kind.table]["footer_size"] {
-			footer = "footer_size"
+	tableID, begin, size, footerSize nullInt64
+	p, fileFormat                    sql.NullString
+	rel                              sql.NullBool
+}
+
+// rowBatch is how many rows of a DuckDB catalog one query reads: DuckDB's
+// Go driver makes a query's whole result (duckdb_execute_pending, not its
+// streaming kind) before it gives the first row, so one query of a table
+// of 10,000,000 rows held them all, past DuckDB's memory limit (a 1.2 GiB
+// peak on the bench's rows10m). Ranges of rowid are read from the table
+// scan itself (DuckDB skips the row groups outside them): 8.6 s for those
+// 10,000,000 rows in batches of 65,536, 7.1 s in one query. SQLite steps
+// through a query row by row, and is read in one.
+const rowBatch = 1 << 16
+
+// readTable reads one table's file rows, in batches of rowid where the
+// catalog is DuckDB's.
+func (fr *fileRows) readTable(kind fileKind) error {
+	r := fr.r
+	// footer_size and the format are read where the catalog has them:
+	// verify --deep checks files against them.
+	footer, format := "CAST(NULL AS BIGINT)", "CAST(NULL AS VARCHAR)"
+	if r.cols[kind.table]["footer_size"] {
+		footer = "footer_size"
+	}
+	if r.cols[kind.table][kind.format] {
+		format = kind.format
+	}
+	q := "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes, " + footer + ", " + format + " FROM " + r.table(kind.table)
+	if r.sqlite {
+		return fr.query(kind, q)
+	}
+	var lo, hi sql.NullInt64
+	if err := r.conn.QueryRowContext(r.ctx, "SELECT min(rowid), max(rowid) FROM "+r.table(kind.table)).Scan(&lo, &hi); err != nil {
+		return r.errf("reading %s: %w", kind.table, err)
+	}
+	if !lo.Valid {
+		return nil // no rows
+	}
+	// Each row has one rowid, in one batch: rows the batches miss or
+	// read twice make a count other than the one checked at the end.
+	for from := lo.Int64; from <= hi.Int64; from += rowBatch {
+		if err := r.ctx.Err(); err != nil {
+			return err
 		}
-		if r.cols[kind.table][kind.format] {
-			format = kind.format
+		to := from + rowBatch - 1
+		if to < from { // past the largest int64
+			to = hi.Int64
 		}
-		rows, err := r.conn.QueryContext(r.ctx, "SELECT table_id, begin_snapshot, path, path_is_relative, file_size_bytes, "+footer+", "+format+" FROM "+r.table(kind.table))
-		if err != nil {
-			return nil, r.errf("reading %s: %w", kind.table, err)
+		if err := fr.query(kind, fmt.Sprintf("%s WHERE rowid BETWEEN %d AND %d", q, from, to)); err != nil {
+			return err
 		}
-		for rows.Next() {
-			// The counts were checked before; this bounds a table that
-			// grows under us all the same, and notices the deadline in
-			// the Go half of the loop.
-			if rowsRead++; rowsRead > r.lim.MaxFiles {
-				rows.Close()
-				return nil, r.tooManyFiles(rowsRead)
-			}
-			if rowsRead%4096 == 0 && r.ctx.Err() != nil {
-				rows.Close()
-				return nil, r.ctx.Err()
-			}
-			if err := rows.Scan(&tableID, &begin, &p, &rel, &size, &footerSize, &fileFormat); err != nil {
-				rows.Close()
-				return nil, r.errf("reading %s: %w", kind.table, err)
-			}
-			if !p.Valid || p.String == "" {
-				rows.Close()
-				return nil, r.errf("%s has a row without a path", kind.table)
-			}
-			where, err := res.resolve(tableID.NullInt64, begin.NullInt64, p.String, !rel.Valid || rel.Bool)
-			if err != nil {
-				rows.Close()
-				return nil, r.errf("%s: %w", kind.table, err)
-			}
-			sz := int64(-1)
-			if size.Valid {
-				sz = size.Int64
-			}
-			if i, ok := seen[where]; ok {
-				if prev := c.Files[i].Size; prev != sz && prev >= 0 && sz >= 0 {
-					rows.Close()
-					return nil, r.errf("file %s is recorded with two sizes, %d and %d", Excerpt(where), prev, sz)
-				}
-				continue
-			}
-			seen[where] = len(c.Files)
-			ft := int64(-1)
-			if footerSize.Valid {
-				ft = footerSize.Int64
-			}
-			c.Files = append(c.Files, File{Path: where, Size: sz, Footer: ft, Delete: kind.delete,
-				Puffin: strings.EqualFold(fileFormat.String, "puffin")})
-		}
-		err = rows.Err()
-		rows.Close()
-		if err != nil {
-			return nil, r.errf("reading %s: %w", kind.table, err)
+		if to >= hi.Int64 {
+			break
 		}
 	}
-	sort.Slice(c.Files, func(i, j int) bool { return c.Files[i].Path < c.Files[j].Path })
-	return c, nil
+	return nil
+}
+
+// query reads the file rows q selects and gives each out.
+func (fr *fileRows) query(kind fileKind, q string) error {
+	r := fr.r
+	rows, err := r.conn.QueryContext(r.ctx, q)
+	if err != nil {
+		return r.errf("reading %s: %w", kind.table, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		// The counts were checked before; this bounds a table that
+		// grows under us all the same, and notices the deadline in the
+		// Go half of the loop.
+		if fr.rowsRead++; fr.rowsRead > r.lim.MaxFiles {
+			return r.tooManyFiles(fr.rowsRead)
+		}
+		if fr.rowsRead%4096 == 0 && r.ctx.Err() != nil {
+			return r.ctx.Err()
+		}
+		if err := rows.Scan(&fr.tableID, &fr.begin, &fr.p, &fr.rel, &fr.size, &fr.footerSize, &fr.fileFormat); err != nil {
+			return r.errf("reading %s: %w", kind.table, err)
+		}
+		if !fr.p.Valid || fr.p.String == "" {
+			return r.errf("%s has a row without a path", kind.table)
+		}
+		where, err := fr.res.resolve(fr.tableID.NullInt64, fr.begin.NullInt64, fr.p.String, !fr.rel.Valid || fr.rel.Bool)
+		if err != nil {
+			return r.errf("%s: %w", kind.table, err)
+		}
+		f := File{Path: where, Size: -1, Footer: -1, Delete: kind.delete, Puffin: strings.EqualFold(fr.fileFormat.String, "puffin")}
+		if fr.size.Valid {
+			f.Size = fr.size.Int64
+		}
+		if fr.footerSize.Valid {
+			f.Footer = fr.footerSize.Int64
+		}
+		if err := fr.out.file(f); err != nil {
+			return errAnswer{err}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r.errf("reading %s: %w", kind.table, err)
+	}
+	return nil
 }
 
 // nullInt64 is sql.NullInt64 with the values DuckDB gives a BIGINT column
@@ -509,6 +610,11 @@ func (r *reader) loadColumns() error {
 		table, col = strings.ToLower(table), strings.ToLower(col)
 		if !read[table] {
 			continue
+		}
+		if col == "rowid" {
+			// The file rows are read by ranges of DuckDB's rowid, which
+			// a column of that name would stand in for.
+			return r.errf("column %s.rowid: DuckLake writes no column of that name, and it would hide the row ids its rows are read by", quoteName(table))
 		}
 		if expr {
 			return r.errf("column %s.%s has a default or generated expression; DuckLake catalogs have none, and a generated column runs the catalog's own SQL", quoteName(table), quoteName(col))

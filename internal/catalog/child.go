@@ -179,7 +179,7 @@ func readerMain(args []string) int {
 			if err := testBehaviour(q.test); errors.Is(err, errTestAnswered) {
 				continue
 			} else if err != nil {
-				if err := answer(out, nil, fmt.Errorf("catalog %s: test behaviour %s: %v", q.name, q.test, err)); err != nil {
+				if err := answer(out, fmt.Errorf("catalog %s: test behaviour %s: %v", q.name, q.test, err)); err != nil {
 					return exitProtocol
 				}
 				continue
@@ -192,9 +192,9 @@ func readerMain(args []string) int {
 			}
 			continue
 		}
-		var c *Catalog
+		w := &frameSink{out: out}
 		if q.file == "" {
-			c, err = read(context.Background(), root, q.name, q.lim, nil)
+			err = readRows(context.Background(), root, q.name, q.lim, nil, w)
 		} else {
 			if pool == nil {
 				pool = &dbPool{dir: root, lim: q.lim.WithDefaults(), size: 1, waiting: map[string]bool{}, checked: map[string]*objectFound{}, checking: map[string]chan struct{}{}}
@@ -205,9 +205,16 @@ func readerMain(args []string) int {
 				pool.waiting[root+"/"+f] = true
 			}
 			pool.mu.Unlock()
-			c, err = read(context.Background(), root+"/"+q.file, q.name, q.lim, pool)
+			err = readRows(context.Background(), root+"/"+q.file, q.name, q.lim, pool, w)
 		}
-		if err := answer(out, c, err); err != nil {
+		if err == nil {
+			err = w.end()
+		} else if !errors.As(err, new(errAnswer)) {
+			// Before the meta frame or among the files: the mirror
+			// takes a refusal at either.
+			err = answer(out, err)
+		}
+		if err != nil {
 			fmt.Fprintf(os.Stderr, "catalog reader: answering: %v\n", err)
 			return exitProtocol
 		}
@@ -251,49 +258,60 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 	return q, nil
 }
 
-// answer streams a catalog read (its files in path order), or its
-// refusal.
-func answer(out *frameWriter, c *Catalog, err error) error {
-	if err != nil {
-		out.begin(frameRefusal)
-		var le *LimitError
-		if errors.As(err, &le) {
-			out.u8(refusalLimit)
-			out.str(le.Key)
-			out.str(truncate(le.Detail, maxMessage))
-		} else {
-			out.u8(refusalPlain)
-			out.str("")
-			out.str(truncate(err.Error(), maxMessage))
-		}
-		if err := out.end(); err != nil {
-			return err
-		}
-		return out.flush()
+// answer writes the refusal of a catalog.
+func answer(out *frameWriter, err error) error {
+	out.begin(frameRefusal)
+	var le *LimitError
+	if errors.As(err, &le) {
+		out.u8(refusalLimit)
+		out.str(le.Key)
+		out.str(truncate(le.Detail, maxMessage))
+	} else {
+		out.u8(refusalPlain)
+		out.str("")
+		out.str(truncate(err.Error(), maxMessage))
 	}
-	out.begin(frameMeta)
-	out.str(truncate(c.DuckLakeVersion, 256))
-	out.str(c.DataPath) // bounded by the read (maxDataPath)
-	out.u64(uint64(len(c.Files)))
-	if err := out.end(); err != nil {
-		return err
-	}
-	var total uint64
-	for _, f := range c.Files {
-		if err := writeFile(out, f); err != nil {
-			return err
-		}
-		if f.Size > 0 {
-			total += uint64(f.Size)
-		}
-	}
-	out.begin(frameEnd)
-	out.u64(uint64(len(c.Files)))
-	out.u64(total)
 	if err := out.end(); err != nil {
 		return err
 	}
 	return out.flush()
+}
+
+// frameSink writes a catalog's answer as it is read: the meta frame with
+// the count of file rows, a file frame per row, the end frame.
+type frameSink struct {
+	out   *frameWriter
+	n     uint64
+	total uint64
+}
+
+func (w *frameSink) meta(c *Catalog, rows int64) error {
+	w.out.begin(frameMeta)
+	w.out.str(truncate(c.DuckLakeVersion, 256))
+	w.out.str(c.DataPath) // bounded by the read (maxDataPath)
+	w.out.u64(uint64(rows))
+	return w.out.end()
+}
+
+func (w *frameSink) file(f File) error {
+	if err := writeFile(w.out, f); err != nil {
+		return err
+	}
+	w.n++
+	if f.Size > 0 {
+		w.total += uint64(f.Size)
+	}
+	return nil
+}
+
+func (w *frameSink) end() error {
+	w.out.begin(frameEnd)
+	w.out.u64(w.n)
+	w.out.u64(w.total)
+	if err := w.out.end(); err != nil {
+		return err
+	}
+	return w.out.flush()
 }
 
 // truncate cuts s to at most n bytes, on a rune boundary.

@@ -181,7 +181,7 @@ func answerDifference(out *frameWriter, file, parentFile string, q request) erro
 	case err != nil:
 		// Before the meta frame or among the files: the mirror takes a
 		// refusal at either.
-		return answer(out, nil, err)
+		return answer(out, err)
 	}
 	return nil
 }

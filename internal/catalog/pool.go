@@ -26,6 +26,7 @@ import (
 // stays that of a few reads.
 type Pool struct {
 	dir    string
+	sortIn string   // where a read's sort makes its private folder: dir's parent
 	dirFD  *os.File // the folder, open read-only: each reader's one descriptor
 	lim    Limits
 	size   int
@@ -59,7 +60,7 @@ func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 		os.Remove(dir)
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	return &Pool{dir: dir, dirFD: fd, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, aheadBy: map[string]*readerProc{}}, nil
+	return &Pool{dir: dir, sortIn: filepath.Dir(dir), dirFD: fd, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, aheadBy: map[string]*readerProc{}}, nil
 }
 
 // Dir is the pool's folder.
@@ -87,27 +88,51 @@ func (p *Pool) forget(file string) {
 }
 
 // Read reads the catalog at file as Read does, with one of the pool's
-// readers when file is in the pool's folder (else with one of its own).
+// readers when file is in the pool's folder (else with one of its own):
+// every file in Files. ReadSorted holds no list of them.
 func (p *Pool) Read(ctx context.Context, file, name string) (*Catalog, error) {
-	if filepath.Dir(file) != p.dir {
-		return Read(ctx, file, name, p.lim)
+	s, err := p.ReadSorted(ctx, file, name)
+	if err != nil {
+		return nil, err
 	}
+	defer s.Close()
+	return s.Catalog()
+}
+
+// ReadSorted reads the catalog at file (in the pool's folder) with one
+// of the pool's readers, and returns it read whole and checked, its files
+// in path order, one per path: held in memory up to a bound, beyond it
+// on disk, sorted in a private folder beside the pool's (sort.go). The
+// caller closes it.
+func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, error) {
 	if name == "" {
 		name = file
+	}
+	if filepath.Dir(file) != p.dir {
+		return readSortedAlone(ctx, file, name, p.lim, p.sortIn)
 	}
 	base := filepath.Base(file)
 	proc, ahead, err := p.get(ctx, base)
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	c, err := proc.readCatalog(ctx, request{name: name, file: base, ahead: ahead, lim: p.lim}, nil)
+	sorter := newFileSorter(p.sortIn, name)
+	defer sorter.close()
+	c, err := proc.readCatalog(ctx, request{name: name, file: base, ahead: ahead, lim: p.lim}, sorter)
 	p.forget(file)
 	if err != nil {
 		p.drop(proc)
 		return nil, err
 	}
+	// A catalog the sort refuses (a path of two sizes) is a refusal
+	// like any other: its reader is not used again.
+	sorted, err := sorter.finish(*c)
+	if err != nil {
+		p.drop(proc)
+		return nil, err
+	}
 	p.put(proc)
-	return c, nil
+	return sorted, nil
 }
 
 // get takes an idle reader (the one that checked base ahead, where it is

@@ -22,8 +22,8 @@ import (
 //
 //	reader → mirror  hello    'h' version(1) landlockABI(1) seccomp(1)
 //	mirror → reader  request  'r' version(1) name(s) file(s) ahead(u32, s...) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
-//	reader → mirror  meta     'm' ducklakeVersion(s) dataPath(s) files(8)
-//	reader → mirror  file     'f' path(s) size(8) footer(8) flags(1)    one per file, in path order
+//	reader → mirror  meta     'm' ducklakeVersion(s) dataPath(s) rows(8)
+//	reader → mirror  file     'f' path(s) size(8) footer(8) flags(1)    one per file row, as read
 //	reader → mirror  end      'e' files(8) bytes(8)
 //	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end
 //
@@ -31,15 +31,17 @@ import (
 //	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) files(8)
 //	                 then file frames and end, as for a catalog
 //
-// Files stream in path order, each checked as it comes (name, size,
-// order), so a consumer can merge them with another sorted listing
-// without holding the catalog. A diff asks for the files of the child
+// A catalog's file rows stream as the reader reads them, each checked as
+// it comes (name, size), a path as often as rows repeat it: the reader
+// holds none of them, and the mirror sorts them (sort.go). A difference's
+// files stream in path order, one per path, checked for order too. A
+// refusal may come among the files of either. A diff asks for the files of the child
 // catalog (descriptor 3) that are not in the parent's (descriptor 4, see
 // diff.go); the reader says how many file rows each catalog has, how many
 // of the child's are in the parent or folded into another of the same
 // path, and the files that come must be the rest.
 const (
-	protocolVersion = 2
+	protocolVersion = 3
 	// maxFrame bounds every frame: the largest is a refusal (its
 	// message cut to maxMessage) or a meta frame (its data path at most
 	// maxDataPath).

@@ -466,6 +466,17 @@ func (h *headBuffer) String() string {
 // configuration locked), and only base tables are read, so no view,
 // macro or generated column of the catalog runs.
 func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) {
+	s, err := readSortedAlone(ctx, file, name, lim, "")
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Catalog()
+}
+
+// readSortedAlone is Read with the files left in a Sorted, sorted in a
+// folder made in sortIn (os.TempDir where empty).
+func readSortedAlone(ctx context.Context, file, name string, lim Limits, sortIn string) (*Sorted, error) {
 	if name == "" {
 		name = file
 	}
@@ -479,12 +490,14 @@ func Read(ctx context.Context, file, name string, lim Limits) (*Catalog, error) 
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	c, err := p.readCatalog(ctx, request{name: name, lim: lim}, nil)
+	sorter := newFileSorter(sortIn, name)
+	defer sorter.close()
+	c, err := p.readCatalog(ctx, request{name: name, lim: lim}, sorter)
 	if err != nil {
 		return nil, err
 	}
 	p.close()
-	return c, nil
+	return sorter.finish(*c)
 }
 
 // rename names the catalog in a ReaderError that failed before it knew it.
@@ -497,13 +510,21 @@ func rename(err error, name string) error {
 }
 
 // readCatalog asks the reader for one catalog and checks the answer
-// frame by frame; each file, once checked, also goes to each (if not
-// nil) in path order. A reader that fails is killed and its catalog
-// refused with a *ReaderError; one that refuses the catalog is killed
-// too (its DuckDB may hold what it should not), and the refusal returned.
-func (p *readerProc) readCatalog(ctx context.Context, q request, each func(File) error) (*Catalog, error) {
-	return p.request(ctx, q, each, nil)
+// frame by frame; each file row, once checked, goes to the sorter (which
+// the caller finishes once the reader is let go). A reader that fails is
+// killed and its catalog refused with a *ReaderError; one that refuses
+// the catalog is killed too (its DuckDB may hold what it should not),
+// and the refusal returned.
+func (p *readerProc) readCatalog(ctx context.Context, q request, s *fileSorter) (*Catalog, error) {
+	return p.request(ctx, q, s.add, nil)
 }
+
+// takeError is an error of the mirror's own while it took a file a
+// reader sent (a sort that could not write its run): the reader is
+// stopped, and the error is the mirror's, not the reader's failure.
+type takeError struct{ error }
+
+func (e takeError) Unwrap() error { return e.error }
 
 // request asks the reader q and checks the answer; for a difference (q.diff), the
 // counts the reader announces go to d.
@@ -514,7 +535,16 @@ func (p *readerProc) request(ctx context.Context, q request, each func(File) err
 		return nil, p.failed(ctx, q.name, err)
 	}
 	c, refusal, err := p.answer(q, each, d)
-	if err != nil {
+	var te takeError
+	switch {
+	case errors.As(err, &te):
+		p.kill("failed")
+		<-p.exited
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, te.error
+	case err != nil:
 		return nil, p.failed(ctx, q.name, err)
 	}
 	if refusal != nil {
@@ -575,9 +605,6 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 			return nil, nil, err
 		}
 	}
-	if each == nil {
-		c.Files = make([]File, 0, min(count, maxSizeHint))
-	}
 	var n, total uint64
 	var prev string
 	for {
@@ -604,6 +631,11 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 		if n++; n > count {
 			return nil, nil, fmt.Errorf("%w: more files than the %d announced", errInvalid, count)
 		}
+		if !q.diff {
+			// A catalog's rows come as read, a path once per row; a
+			// difference's in path order, one per path.
+			prev = ""
+		}
 		if err := checkFile(f, prev, flags); err != nil {
 			return nil, nil, err
 		}
@@ -612,12 +644,8 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 		if f.Size > 0 {
 			total += uint64(f.Size)
 		}
-		if each != nil {
-			if err := each(f); err != nil {
-				return nil, nil, err
-			}
-		} else {
-			c.Files = append(c.Files, f)
+		if err := each(f); err != nil {
+			return nil, nil, takeError{err}
 		}
 	}
 	endCount, endTotal := in.u64(), in.u64()
@@ -665,14 +693,14 @@ func (p *readerProc) refusal(q request) (c *Catalog, refusal error, err error) {
 
 // checkFile checks a file as the reader's own read does (resolve): a
 // clean path below the data path, no longer than MaxPathBytes, after the
-// previous one (so none twice), sizes that are sizes.
+// previous one where there is one (so none twice), sizes that are sizes.
 func checkFile(f File, prev string, flags byte) error {
 	switch {
 	case len(f.Path) > MaxPathBytes:
 		return fmt.Errorf("%w: a file path of %d bytes, more than %d", errInvalid, len(f.Path), MaxPathBytes)
 	case backend.CheckName(f.Path) != nil:
 		return fmt.Errorf("%w: file %s is not a clean relative path", errInvalid, Excerpt(f.Path))
-	case f.Path <= prev:
+	case prev != "" && f.Path <= prev:
 		return fmt.Errorf("%w: file %s after %s: not in path order", errInvalid, Excerpt(f.Path), Excerpt(prev))
 	case f.Size < -1 || f.Footer < -1:
 		return fmt.Errorf("%w: file %s of size %d, footer %d", errInvalid, Excerpt(f.Path), f.Size, f.Footer)
