@@ -165,6 +165,9 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		for _, p := range r.Planned {
 			fmt.Fprintf(w, "  would write %s\n", p)
 		}
+		if r.PlannedMore > 0 {
+			fmt.Fprintf(w, "  would write %d more data files\n", r.PlannedMore)
+		}
 	}
 	fmt.Fprintf(w, "%s%s -> %s: %s %d files, %s, in %s\n", name, redact.URL(r.Source), redact.URL(r.Sink), verb,
 		r.FilesCopied, mirror.HumanBytes(r.BytesCopied), r.Duration.Round(time.Millisecond))

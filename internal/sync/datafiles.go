@@ -130,24 +130,35 @@ func (e *engine) readAlternates(ctx context.Context, id string, files map[string
 // copyDataFiles makes sure the sink has every data file a version's
 // catalogs name, and returns how many they name.
 func (e *engine) copyDataFiles(ctx context.Context, id string, parents []string, main *versionCatalog, alternates []*versionCatalog) (int, error) {
-	var known map[string]int64
-	dataFiles := len(main.cat.Files)
+	defer main.closeFiles()
+	for _, a := range alternates {
+		defer a.closeFiles()
+	}
+	var known *parentFiles
+	files := main.list()
+	dataFiles := int(files.Len())
 	if d := main.difference; d != nil {
 		// Only the files the parent lacks are listed, each checked in
-		// the mirror; the others are the parent's, in the mirror.
-		known = map[string]int64{}
+		// the mirror; the others are the parent's, in the mirror, and no
+		// parent's list is read to judge them (an empty one: few files,
+		// each looked up alone).
 		dataFiles = int(d.ChildRows - d.FoldedRows)
+		known = &parentFiles{}
 	} else {
 		known = e.knownFromParents(ctx, parents)
 	}
-	if err := e.mirrorDataFiles(ctx, id, main.cat, known); err != nil {
+	defer known.close()
+	if err := e.mirrorDataFiles(ctx, id, files, known); err != nil {
 		return 0, err
 	}
 	for _, a := range alternates {
-		if err := e.mirrorDataFiles(ctx, id, a.cat, known); err != nil {
+		// Each catalog's files in path order: the parents' lists are
+		// gone through again from their start.
+		known.rewind()
+		if err := e.mirrorDataFiles(ctx, id, a.list(), known); err != nil {
 			return 0, listedBy(err, a.name)
 		}
-		dataFiles += len(a.cat.Files)
+		dataFiles += int(a.files.Len())
 	}
 	return dataFiles, nil
 }
@@ -157,11 +168,30 @@ type versionCatalog struct {
 	file    string // in the version's folder: ducklake.duckdb, catalogs/x.duckdb
 	name    string // in the repository: versions/<id>/<file>
 	fetched *catalog.Fetched
-	cat     *catalog.Catalog
+	// cat is the catalog of a difference (Files: those the parent
+	// lacks); nil for one read whole, whose files are in files.
+	cat   *catalog.Catalog
+	files *catalog.Sorted
 	// difference, where the catalog was read as its difference from its
 	// parent's in the mirror (difference.go): cat lists only the files
 	// the parent does not.
 	difference *catalog.Difference
+}
+
+// list is the catalog's files in path order.
+func (c *versionCatalog) list() *catalog.Sorted {
+	if c.files == nil {
+		c.files = catalog.Listed(c.cat)
+	}
+	return c.files
+}
+
+// closeFiles lets the catalog's list of files go (its run on disk, for a
+// long one).
+func (c *versionCatalog) closeFiles() {
+	if c.files != nil {
+		c.files.Close()
+	}
 }
 
 // readCatalog fetches one of a version's catalogs into a local copy,
@@ -241,7 +271,7 @@ func (e *engine) readFetched(ctx context.Context, id, file string, fetched *cata
 		return nil, ctx.Err()
 	}
 	start := time.Now()
-	cat, err := e.catalogs.Read(ctx, fetched.Path, catalogName)
+	files, err := e.catalogs.ReadSorted(ctx, fetched.Path, catalogName)
 	<-e.slots.catalog
 	e.log.Debug("catalog read", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	e.mu.Lock()
@@ -250,7 +280,7 @@ func (e *engine) readFetched(ctx context.Context, id, file string, fetched *cata
 	if err != nil {
 		return nil, e.catalogRefusal(ctx, id, catalogName, err)
 	}
-	return &versionCatalog{file: file, name: catalogName, fetched: fetched, cat: cat}, nil
+	return &versionCatalog{file: file, name: catalogName, fetched: fetched, files: files}, nil
 }
 
 // catalogRefusal refuses version id for the read of one of its catalogs
@@ -281,191 +311,6 @@ func listedBy(err error, catalogName string) error {
 	return &c
 }
 
-// maxStatChecks is how many data files of a version are checked in the
-// sink one by one (Stat) before one listing of data_dir is cheaper: about
-// one list page of S3 or GCS.
-const maxStatChecks = 1000
-
-// knownFromParents returns the data files the sink certainly holds when
-// every parent of a version is complete there: the files their catalogs
-// list, read back from the sink (a version is published only once all its
-// files are there; the engine already trusts that by never walking below
-// a complete version). Checking a new version against them, and the few
-// files they lack one by one, costs a request per parent, where a listing
-// of data_dir costs a page per thousand files of the whole repository, and
-// a stat of each on a disk. These sink catalogs are not upstream catalogs
-// and are not counted in Report.CatalogsRead. nil when a parent is not
-// complete in the sink or its catalog cannot be read: every file is then
-// checked against the listing.
-func (e *engine) knownFromParents(ctx context.Context, parents []string) map[string]int64 {
-	if len(parents) == 0 {
-		return nil
-	}
-	known := map[string]int64{}
-	for _, p := range parents {
-		e.mu.Lock()
-		done, now := e.versions.published[p], e.versions.publishedNow[p]
-		e.mu.Unlock()
-		if !done {
-			return nil
-		}
-		if now {
-			// Published by this run: every file of it is settled in
-			// dataCalls already, which dataFile asks first; reading its
-			// catalog back from the sink would be the same work again.
-			continue
-		}
-		select {
-		case e.slots.catalog <- struct{}{}:
-		case <-ctx.Done():
-			return nil
-		}
-		cat, err := e.readSinkCatalog(ctx, p)
-		<-e.slots.catalog
-		if err != nil {
-			e.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
-				zap.String("version", p), zap.Error(err))
-			return nil
-		}
-		for _, f := range cat.Files {
-			known[e.src.Settings().DataDir+f.Path] = f.Size
-		}
-	}
-	return known
-}
-
-// readSinkCatalog reads the catalog of a version complete in the sink:
-// ducklake.duckdb, or metadata.db where it has none.
-func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Catalog, error) {
-	c, err := e.readSinkFile(ctx, id, repo.CatalogFile)
-	if backend.IsNotExist(err) {
-		return e.readSinkFile(ctx, id, repo.MetadataFile)
-	}
-	return c, err
-}
-
-// readSinkFile reads one catalog of a version in the sink.
-func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
-	name := repo.VersionFile(id, file)
-	fetched, err := e.catalogs.Fetch(ctx, e.sink.Backend(), name)
-	if err != nil {
-		return nil, err
-	}
-	defer fetched.Remove()
-	return e.catalogs.Read(ctx, fetched.Path, name)
-}
-
-// mirrorDataFiles makes sure the sink has every file the catalog needs,
-// with the recorded size. Files in known (see knownFromParents) with the
-// recorded size are there already.
-func (e *engine) mirrorDataFiles(ctx context.Context, id string, cat *catalog.Catalog, known map[string]int64) error {
-	if sinkListed, _ := e.sink.DataListed(); len(cat.Files) >= 2*listPart && (!sinkListed || !e.src.DataListed()) {
-		// Where data_dir is listed for this version, in parts split
-		// among the files its catalog names (worked out only by a store
-		// that lists in parts).
-		ctx = backend.WithListBounds(ctx, func() []string {
-			names := make([]string, len(cat.Files))
-			for i, f := range cat.Files {
-				names[i] = e.src.Settings().DataDir + f.Path
-			}
-			return backend.SplitBounds(names, listPart, maxListParts)
-		})
-	}
-	todo := e.filesToCheck(ctx, cat, known)
-	byStat := known != nil && len(todo) <= maxStatChecks
-	errs := make([]error, len(cat.Files))
-	// Three steps, so that the names written without a barrier are
-	// recorded with one write per version (see durability.go): look up
-	// the files this version is first to need, record those the sink
-	// lacks, copy them; then wait for the files other versions copy. No
-	// step waits on another version before this one's copies are settled.
-	var mu sync.Mutex
-	var mine []int // indexes whose copy this version makes
-	calls := make([]*dataFileCall, len(cat.Files))
-	owned := make([]bool, len(cat.Files))
-	e.each(len(todo), func(k int) {
-		i := todo[k]
-		f := cat.Files[i]
-		name := e.src.Settings().DataDir + f.Path
-		calls[i], owned[i] = e.claimDataFile(name, f.Size)
-		call := calls[i]
-		if !owned[i] {
-			return
-		}
-		need, err := e.needsCopy(ctx, name, f.Size, byStat)
-		if err != nil || !need {
-			call.settle(err)
-			errs[i] = err
-			return
-		}
-		mu.Lock()
-		mine = append(mine, i)
-		mu.Unlock()
-	})
-	names := make([]string, len(mine))
-	sizes := make([]int64, len(mine))
-	for k, i := range mine {
-		names[k], sizes[k] = e.src.Settings().DataDir+cat.Files[i].Path, cat.Files[i].Size
-	}
-	if err := e.sink.RecordUnsynced(ctx, names, sizes); err != nil {
-		for _, i := range mine {
-			calls[i].settle(err)
-		}
-		return err
-	}
-	dctx := e.sink.WithoutSync(ctx)
-	e.each(len(mine), func(k int) {
-		i, name := mine[k], names[k]
-		err := e.copyFile(dctx, name, cat.Files[i].Size)
-		e.sink.WroteUnsynced(name)
-		calls[i].settle(err)
-		errs[i] = err
-	})
-	for _, i := range todo {
-		if !owned[i] {
-			f := cat.Files[i]
-			errs[i] = e.awaitDataFile(ctx, calls[i], e.src.Settings().DataDir+f.Path, f.Size)
-		}
-	}
-	for i, err := range errs {
-		if err != nil {
-			return dataFileRefusal(id, e.src.Settings().DataDir+cat.Files[i].Path, err)
-		}
-	}
-	return nil
-}
-
-// filesToCheck returns the indexes into cat.Files of the data files to
-// check in the sink: all but those in known (see knownFromParents) at the
-// recorded size, which are only confirmed there.
-func (e *engine) filesToCheck(ctx context.Context, cat *catalog.Catalog, known map[string]int64) []int {
-	var todo []int    // indexes into cat.Files of the files to check
-	var parents []int // those a parent has, to confirm
-	for i, f := range cat.Files {
-		name := e.src.Settings().DataDir + f.Path
-		if size, ok := known[name]; !ok || size != f.Size || f.Size < 0 || e.sink.IsDistrusted(name) {
-			todo = append(todo, i)
-		} else {
-			parents = append(parents, i)
-		}
-	}
-	// A parent's file is confirmed in the sink too: a lifecycle rule or
-	// an operator may have removed it since the parent was published, and
-	// a version is published only with every file. Several at a time: on
-	// a disk each is a stat.
-	gone := make([]bool, len(parents))
-	e.each(len(parents), func(k int) {
-		f := cat.Files[parents[k]]
-		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size)
-	})
-	for k, i := range parents {
-		if gone[k] {
-			todo = append(todo, i)
-		}
-	}
-	return todo
-}
-
 // dataFileRefusal is the refusal of version id over its data file name.
 func dataFileRefusal(id, name string, err error) error {
 	var r *refusal
@@ -493,48 +338,6 @@ func (e *engine) each(n int, fn func(k int)) {
 		g.Go(func() error { fn(k); return nil })
 	}
 	g.Wait()
-}
-
-// dataFileCall is the one copy of a data file in a run; versions that
-// need the same file wait on done and share its result.
-type dataFileCall struct {
-	done chan struct{}
-	size int64
-	err  error
-}
-
-func (c *dataFileCall) settle(err error) {
-	c.err = err
-	close(c.done)
-}
-
-// claimDataFile returns the run's call for a data file; owner is true for
-// the first version to ask, which must settle it.
-func (e *engine) claimDataFile(name string, size int64) (call *dataFileCall, owner bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if call, ok := e.dataCalls[name]; ok {
-		return call, false
-	}
-	call = &dataFileCall{done: make(chan struct{}), size: size}
-	e.dataCalls[name] = call
-	return call, true
-}
-
-// awaitDataFile waits for the version that claimed a data file to settle
-// it. Another version may record another size: each is judged on its own
-// record against the file, so the refusal lands on the one that
-// disagrees with it, whichever came first.
-func (e *engine) awaitDataFile(ctx context.Context, call *dataFileCall, name string, size int64) error {
-	select {
-	case <-call.done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if size >= 0 && call.size >= 0 && call.size != size {
-		return e.ensureDataFile(ctx, name, size, true)
-	}
-	return call.err
 }
 
 // ensureDataFile copies one data file unless the sink has it.

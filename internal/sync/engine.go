@@ -63,9 +63,10 @@ type engine struct {
 	ancestry *ancestry       // parents of versions, read once (see ancestry.go)
 	catalogs *catalog.Pool   // fetches and reads catalogs, upstream's and the sink's
 
-	mu        sync.Mutex
-	report    *Report
-	dataCalls map[string]*dataFileCall // one copy per data file across versions
+	mu          sync.Mutex
+	report      *Report
+	dataCalls   dataCalls // one copy per data file across versions (databatch.go)
+	plannedData int       // data files a dry run named in the report
 
 	lockLost atomic.Bool
 }
@@ -123,8 +124,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 			published: map[string]bool{}, publishedNow: map[string]bool{}, refused: map[string]*refusal{},
 			absent: map[string]bool{}, targetChecks: map[string]*refusal{}, confirmed: map[string][]string{},
 		},
-		upstream:  upstreamView{excluded: repo.Refs{}},
-		dataCalls: map[string]*dataFileCall{},
+		upstream: upstreamView{excluded: repo.Refs{}},
 		report: &Report{
 			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
 			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{}, Pending: []PendingVersion{},

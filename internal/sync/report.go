@@ -2,6 +2,7 @@ package sync
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -84,8 +85,11 @@ type Report struct {
 	CatalogsRead int       `json:"catalogs_read"`
 	RefsMoved    []RefMove `json:"refs_moved"`
 	Refused      []Refusal `json:"refused"`
-	// Planned lists the files a dry run would copy.
-	Planned []string `json:"planned,omitempty"`
+	// Planned lists the files a dry run would copy: its data files up
+	// to maxPlannedListed, then only counted in PlannedMore (a catalog
+	// may name 10,000,000), and every file of the mirror's own.
+	Planned     []string `json:"planned,omitempty"`
+	PlannedMore int      `json:"planned_more,omitempty"`
 	// Lag counts upstream refs the sink does not match after the run.
 	Lag int `json:"lag"`
 	// Pending lists the ancestors not mirrored yet, kept in the mirror's
@@ -135,9 +139,19 @@ func (e *engine) copied(n int64) {
 
 func (e *engine) plan(name string) {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.plannedData >= maxPlannedListed && strings.HasPrefix(name, e.src.Settings().DataDir) {
+		e.report.PlannedMore++
+		return
+	}
+	if strings.HasPrefix(name, e.src.Settings().DataDir) {
+		e.plannedData++
+	}
 	e.report.Planned = append(e.report.Planned, name)
-	e.mu.Unlock()
 }
+
+// maxPlannedListed is how many data files a dry run's report names.
+const maxPlannedListed = 10_000
 
 // FatalError stops a run as a whole: the source's settings are unreadable,
 // or the sink holds another repository.

@@ -127,7 +127,8 @@ func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size 
 		return err
 	}
 	defer a.fetched.Remove()
-	if err := e.mirrorDataFiles(ctx, id, a.cat, nil); err != nil {
+	defer a.closeFiles()
+	if err := e.mirrorDataFiles(ctx, id, a.list(), nil); err != nil {
 		return listedBy(err, a.name)
 	}
 	if err := e.sink.PutCatalog(ctx, a.name, a.fetched); err != nil {

@@ -1,0 +1,416 @@
+package sync
+
+import (
+	"context"
+	"sync"
+
+	"go.uber.org/zap"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+)
+
+// A catalog read whole lists every file of its version, as many as the
+// repository holds: its files come in path order from a catalog.Sorted
+// (on disk past a bound) and go through the steps of mirroring in
+// batches of dataBatch, so that nothing kept per file spans the catalog:
+// the parents' files are judged by going through their catalogs beside
+// it in path order (parentFiles), and the run's record of data files
+// (dataCalls) keeps the calls in flight and the last maxSettledCalls
+// settled ones.
+
+// dataBatch is how many of a catalog's files go through the steps at
+// once (look up, record, copy, wait): the steps' slices are a batch
+// long, and the names recorded without a barrier are one write a batch.
+const dataBatch = 4096
+
+// maxStatChecks is how many data files of a version are checked in the
+// sink one by one (Stat) before one listing of data_dir is cheaper: about
+// one list page of S3 or GCS.
+const maxStatChecks = 1000
+
+// maxSettledCalls is how many settled data file calls the run keeps
+// (dataCalls): a version that needs a file another version of the run
+// settled is told its result without asking the sink. Past the bound the
+// oldest go; a version that needs one of those asks the sink (a stat, or
+// the listing taken before it was copied, which then copies it again:
+// the same bytes, recorded and copied as any other).
+const maxSettledCalls = 1 << 16
+
+// knownFromParents returns the data files the sink certainly holds when
+// every parent of a version is complete there: the files their catalogs
+// list, read back from the sink (a version is published only once all its
+// files are there; the engine already trusts that by never walking below
+// a complete version). Checking a new version against them, and the few
+// files they lack one by one, costs a request per parent, where a listing
+// of data_dir costs a page per thousand files of the whole repository, and
+// a stat of each on a disk. These sink catalogs are not upstream catalogs
+// and are not counted in Report.CatalogsRead. nil when a parent is not
+// complete in the sink or its catalog cannot be read: every file is then
+// checked against the listing. The caller closes it.
+func (e *engine) knownFromParents(ctx context.Context, parents []string) *parentFiles {
+	if len(parents) == 0 {
+		return nil
+	}
+	known := &parentFiles{}
+	for _, p := range parents {
+		e.mu.Lock()
+		done, now := e.versions.published[p], e.versions.publishedNow[p]
+		e.mu.Unlock()
+		if !done {
+			known.close()
+			return nil
+		}
+		select {
+		case e.slots.catalog <- struct{}{}:
+		case <-ctx.Done():
+			known.close()
+			return nil
+		}
+		files, err := e.readSinkCatalog(ctx, p)
+		<-e.slots.catalog
+		if err != nil {
+			e.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
+				zap.String("version", p), zap.Error(err))
+			known.close()
+			return nil
+		}
+		known.parents = append(known.parents, &parentList{files: files, now: now})
+	}
+	known.rewind()
+	return known
+}
+
+// parentFiles are the files of a version's parents, complete in the
+// sink, gone through in path order beside the version's own catalog: a
+// file is asked for in path order, and each parent's list moves on to it.
+type parentFiles struct {
+	parents []*parentList
+}
+
+// parentList is one parent's catalog from the sink.
+type parentList struct {
+	files *catalog.Sorted
+	// now: published by this run, every file of it copied or confirmed
+	// by it, so not confirmed again.
+	now    bool
+	cursor *catalog.Cursor
+	cur    catalog.File
+	more   bool
+}
+
+// rewind starts the parents' lists again from their first file.
+func (k *parentFiles) rewind() {
+	if k == nil {
+		return
+	}
+	for _, p := range k.parents {
+		p.cursor = p.files.Cursor()
+		p.more = p.cursor.Next()
+		p.cur = p.cursor.File()
+	}
+}
+
+// has says whether a parent lists the file at path with size, and
+// whether one that does was published by this run (confirmed needs no
+// look in the sink). Paths must be asked in path order; a parent's list
+// that cannot be read back says nothing more (the file is checked).
+func (k *parentFiles) has(path string, size int64) (listed, now bool) {
+	if k == nil {
+		return false, false
+	}
+	for _, p := range k.parents {
+		for p.more && p.cur.Path < path {
+			p.more = p.cursor.Next()
+			p.cur = p.cursor.File()
+		}
+		if p.more && p.cur.Path == path && p.cur.Size == size {
+			listed = true
+			now = now || p.now
+		}
+	}
+	return listed, now
+}
+
+func (k *parentFiles) close() {
+	if k == nil {
+		return
+	}
+	for _, p := range k.parents {
+		p.files.Close()
+	}
+}
+
+// readSinkCatalog reads the catalog of a version complete in the sink:
+// ducklake.duckdb, or metadata.db where it has none.
+func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Sorted, error) {
+	c, err := e.readSinkSorted(ctx, id, repo.CatalogFile)
+	if backend.IsNotExist(err) {
+		return e.readSinkSorted(ctx, id, repo.MetadataFile)
+	}
+	return c, err
+}
+
+// readSinkSorted reads one catalog of a version in the sink.
+func (e *engine) readSinkSorted(ctx context.Context, id, file string) (*catalog.Sorted, error) {
+	name := repo.VersionFile(id, file)
+	fetched, err := e.catalogs.Fetch(ctx, e.sink.Backend(), name)
+	if err != nil {
+		return nil, err
+	}
+	defer fetched.Remove()
+	return e.catalogs.ReadSorted(ctx, fetched.Path, name)
+}
+
+// readSinkFile reads one catalog of a version in the sink, every file
+// in Files.
+func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
+	s, err := e.readSinkSorted(ctx, id, file)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Catalog()
+}
+
+// mirrorDataFiles makes sure the sink has every file of a catalog, with
+// the recorded size, a batch at a time. Files known (see
+// knownFromParents) at the recorded size are there already.
+func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.Sorted, known *parentFiles) error {
+	if sinkListed, _ := e.sink.DataListed(); files.Len() >= 2*listPart && (!sinkListed || !e.src.DataListed()) {
+		// Where data_dir is listed for this version, in parts split
+		// among the files its catalog names (worked out only by a store
+		// that lists in parts).
+		ctx = backend.WithListBounds(ctx, func() []string { return e.listBounds(files) })
+	}
+	m := &batchMirror{e: e, id: id, known: known}
+	batch := make([]catalog.File, 0, min(files.Len(), dataBatch))
+	err := files.Each(func(f catalog.File) error {
+		if batch = append(batch, f); len(batch) < dataBatch {
+			return nil
+		}
+		err := m.mirror(ctx, batch, true)
+		batch = batch[:0]
+		return err
+	})
+	if err == nil && len(batch) > 0 {
+		err = m.mirror(ctx, batch, false)
+	}
+	return err
+}
+
+// listBounds picks the bounds of a split listing of data_dir among a
+// catalog's files, as backend.SplitBounds picks them among their names,
+// going through them once instead of holding every name.
+func (e *engine) listBounds(files *catalog.Sorted) []string {
+	n := files.Len()
+	if n < 2*listPart {
+		return nil
+	}
+	parts := min(int64(maxListParts), n/listPart)
+	var bounds []string
+	var i int64
+	files.Each(func(f catalog.File) error {
+		if k := int64(len(bounds)) + 1; k < parts && i == n*k/parts {
+			bounds = append(bounds, e.src.Settings().DataDir+f.Path)
+		}
+		i++
+		return nil
+	})
+	return bounds
+}
+
+// batchMirror mirrors the files of one catalog a batch at a time.
+type batchMirror struct {
+	e       *engine
+	id      string
+	known   *parentFiles
+	checked int // files looked up so far, to choose stats or a listing
+}
+
+// mirror makes sure the sink has every file of a batch. Three steps, so
+// that the names written without a barrier are recorded with one write
+// per batch (see durability.go): look up the files this version is first
+// to need, record those the sink lacks, copy them; then wait for the
+// files other versions copy. No step waits on another version before
+// this one's copies are settled. more says batches follow: the batch's
+// copies are then made durable, so that the record of names written
+// without a barrier stays a batch long.
+func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more bool) error {
+	e := m.e
+	todo := e.filesToCheck(ctx, batch, m.known)
+	byStat := m.known != nil && m.checked+len(todo) <= maxStatChecks
+	m.checked += len(todo)
+	errs := make([]error, len(batch))
+	var mu sync.Mutex
+	var mine []int // indexes whose copy this version makes
+	calls := make([]*dataFileCall, len(batch))
+	owned := make([]bool, len(batch))
+	e.each(len(todo), func(k int) {
+		i := todo[k]
+		name := e.src.Settings().DataDir + batch[i].Path
+		calls[i], owned[i] = e.claimDataFile(name, batch[i].Size)
+		if !owned[i] {
+			return
+		}
+		need, err := e.needsCopy(ctx, name, batch[i].Size, byStat)
+		if err != nil || !need {
+			e.settleDataFile(name, calls[i], err)
+			errs[i] = err
+			return
+		}
+		mu.Lock()
+		mine = append(mine, i)
+		mu.Unlock()
+	})
+	if err := m.copyMine(ctx, batch, mine, calls, errs); err != nil {
+		return err
+	}
+	for _, i := range todo {
+		if !owned[i] {
+			errs[i] = e.awaitDataFile(ctx, calls[i], e.src.Settings().DataDir+batch[i].Path, batch[i].Size)
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			return dataFileRefusal(m.id, e.src.Settings().DataDir+batch[i].Path, err)
+		}
+	}
+	if more && len(mine) > 0 {
+		return e.sink.Barrier(ctx)
+	}
+	return nil
+}
+
+// copyMine records the files of a batch this version copies (mine:
+// indexes into batch) as written without a barrier, and copies them.
+func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, mine []int, calls []*dataFileCall, errs []error) error {
+	e := m.e
+	names := make([]string, len(mine))
+	sizes := make([]int64, len(mine))
+	for k, i := range mine {
+		names[k], sizes[k] = e.src.Settings().DataDir+batch[i].Path, batch[i].Size
+	}
+	if err := e.sink.RecordUnsynced(ctx, names, sizes); err != nil {
+		for k, i := range mine {
+			e.settleDataFile(names[k], calls[i], err)
+		}
+		return err
+	}
+	dctx := e.sink.WithoutSync(ctx)
+	e.each(len(mine), func(k int) {
+		i, name := mine[k], names[k]
+		err := e.copyFile(dctx, name, batch[i].Size)
+		e.sink.WroteUnsynced(name)
+		e.settleDataFile(name, calls[i], err)
+		errs[i] = err
+	})
+	return nil
+}
+
+// filesToCheck returns the indexes into batch of the data files to check
+// in the sink: all but those a parent lists (see knownFromParents) at the
+// recorded size, which are only confirmed there (those of a parent this
+// run published are not: it copied or confirmed them).
+func (e *engine) filesToCheck(ctx context.Context, batch []catalog.File, known *parentFiles) []int {
+	var todo []int    // indexes into batch of the files to check
+	var parents []int // those a parent has, to confirm
+	for i, f := range batch {
+		name := e.src.Settings().DataDir + f.Path
+		listed, now := known.has(f.Path, f.Size)
+		switch {
+		case !listed || f.Size < 0 || e.sink.IsDistrusted(name):
+			todo = append(todo, i)
+		case !now:
+			parents = append(parents, i)
+		}
+	}
+	// A parent's file is confirmed in the sink too: a lifecycle rule or
+	// an operator may have removed it since the parent was published, and
+	// a version is published only with every file. Several at a time: on
+	// a disk each is a stat.
+	gone := make([]bool, len(parents))
+	e.each(len(parents), func(k int) {
+		f := batch[parents[k]]
+		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size)
+	})
+	for k, i := range parents {
+		if gone[k] {
+			todo = append(todo, i)
+		}
+	}
+	return todo
+}
+
+// dataFileCall is the one copy of a data file in a run; versions that
+// need the same file wait on done and share its result.
+type dataFileCall struct {
+	done chan struct{}
+	size int64
+	err  error
+}
+
+// dataCalls is the run's calls for data files: those in flight, and the
+// last maxSettledCalls settled, oldest first in settled.
+type dataCalls struct {
+	calls   map[string]*dataFileCall
+	settled []string // a ring of maxSettledCalls names
+	next    int      // where the next settled name goes in the ring
+}
+
+// claimDataFile returns the run's call for a data file; owner is true for
+// the first version to ask, which must settle it (settleDataFile).
+func (e *engine) claimDataFile(name string, size int64) (call *dataFileCall, owner bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if call, ok := e.dataCalls.calls[name]; ok {
+		return call, false
+	}
+	call = &dataFileCall{done: make(chan struct{}), size: size}
+	if e.dataCalls.calls == nil {
+		e.dataCalls.calls = map[string]*dataFileCall{}
+	}
+	e.dataCalls.calls[name] = call
+	return call, true
+}
+
+// settleDataFile settles the call for name with err, and lets the oldest
+// settled call go past maxSettledCalls: versions that have it keep it, one
+// that asks later is its owner and asks the sink.
+func (e *engine) settleDataFile(name string, call *dataFileCall, err error) {
+	call.err = err
+	close(call.done)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	d := &e.dataCalls
+	if len(d.settled) < maxSettledCalls {
+		d.settled = append(d.settled, name)
+		return
+	}
+	if old := d.settled[d.next]; d.calls[old] != nil && d.calls[old] != call {
+		select {
+		case <-d.calls[old].done:
+			delete(d.calls, old)
+		default: // claimed again since, and in flight
+		}
+	}
+	d.settled[d.next] = name
+	d.next = (d.next + 1) % maxSettledCalls
+}
+
+// awaitDataFile waits for the version that claimed a data file to settle
+// it. Another version may record another size: each is judged on its own
+// record against the file, so the refusal lands on the one that
+// disagrees with it, whichever came first.
+func (e *engine) awaitDataFile(ctx context.Context, call *dataFileCall, name string, size int64) error {
+	select {
+	case <-call.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if size >= 0 && call.size >= 0 && call.size != size {
+		return e.ensureDataFile(ctx, name, size, true)
+	}
+	return call.err
+}
