@@ -23,7 +23,8 @@ import (
 // dataBatch is how many of a catalog's files go through the steps at
 // once (look up, record, copy, wait): the steps' slices are a batch
 // long, and the names recorded without a barrier are one write a batch.
-const dataBatch = 4096
+// A test lowers it (SetDataBatch) to go through several.
+var dataBatch = 4096
 
 // maxStatChecks is how many data files of a version are checked in the
 // sink one by one (Stat) before one listing of data_dir is cheaper: about
@@ -185,7 +186,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 		ctx = backend.WithListBounds(ctx, func() []string { return e.listBounds(files) })
 	}
 	m := &batchMirror{e: e, id: id, known: known}
-	batch := make([]catalog.File, 0, min(files.Len(), dataBatch))
+	batch := make([]catalog.File, 0, min(files.Len(), int64(dataBatch)))
 	err := files.Each(func(f catalog.File) error {
 		if batch = append(batch, f); len(batch) < dataBatch {
 			return nil
