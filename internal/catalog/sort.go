@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bufio"
+	"cmp"
 	"container/heap"
 	"encoding/binary"
 	"errors"
@@ -36,12 +37,15 @@ import (
 
 // sortMemory is the bytes of rows (their paths and rowOverhead each) held
 // in memory before a run is written; a test may lower it (SetSortMemory)
-// to make runs of a few rows.
+// to make runs of a few rows. Twice that is held at most: the rows coming
+// in while the last batch is sorted and written.
 var sortMemory = 8 << 20
 
-// maxRuns is how many runs are kept before they are merged into one: a
-// bound on the descriptors and merge buffers one sort holds.
-const maxRuns = 32
+// mergeFanIn is how many runs of one level are merged into one of the
+// next (a run as written is level 0): a bound on the descriptors and merge
+// buffers one sort holds (at most mergeFanIn-1 runs a level), with each
+// row merged once a level instead of every time the runs pile up.
+const mergeFanIn = 32
 
 // rowOverhead is what a held row costs besides its path's bytes: the
 // sortRow and the string header.
@@ -63,11 +67,11 @@ type sortRow struct {
 	sizes [2]int64 // distinct sizes (>= 0) the path's rows record, -1 where none
 }
 
-func (a *sortRow) less(b *sortRow) bool {
-	if a.Path != b.Path {
-		return a.Path < b.Path
+func (a *sortRow) compare(b *sortRow) int {
+	if c := strings.Compare(a.Path, b.Path); c != 0 {
+		return c
 	}
-	return a.seq < b.seq
+	return cmp.Compare(a.seq, b.seq)
 }
 
 // fold folds b (a row of the same path) into a, keeping the first row
@@ -113,8 +117,19 @@ type fileSorter struct {
 	held   []sortRow
 	bytes  int // of held, as sortMemory counts them
 	seq    int64
-	dir    string     // its private folder, once a run is written
-	runs   []*os.File // sorted, folded runs, unlinked
+	dir    string // its private folder, once a run is written
+	runs   []run  // sorted, folded runs, unlinked; levels never rise along it
+	// spilling is the run being written, with the rows held before:
+	// written beside the reading of the next rows (the reader waits on
+	// the mirror otherwise), one at a time. runs and dir are its until
+	// it is waited for.
+	spilling chan error
+}
+
+// run is a sorted run on disk; level 0 as written, n+1 merged of level n.
+type run struct {
+	f     *os.File
+	level int
 }
 
 func newFileSorter(parent, name string) *fileSorter {
@@ -127,57 +142,73 @@ func (s *fileSorter) add(f File) error {
 	r.addSize(f.Size)
 	s.seq++
 	s.held = append(s.held, r)
-	if s.bytes += len(f.Path) + rowOverhead; s.bytes >= sortMemory {
-		return s.spill()
+	if s.bytes += len(f.Path) + rowOverhead; s.bytes < sortMemory {
+		return nil
 	}
+	// The run is written while the next rows come.
+	if err := s.wait(); err != nil {
+		return err
+	}
+	held := s.held
+	s.held, s.bytes = make([]sortRow, 0, len(held)), 0
+	done := make(chan error, 1)
+	s.spilling = done
+	go func() { done <- s.spill(held) }()
 	return nil
 }
 
-// sortHeld sorts the rows held and folds those of one path.
-func (s *fileSorter) sortHeld() {
-	slices.SortFunc(s.held, func(a, b sortRow) int {
-		if a.less(&b) {
-			return -1
-		}
-		return 1
-	})
-	out := s.held[:0]
-	for i := range s.held {
-		if n := len(out); n > 0 && out[n-1].Path == s.held[i].Path {
-			out[n-1].fold(&s.held[i])
-			continue
-		}
-		out = append(out, s.held[i])
+// wait waits for the run being written, if any.
+func (s *fileSorter) wait() error {
+	if s.spilling == nil {
+		return nil
 	}
-	clear(s.held[len(out):]) // the paths folded away
-	s.held = out
+	err := <-s.spilling
+	s.spilling = nil
+	return err
 }
 
-// spill writes the rows held as a run, and merges the runs into one
-// where there are maxRuns.
-func (s *fileSorter) spill() error {
-	s.sortHeld()
+// sortRows sorts rows and folds those of one path.
+func sortRows(rows []sortRow) []sortRow {
+	slices.SortFunc(rows, func(a, b sortRow) int { return a.compare(&b) })
+	out := rows[:0]
+	for i := range rows {
+		if n := len(out); n > 0 && out[n-1].Path == rows[i].Path {
+			out[n-1].fold(&rows[i])
+			continue
+		}
+		out = append(out, rows[i])
+	}
+	clear(rows[len(out):]) // the paths folded away
+	return out
+}
+
+// spill writes rows as a run, and merges runs of one level where there
+// are mergeFanIn of them.
+func (s *fileSorter) spill(rows []sortRow) error {
+	rows = sortRows(rows)
 	w, err := s.newRun()
 	if err != nil {
 		return err
 	}
-	for i := range s.held {
-		if err := w.write(&s.held[i]); err != nil {
+	for i := range rows {
+		if err := w.write(&rows[i]); err != nil {
+			w.f.Close()
 			return s.errf(err)
 		}
 	}
 	if err := w.flush(); err != nil {
+		w.f.Close()
 		return s.errf(err)
 	}
-	s.runs = append(s.runs, w.f)
-	clear(s.held)
-	s.held, s.bytes = s.held[:0], 0
-	if len(s.runs) >= maxRuns {
-		merged, _, err := s.merge(false)
+	s.runs = append(s.runs, run{f: w.f})
+	// The last mergeFanIn runs of one level become one of the next, and
+	// so on up: each row is merged once a level.
+	for n := len(s.runs); n >= mergeFanIn && s.runs[n-mergeFanIn].level == s.runs[n-1].level; n = len(s.runs) {
+		merged, _, err := s.merge(s.runs[n-mergeFanIn:], false)
 		if err != nil {
 			return err
 		}
-		s.runs = []*os.File{merged}
+		s.runs = append(s.runs[:n-mergeFanIn], run{f: merged, level: s.runs[n-1].level + 1})
 	}
 	return nil
 }
@@ -216,8 +247,11 @@ func (s *fileSorter) newRun() (*runWriter, error) {
 // sizes. A sort that wrote runs merges them into one on disk.
 func (s *fileSorter) finish(c Catalog) (*Sorted, error) {
 	c.Files = nil
+	if err := s.wait(); err != nil {
+		return nil, err
+	}
 	if len(s.runs) == 0 {
-		s.sortHeld()
+		s.held = sortRows(s.held)
 		files := make([]File, len(s.held))
 		for i := range s.held {
 			if err := s.check(&s.held[i]); err != nil {
@@ -229,11 +263,12 @@ func (s *fileSorter) finish(c Catalog) (*Sorted, error) {
 		return &Sorted{meta: c, files: files, n: int64(len(files))}, nil
 	}
 	if len(s.held) > 0 {
-		if err := s.spill(); err != nil {
+		if err := s.spill(s.held); err != nil {
 			return nil, err
 		}
+		s.held = nil
 	}
-	merged, n, err := s.merge(true)
+	merged, n, err := s.merge(s.runs, true)
 	if err != nil {
 		return nil, err
 	}
@@ -253,8 +288,9 @@ func (s *fileSorter) check(r *sortRow) error {
 // close ends the sort, its runs and its folder (the runs are unlinked
 // already; a Sorted keeps the one it reads).
 func (s *fileSorter) close() {
-	for _, f := range s.runs {
-		f.Close()
+	s.wait()
+	for _, r := range s.runs {
+		r.f.Close()
 	}
 	s.runs = nil
 	if s.dir != "" {
@@ -263,11 +299,11 @@ func (s *fileSorter) close() {
 	}
 }
 
-// merge merges the runs into one new run, folding rows of one path; last
+// merge merges runs into one new run, folding rows of one path; last
 // says it is the sort's last merge, whose rows are whole: each is checked
 // for two sizes. n is the rows of the merged run. The runs merged are
 // closed.
-func (s *fileSorter) merge(last bool) (merged *os.File, n int64, err error) {
+func (s *fileSorter) merge(runs []run, last bool) (merged *os.File, n int64, err error) {
 	w, err := s.newRun()
 	if err != nil {
 		return nil, 0, err
@@ -278,8 +314,13 @@ func (s *fileSorter) merge(last bool) (merged *os.File, n int64, err error) {
 		}
 	}()
 	h := &runHeap{}
-	for _, f := range s.runs {
-		r := newRunReader(f)
+	defer func() {
+		for _, r := range runs {
+			r.f.Close()
+		}
+	}()
+	for _, run := range runs {
+		r := newRunReader(run.f)
 		ok, err := r.next()
 		if err != nil {
 			return nil, 0, s.errf(err)
@@ -288,11 +329,6 @@ func (s *fileSorter) merge(last bool) (merged *os.File, n int64, err error) {
 			h.readers = append(h.readers, r)
 		}
 	}
-	defer func() {
-		for _, f := range s.runs {
-			f.Close()
-		}
-	}()
 	heap.Init(h)
 	for h.Len() > 0 {
 		row := h.readers[0].row
@@ -325,7 +361,7 @@ func (s *fileSorter) merge(last bool) (merged *os.File, n int64, err error) {
 type runHeap struct{ readers []*runReader }
 
 func (h *runHeap) Len() int           { return len(h.readers) }
-func (h *runHeap) Less(i, j int) bool { return h.readers[i].row.less(&h.readers[j].row) }
+func (h *runHeap) Less(i, j int) bool { return h.readers[i].row.compare(&h.readers[j].row) < 0 }
 func (h *runHeap) Swap(i, j int)      { h.readers[i], h.readers[j] = h.readers[j], h.readers[i] }
 func (h *runHeap) Push(x any)         { h.readers = append(h.readers, x.(*runReader)) }
 func (h *runHeap) Pop() any {
@@ -379,8 +415,9 @@ func (w *runWriter) flush() error { return w.w.Flush() }
 
 // runReader reads a run from its start; row is the row last read.
 type runReader struct {
-	r   *bufio.Reader
-	row sortRow
+	r    *bufio.Reader
+	row  sortRow
+	path []byte
 }
 
 func newRunReader(f *os.File) *runReader {
@@ -399,9 +436,10 @@ func (r *runReader) next() (bool, error) {
 	if err != nil || n > MaxPathBytes {
 		return false, errRun
 	}
-	var path strings.Builder
-	path.Grow(int(n))
-	if _, err := io.CopyN(&path, r.r, int64(n)); err != nil {
+	if cap(r.path) < int(n) {
+		r.path = make([]byte, MaxPathBytes)
+	}
+	if _, err := io.ReadFull(r.r, r.path[:n]); err != nil {
 		return false, errRun
 	}
 	var v [5]int64
@@ -414,7 +452,7 @@ func (r *runReader) next() (bool, error) {
 	if err != nil {
 		return false, errRun
 	}
-	r.row = sortRow{File: File{Path: path.String(), Size: v[0], Footer: v[1], Delete: flags&fileDelete != 0, Puffin: flags&filePuffin != 0},
+	r.row = sortRow{File: File{Path: string(r.path[:n]), Size: v[0], Footer: v[1], Delete: flags&fileDelete != 0, Puffin: flags&filePuffin != 0},
 		seq: v[2], sizes: [2]int64{v[3], v[4]}}
 	return true, nil
 }

@@ -39,9 +39,9 @@ func sortFiles(files []File) {
 	}
 }
 
-// sortRows sorts rows with a fileSorter whose memory holds memRows rows
+// sortWith sorts rows with a fileSorter whose memory holds memRows rows
 // or so, and returns the files and whether the sort went to disk.
-func sortRows(t *testing.T, rows []File, memRows int) ([]File, bool, error) {
+func sortWith(t *testing.T, rows []File, memRows int) ([]File, bool, error) {
 	t.Helper()
 	defer SetSortMemory(memRows * (rowOverhead + 12))()
 	s := newFileSorter(t.TempDir(), catalogName)
@@ -50,6 +50,9 @@ func sortRows(t *testing.T, rows []File, memRows int) ([]File, bool, error) {
 		if err := s.add(f); err != nil {
 			return nil, false, err
 		}
+	}
+	if err := s.wait(); err != nil {
+		return nil, false, err
 	}
 	disk := len(s.runs) > 0
 	sorted, err := s.finish(Catalog{DataPath: "/data/"})
@@ -100,7 +103,7 @@ func TestSortGivesWhatAReadGave(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, disk, err := sortRows(t, rows, tc.memRows)
+			got, disk, err := sortWith(t, rows, tc.memRows)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +155,7 @@ func TestSortRefusesAPathOfTwoSizesAcrossRuns(t *testing.T) {
 				rows = append(rows, File{Path: "a.parquet", Size: size, Footer: int64(i)})
 			}
 			want, wantErr := foldAsReadDid(rows)
-			got, disk, err := sortRows(t, rows, 40)
+			got, disk, err := sortWith(t, rows, 40)
 			if !disk {
 				t.Fatal("the sort stayed in memory")
 			}

@@ -13,14 +13,24 @@ import (
 
 // A catalog read whole whose files are sorted on disk in runs of a few
 // rows and go through the steps of mirroring two at a time mirrors every
-// data file, a first run and an incremental one alike (whose parents'
-// catalogs are gone through beside the new version's).
+// data file, a first run and an incremental one alike. With an alternate
+// catalog every version is read whole (no difference is taken), and its
+// parents' catalogs, published by the run or before it, are gone through
+// beside each of its two catalogs.
 func TestWholeReadsInBatchesFromRunsOnDiskMirrorEveryFile(t *testing.T) {
+	for _, alternate := range []string{"", "1.0"} {
+		t.Run("alternate "+alternate, func(t *testing.T) {
+			opts := generate.Options{Versions: 3, FilesPerVersion: 5, DeleteFiles: true, RemoveFiles: true, FastParquet: true, AlternateCatalog: alternate}
+			mirrorInBatches(t, opts)
+		})
+	}
+}
+
+func mirrorInBatches(t *testing.T, opts generate.Options) {
 	defer catalog.SetSortMemory(200)()
 	defer fdlsync.SetDataBatch(2)()
 	up, mirror := filepath.Join(t.TempDir(), "up"), filepath.Join(t.TempDir(), "mirror")
 	ctx := context.Background()
-	opts := generate.Options{Versions: 3, FilesPerVersion: 5, DeleteFiles: true, RemoveFiles: true, FastParquet: true}
 	if _, err := generate.Generate(ctx, up, opts); err != nil {
 		t.Fatal(err)
 	}
