@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
@@ -57,23 +58,21 @@ func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) 
 }
 
 // missingDataFiles returns the data files the catalogs of version id in
-// the sink name that the sink lacks, or holds at another size.
+// the sink name that the sink lacks, or holds at another size. Each
+// catalog's files are gone through in path order, none held but those
+// missing: a file two catalogs name is looked up twice, and named once.
 func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, error) {
 	have := e.inv.Versions[id]
 	dataDir := e.src.Settings().DataDir
 	var missing []string
-	seen := map[string]bool{}
+	listed := map[string]bool{} // of missing
 	for _, file := range append([]string{repo.MainCatalog(have)}, repo.AlternateCatalogs(have)...) {
-		cat, err := e.readSinkFile(ctx, id, file)
+		files, err := e.readSinkSorted(ctx, id, file)
 		if err != nil {
 			return nil, fmt.Errorf("catalog %s: %w", repo.VersionFile(id, file), err)
 		}
-		for _, f := range cat.Files {
+		err = files.Each(func(f catalog.File) error {
 			name := dataDir + f.Path
-			if seen[name] {
-				continue
-			}
-			seen[name] = true
 			size, ok, err := e.sink.DataFile(ctx, dataDir, name)
 			if err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
 				// The listing is this run's first: a file this run
@@ -81,11 +80,17 @@ func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, err
 				size, ok, err = e.sink.StatFile(ctx, name)
 			}
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if !ok || (f.Size >= 0 && size != f.Size) {
+			if (!ok || (f.Size >= 0 && size != f.Size)) && !listed[name] {
+				listed[name] = true
 				missing = append(missing, name)
 			}
+			return nil
+		})
+		files.Close()
+		if err != nil {
+			return nil, err
 		}
 	}
 	return missing, nil
