@@ -33,7 +33,11 @@ import (
 // catalog of millions of rows of one path holds one.
 //
 // The run files are unlinked as soon as they are made: they live as long
-// as their descriptors, and a mirror that dies leaves none behind.
+// as their descriptors, and a mirror that dies leaves none behind. Their
+// bytes are those of the distinct paths of each batch (a path and about
+// 30 bytes a row), twice while two levels are merged: bounded by the
+// rows a catalog may have (catalog_max_files) and a path's length
+// (MaxPathBytes), as the memory was when the rows were held.
 
 // sortMemory is the bytes of rows (their paths and rowOverhead each) held
 // in memory before a run is written; a test may lower it (SetSortMemory)
