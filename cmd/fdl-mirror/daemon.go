@@ -117,12 +117,17 @@ func selectMirrors(w io.Writer, cmd string, cfg *config.Config, name string) ([]
 	return []config.Mirror{m}, true
 }
 
+// configOverrides are the flags sync --config reads besides the file:
+// what one run asks for (a dry run, --force, --repair), never a setting
+// of a mirror's.
+type configOverrides struct{ dryRun, force, repair bool }
+
 // syncFromConfig runs the config's mirrors (those of a shard, or the one
 // named) once, one after the other, for CI and CronJobs. A mirror's failure
 // does not stop the next; the exit code is the worst of theirs, as for a
 // plain sync. Notifications go out as each mirror ends; at the end it
 // waits at most notifyWait for those still being sent.
-func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard config.Shard, dryRun, force, jsonOut bool, notifyWait time.Duration, log *zap.Logger) int {
+func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard config.Shard, over configOverrides, jsonOut bool, notifyWait time.Duration, log *zap.Logger) int {
 	cfg, err := config.Load(configPath)
 	if err != nil {
 		printConfigError(os.Stderr, "sync", configPath, err)
@@ -146,8 +151,9 @@ func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard co
 			continue
 		}
 		job := daemon.Job(m)
-		job.DryRun = dryRun
-		job.Force = job.Force || force
+		job.DryRun = over.dryRun
+		job.Force = job.Force || over.force
+		job.Repair = job.Repair || over.repair
 		progress, done := newProgress(!jsonOut)
 		report, err := mirror.Run(ctx, job, log, progress)
 		done()

@@ -119,25 +119,33 @@ func (s sizeFlag) Set(v string) error {
 	return nil
 }
 
-// accessFlags say how the stores are reached besides their addresses and
-// --http-header, shared by sync, status, prune and verify.
+// accessFlags say how the stores are reached besides their addresses,
+// shared by sync, status, prune and verify.
 type accessFlags struct {
-	headerFile   string
-	caFile       string
-	insecureAuth bool
+	header         stringList
+	allowRedirects allowRedirectFlag
+	headerFile     string
+	caFile         string
+	insecureAuth   bool
 }
 
-func (a *accessFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.headerFile, "http-header-file", "", "`file` of headers sent to an HTTP(S) source, one \"Name: value\" a line, readable by its owner only: keeps a token out of argv")
-	fs.StringVar(&a.caFile, "ca-file", "", "PEM `file` of certificates trusted besides the system's roots, for HTTPS sources and S3/GCS endpoints")
+// register adds the flags; what is the store they reach ("source",
+// "target").
+func (a *accessFlags) register(fs *flag.FlagSet, what string) {
+	fs.Var(&a.header, "http-header", "`Name: value` sent to an HTTP(S) "+what+" (repeatable)")
+	a.allowRedirects.register(fs, what)
+	fs.StringVar(&a.headerFile, "http-header-file", "", "`file` of headers sent to an HTTP(S) "+what+", one \"Name: value\" a line, readable by its owner only: keeps a token out of argv")
+	fs.StringVar(&a.caFile, "ca-file", "", "PEM `file` of certificates trusted besides the system's roots, for HTTPS "+what+"s and S3/GCS endpoints")
 	fs.BoolVar(&a.insecureAuth, "http-allow-insecure-auth", false, "send headers and a password in the address over plain http:// to a host other than loopback")
 }
 
-// given says whether any was set: with --config they belong in the file.
-func (a *accessFlags) given() bool { return a.headerFile != "" || a.caFile != "" || a.insecureAuth }
-
-// headers returns the --http-header values, then the header file's.
-func (a *accessFlags) headers(flagged []string) ([]string, error) {
+// headers checks the CA file and returns the --http-header values, then
+// the header file's.
+func (a *accessFlags) headers() ([]string, error) {
+	if err := a.check(); err != nil {
+		return nil, err
+	}
+	flagged := []string(a.header)
 	redact.HeaderSecrets(flagged)
 	if a.headerFile == "" {
 		return flagged, nil
@@ -155,4 +163,28 @@ func (a *accessFlags) check() error {
 		return fmt.Errorf("--ca-file: %w", err)
 	}
 	return nil
+}
+
+// refuseUnreadWithConfig refuses, naming them, the flags given beside
+// --config that the command does not read with it (read, besides
+// --config, --mirror, --log-level and --json): each mirror's settings come
+// from the file, and a flag dropped without a word (sync --config FILE
+// --concurrency 2, --http-header, --catalog-timeout) would run with other
+// settings than the operator asked for. It says whether it refused.
+func refuseUnreadWithConfig(fs *flag.FlagSet, read ...string) bool {
+	allowed := map[string]bool{"config": true, "mirror": true, "log-level": true, "json": true}
+	for _, name := range read {
+		allowed[name] = true
+	}
+	var unread []string
+	fs.Visit(func(f *flag.Flag) {
+		if !allowed[f.Name] {
+			unread = append(unread, "--"+f.Name)
+		}
+	})
+	if len(unread) == 0 {
+		return false
+	}
+	fmt.Fprintf(os.Stderr, "fdl-mirror %s: not read with --config: %s; set it in the config file (its key is named beside the flag in README), or run without --config\n", fs.Name(), strings.Join(unread, ", "))
+	return true
 }

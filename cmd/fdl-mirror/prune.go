@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,12 +29,8 @@ func cmdPrune(args []string) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
-	var headers stringList
-	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
-	var allowRedirects allowRedirectFlag
-	allowRedirects.register(fs, "source")
 	var access accessFlags
-	access.register(fs)
+	access.register(fs, "source")
 	var limits catalogLimitFlags
 	limits.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -62,8 +57,7 @@ func cmdPrune(args []string) int {
 	var jobs []prune.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
-		if len(headers) > 0 || len(allowRedirects) > 0 || catalogFlagsSet(fs.Visit) || access.given() {
-			fmt.Fprintln(os.Stderr, "fdl-mirror prune: with --config, set http_headers, http_headers_file, http_allow_redirects, ca_file, http_allow_insecure_auth and catalog_* in the config")
+		if refuseUnreadWithConfig(fs, "dry-run", "max-delete") {
 			return exitUsage
 		}
 		cfg, err := config.Load(*configPath)
@@ -87,16 +81,12 @@ func cmdPrune(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror prune: --config takes no SOURCE or SINK")
 		return exitUsage
 	case len(pos) == 2:
-		if err := access.check(); err != nil {
-			fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
-			return exitUsage
-		}
-		headers, err := access.headers(headers)
+		headers, err := access.headers()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
 			return exitUsage
 		}
-		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects,
+		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects,
 			CatalogLimits: limits.Limits, DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries,
 			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth})
 	default:
@@ -121,17 +111,6 @@ func flagSet(visit func(func(*flag.Flag)), name string) bool {
 	set := false
 	visit(func(f *flag.Flag) {
 		if f.Name == name {
-			set = true
-		}
-	})
-	return set
-}
-
-// catalogFlagsSet says whether any --catalog-* flag was given.
-func catalogFlagsSet(visit func(func(*flag.Flag))) bool {
-	set := false
-	visit(func(f *flag.Flag) {
-		if strings.HasPrefix(f.Name, "catalog-") {
 			set = true
 		}
 	})

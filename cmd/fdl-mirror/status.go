@@ -27,12 +27,8 @@ func cmdStatus(args []string) int {
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	jsonOut := fs.Bool("json", false, "print one JSON object per mirror on stdout")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
-	var headers stringList
-	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
-	var allowRedirects allowRedirectFlag
-	allowRedirects.register(fs, "source")
 	var access accessFlags
-	access.register(fs)
+	access.register(fs, "source")
 	var shardF shardFlags
 	shardF.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -55,8 +51,7 @@ func cmdStatus(args []string) int {
 	var jobs []mirror.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
-		if len(headers) > 0 || len(allowRedirects) > 0 || access.given() {
-			fmt.Fprintln(os.Stderr, "fdl-mirror status: with --config, set http_headers, http_headers_file, http_allow_redirects, ca_file and http_allow_insecure_auth in the config")
+		if refuseUnreadWithConfig(fs, "shard", "shards") {
 			return exitUsage
 		}
 		cfg, err := config.Load(*configPath)
@@ -73,16 +68,12 @@ func cmdStatus(args []string) int {
 			jobs = append(jobs, daemon.Job(m))
 		}
 	case *configPath == "" && *onlyMirror == "" && len(pos) == 2:
-		if err := access.check(); err != nil {
-			fmt.Fprintln(os.Stderr, "fdl-mirror status:", shown(err))
-			return exitUsage
-		}
-		headers, err := access.headers(headers)
+		headers, err := access.headers()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fdl-mirror status:", shown(err))
 			return exitUsage
 		}
-		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects,
+		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects,
 			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth}}
 	default:
 		fs.Usage()

@@ -45,12 +45,8 @@ func cmdSync(args []string) int {
 	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
 	repair := fs.Bool("repair", false, "re-check every complete version's data files in the sink and copy back what is missing or of another size")
 	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
-	var headers stringList
-	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) source (repeatable)")
-	var allowRedirects allowRedirectFlag
-	allowRedirects.register(fs, "source")
 	var access accessFlags
-	access.register(fs)
+	access.register(fs, "source")
 	bwlimit := fs.String("bwlimit", "", "bandwidth limit of the run in bytes per second, shared by all transfers (e.g. 10M; K, M, G are powers of 1024; server-side copies are not limited)")
 	var refPatterns, excludeRefs stringList
 	fs.Var(&refPatterns, "refs", "mirror the refs matching `PATTERN` (repeatable; * within a segment, ** across; default refs/heads/** and refs/tags/**)")
@@ -88,11 +84,10 @@ func cmdSync(args []string) int {
 			fmt.Fprintln(os.Stderr, "fdl-mirror sync: --config takes no SOURCE or SINK")
 			return exitUsage
 		}
-		if len(allowRedirects) > 0 || *bwlimit != "" || len(refPatterns) > 0 || len(excludeRefs) > 0 || *allowRewind || access.given() {
-			fmt.Fprintln(os.Stderr, "fdl-mirror sync: with --config, set http_allow_redirects, http_headers_file, ca_file, http_allow_insecure_auth, bwlimit, refs, exclude_refs and allow_rewind in the config")
+		if refuseUnreadWithConfig(fs, "shard", "shards", "dry-run", "force", "repair", "notify-wait") {
 			return exitUsage
 		}
-		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, *dryRun, *force, *jsonOut, *notifyWait, log)
+		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, configOverrides{dryRun: *dryRun, force: *force, repair: *repair}, *jsonOut, *notifyWait, log)
 	}
 	if len(pos) != 2 {
 		fs.Usage()
@@ -113,11 +108,7 @@ func cmdSync(args []string) int {
 			return exitUsage
 		}
 	}
-	if err := access.check(); err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
-		return exitUsage
-	}
-	headers, err = access.headers(headers)
+	headers, err := access.headers()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
 		return exitUsage
@@ -128,7 +119,7 @@ func cmdSync(args []string) int {
 	}
 	job := mirror.Job{
 		Refs: repo.RefSelection{Include: refPatterns, Exclude: excludeRefs}, AllowRewind: rewind,
-		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, BWLimit: rate,
+		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries, Repair: *repair,
 		CatalogLimits: limits.Limits, Force: *force, CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth,

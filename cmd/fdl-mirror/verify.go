@@ -23,12 +23,8 @@ func cmdVerify(args []string) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	concurrency := fs.Int("concurrency", 8, "size checks at once")
 	deep := fs.Bool("deep", false, "also read each data file's head and tail: Parquet and puffin magic, footer length against the catalog")
-	var headers stringList
-	fs.Var(&headers, "http-header", "`Name: value` sent to an HTTP(S) target (repeatable)")
-	var allowRedirects allowRedirectFlag
-	allowRedirects.register(fs, "target")
 	var access accessFlags
-	access.register(fs)
+	access.register(fs, "target")
 	var trust trustFlags
 	trust.register(fs)
 	var limits catalogLimitFlags
@@ -60,16 +56,12 @@ func cmdVerify(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
-	if err := access.check(); err != nil {
-		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
-		return exitUsage
-	}
-	headers, err = access.headers(headers)
+	headers, err := access.headers()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
-	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, HTTPAllowRedirects: allowRedirects, Logger: log,
+	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects, Logger: log,
 		CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
