@@ -135,7 +135,7 @@ func read(ctx context.Context, file, name string, lim Limits, pool *dbPool) (*Ca
 	if name == "" {
 		name = file
 	}
-	s := &sortingSink{sorter: newFileSorter("", name)}
+	s := &sortingSink{sorter: newFileSorter("", name, sortBudgetOf(lim, file))}
 	defer s.sorter.close()
 	if err := readRows(ctx, file, name, lim, pool, s); err != nil {
 		var ea errAnswer

@@ -185,7 +185,7 @@ func misbehavingRead(t *testing.T, p, behaviour string, lim Limits) (*Catalog, e
 	if err != nil {
 		t.Fatal(err)
 	}
-	sorter := newFileSorter(t.TempDir(), catalogName)
+	sorter := newFileSorter(t.TempDir(), catalogName, math.MaxInt64)
 	defer sorter.close()
 	c, err := proc.readCatalog(context.Background(), request{name: catalogName, lim: lim, test: behaviour}, sorter)
 	if err != nil {

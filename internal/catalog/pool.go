@@ -116,7 +116,7 @@ func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, erro
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	sorter := newFileSorter(p.sortIn, name)
+	sorter := newFileSorter(p.sortIn, name, sortBudgetOf(p.lim, file))
 	defer sorter.close()
 	c, err := proc.readCatalog(ctx, request{name: name, file: base, ahead: ahead, lim: p.lim}, sorter)
 	p.forget(file)

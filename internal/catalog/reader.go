@@ -490,7 +490,7 @@ func readSortedAlone(ctx context.Context, file, name string, lim Limits, sortIn 
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	sorter := newFileSorter(sortIn, name)
+	sorter := newFileSorter(sortIn, name, sortBudgetOf(lim, file))
 	defer sorter.close()
 	c, err := p.readCatalog(ctx, request{name: name, lim: lim}, sorter)
 	if err != nil {

@@ -35,9 +35,9 @@ import (
 // The run files are unlinked as soon as they are made: they live as long
 // as their descriptors, and a mirror that dies leaves none behind. Their
 // bytes are those of the distinct paths of each batch (a path and about
-// 30 bytes a row), twice while two levels are merged: bounded by the
-// rows a catalog may have (catalog_max_files) and a path's length
-// (MaxPathBytes), as the memory was when the rows were held.
+// 30 bytes a row), twice while two levels are merged, and refused past
+// sortBudget: a few times the catalog's own size, not the gigabytes a
+// small catalog of compressed paths could name.
 
 // sortMemory is the bytes of rows (their paths and rowOverhead each) held
 // in memory before a run is written; a test may lower it (SetSortMemory)
@@ -120,9 +120,13 @@ type fileSorter struct {
 	name   string // the catalog's name, for refusals
 	held   []sortRow
 	bytes  int // of held, as sortMemory counts them
-	seq    int64
-	dir    string // its private folder, once a run is written
-	runs   []run  // sorted, folded runs, unlinked; levels never rise along it
+	// written is the bytes of the rows written to runs so far (merges
+	// not counted: they rewrite the same rows), refused past budget (see
+	// sortBudget); the spill's own until waited for.
+	written, budget int64
+	seq             int64
+	dir             string // its private folder, once a run is written
+	runs            []run  // sorted, folded runs, unlinked; levels never rise along it
 	// spilling is the run being written, with the rows held before:
 	// written beside the reading of the next rows (the reader waits on
 	// the mirror otherwise), one at a time. runs and dir are its until
@@ -136,8 +140,47 @@ type run struct {
 	level int
 }
 
-func newFileSorter(parent, name string) *fileSorter {
-	return &fileSorter{parent: parent, name: name}
+func newFileSorter(parent, name string, budget int64) *fileSorter {
+	return &fileSorter{parent: parent, name: name, budget: budget}
+}
+
+// runRowBytes is about what a row costs in a run besides its path's
+// bytes: its sizes, footer, position and flags as runWriter writes them
+// (varints, 10 to 53 bytes).
+const runRowBytes = 40
+
+// sortBytesPerCatalogByte is how many times its catalog's own size a sort
+// may write (see sortBudget); a test lowers it.
+var sortBytesPerCatalogByte int64 = 8
+
+// pathBytesPerFile is the disk a sort may take for each file row the
+// limits allow (catalog_max_files), at the least: 256 bytes a row, 2.4
+// GiB at the default limit, four times the bytes of the paths of the
+// bench's 10,000,000-row catalog.
+const pathBytesPerFile = 256
+
+// sortBudget is the bytes of rows a sort of a catalog of catalogBytes may
+// write to disk. Before the sort was the mirror's, a catalog's rows were
+// held in its reader, whose memory limit refused a catalog that expands
+// too far; on disk nothing would. DuckDB compresses a column of paths
+// that repeat a long prefix a hundred times and more, so a catalog of a
+// few megabytes can name gigabytes of paths: the sort may take eight
+// times the catalog's own bytes (a real catalog's paths take two to four
+// times) or pathBytesPerFile for every file row allowed, whichever is
+// more, and refuses the catalog past it, before the disk fills. The runs
+// being merged take at most twice that.
+func sortBudget(lim Limits, catalogBytes int64) int64 {
+	lim = lim.WithDefaults()
+	return max(sortBytesPerCatalogByte*catalogBytes, lim.MaxFiles*pathBytesPerFile)
+}
+
+// sortBudgetOf is sortBudget for the catalog at file.
+func sortBudgetOf(lim Limits, file string) int64 {
+	var n int64
+	if fi, err := os.Stat(file); err == nil {
+		n = fi.Size()
+	}
+	return sortBudget(lim, n)
 }
 
 // add takes one row.
@@ -190,6 +233,16 @@ func sortRows(rows []sortRow) []sortRow {
 // are mergeFanIn of them.
 func (s *fileSorter) spill(rows []sortRow) error {
 	rows = sortRows(rows)
+	// Counted as folded, as written: rows of one path repeated cost no
+	// disk, whatever their number.
+	for i := range rows {
+		s.written += int64(len(rows[i].Path)) + runRowBytes
+	}
+	if s.written > s.budget {
+		return &LimitError{Catalog: s.name, Key: KeyMaxFiles, Detail: fmt.Sprintf(
+			"its file rows name more than %s of distinct paths, more than its sort may write to disk (%d times the catalog's size, or %d bytes for each file row catalog_max_files allows)",
+			FormatBytes(s.budget), sortBytesPerCatalogByte, pathBytesPerFile)}
+	}
 	w, err := s.newRun()
 	if err != nil {
 		return err

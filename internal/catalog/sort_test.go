@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -44,7 +46,7 @@ func sortFiles(files []File) {
 func sortWith(t *testing.T, rows []File, memRows int) ([]File, bool, error) {
 	t.Helper()
 	defer SetSortMemory(memRows * (rowOverhead + 12))()
-	s := newFileSorter(t.TempDir(), catalogName)
+	s := newFileSorter(t.TempDir(), catalogName, math.MaxInt64)
 	defer s.close()
 	for _, f := range rows {
 		if err := s.add(f); err != nil {
@@ -223,4 +225,38 @@ func TestACatalogOfManyRowsOfOnePathFoldsToOne(t *testing.T) {
 	}
 	hostile := generatedCatalog(t, many, fmt.Sprintf("UPDATE ducklake_data_file SET file_size_bytes = 78 WHERE data_file_id = %d", 1000+rows-1))
 	readHostile(t, hostile, Limits{}, "two sizes, 77 and 78", "many.parquet")
+}
+
+// A catalog whose rows name far more bytes of distinct paths than the
+// catalog holds (DuckDB compresses paths) is refused before its sort
+// writes them all to disk; the same rows under a budget that holds them
+// are read.
+func TestASortRefusesPathsFarBeyondTheCatalogsSize(t *testing.T) {
+	defer SetSortMemory(64 << 10)()
+	// DuckDB keeps these paths in a third of their bytes; a crafted
+	// catalog does far better, so here the sort may write only the
+	// catalog's own size (or 256 bytes a file row allowed).
+	defer func(old int64) { sortBytesPerCatalogByte = old }(sortBytesPerCatalogByte)
+	sortBytesPerCatalogByte = 1
+	const rows = 20_000
+	long := "INSERT INTO ducklake_data_file (data_file_id, table_id, begin_snapshot, path, path_is_relative, file_size_bytes, footer_size) " +
+		fmt.Sprintf("SELECT 1000 + i, 1, 1, repeat('p', 990) || i || '.parquet', true, 77, 8 FROM range(%d) t(i)", rows)
+	p := generatedCatalog(t, long)
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := Limits{MaxFiles: 30_000}
+	budget := sortBudget(lim, fi.Size())
+	if total := int64(rows) * (1000 + runRowBytes); total <= budget {
+		t.Fatalf("the rows' %d bytes fit the budget of %d (catalog of %d bytes): the test needs a catalog that compresses its paths more", total, budget, fi.Size())
+	}
+	readHostile(t, p, lim, "catalog_max_files", "more than its sort may write to disk")
+	c, err := Read(context.Background(), p, catalogName, Limits{MaxFiles: 100_000})
+	if err != nil {
+		t.Fatalf("under a budget that holds its rows: %v", err)
+	}
+	if len(c.Files) != rows+2 {
+		t.Errorf("%d files, want %d", len(c.Files), rows+2)
+	}
 }
