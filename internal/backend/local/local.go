@@ -350,11 +350,19 @@ func copyExactly(f *os.File, r io.Reader, size int64, sync bool) error {
 	switch {
 	case err == nil && sync:
 		err = syncFile(f)
-	case err == nil:
+	case err == nil && n >= writebackMin:
 		startWriteback(f)
 	}
 	return err
 }
+
+// writebackMin is the smallest file whose write-back starts as soon as it
+// is whole. A small file's costs the kernel a block allocation and an I/O
+// of its own where the Barrier's syncfs writes many together: 30,000
+// files of 2 KB on this project's test disk took 3.4 s of system time
+// with it, 1.5 s without (the syncfs included). Large files are where
+// starting early pays, so that the Barrier does not wait for them all.
+const writebackMin = 1 << 20
 
 // tempName is a new name in the temporary folder: a name of its own, not
 // the file's name plus a suffix, as a data file named near the file
