@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
@@ -328,16 +328,22 @@ func dataFileRefusal(id, name string, err error) error {
 	return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
 }
 
-// each calls fn for 0 to n-1, from at most Concurrency goroutines at
-// once: a catalog may list tens of thousands of files, and their stacks
-// alone would pass the memory budget.
+// each calls fn for 0 to n-1 from at most Concurrency goroutines, each
+// taking the next k when done with its last: a catalog may list millions
+// of files, and a goroutine per file (a stack each, grown again for each,
+// and a semaphore's channel between them) was a fifth of the CPU of a
+// dry run of 10,000,000 rows.
 func (e *engine) each(n int, fn func(k int)) {
-	var g errgroup.Group
-	g.SetLimit(e.opts.Concurrency)
-	for k := range n {
-		g.Go(func() error { fn(k); return nil })
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(e.opts.Concurrency, n) {
+		wg.Go(func() {
+			for k := int(next.Add(1)) - 1; k < n; k = int(next.Add(1)) - 1 {
+				fn(k)
+			}
+		})
 	}
-	g.Wait()
+	wg.Wait()
 }
 
 // ensureDataFile copies one data file unless the sink has it.
