@@ -357,7 +357,7 @@ func copyExactly(f *os.File, r io.Reader, size int64, sync bool) error {
 }
 
 // writebackMin is the smallest file whose write-back starts as soon as it
-// is whole. A small file's costs the kernel a block allocation and an I/O
+// is whole. A small file costs the kernel a block allocation and an I/O
 // of its own where the Barrier's syncfs writes many together: 30,000
 // files of 2 KB on this project's test disk took 3.4 s of system time
 // with it, 1.5 s without (the syncfs included). Large files are where

@@ -59,18 +59,20 @@ func writeUnnamed(d *folder, name string, r io.Reader, size int64, sync bool) (*
 // of system time against 1.03-1.30 s. A link is never made through a
 // symbolic link in its new name, so it cannot leave the folder.
 func linkFd(fd, dirfd int, base string) error {
-	var err error = unix.ENOENT
 	if !emptyPathRefused.Load() {
-		err = unix.Linkat(fd, "", dirfd, base, unix.AT_EMPTY_PATH)
+		err := unix.Linkat(fd, "", dirfd, base, unix.AT_EMPTY_PATH)
 		// Without the capability the kernel answers ENOENT (EPERM on
 		// some); the rest of the run goes through /proc at once.
-		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
-			emptyPathRefused.Store(true)
+		if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EPERM) {
+			return linkError(base, err)
 		}
+		emptyPathRefused.Store(true)
 	}
-	if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EPERM) {
-		err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, base, unix.AT_SYMLINK_FOLLOW)
-	}
+	return linkError(base, unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, base, unix.AT_SYMLINK_FOLLOW))
+}
+
+// linkError is linkat(2)'s answer for base, a name taken as os.ErrExist.
+func linkError(base string, err error) error {
 	if errors.Is(err, unix.EEXIST) {
 		return &os.PathError{Op: "linkat", Path: base, Err: os.ErrExist}
 	}

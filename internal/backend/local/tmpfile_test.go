@@ -47,10 +47,27 @@ func entries(t *testing.T, dir string) []string {
 // name in its folder nor in the temporary folder, and one that ends is
 // the only new name. Replacing a file, and refusing to create one that
 // exists, leave nothing behind either.
+//
+// Both ways of naming an unnamed file are held to it: by its descriptor
+// (AT_EMPTY_PATH, where the process may, as the tests here usually can)
+// and through /proc/self/fd (where it may not: a service run as its own
+// user).
 func TestWritesLeaveNoNameBeforeTheyAreWhole(t *testing.T) {
 	if !procFdOnce() {
 		t.Skip("no /proc/self/fd: writes go through the temporary folder")
 	}
+	refused := emptyPathRefused.Load()
+	defer emptyPathRefused.Store(refused)
+	for _, way := range []struct {
+		name    string
+		viaProc bool
+	}{{"by descriptor", false}, {"through proc", true}} {
+		emptyPathRefused.Store(way.viaProc)
+		t.Run(way.name, writesLeaveNoNameBeforeTheyAreWhole)
+	}
+}
+
+func writesLeaveNoNameBeforeTheyAreWhole(t *testing.T) {
 	dir := t.TempDir()
 	l, err := Create(dir)
 	if err != nil {
@@ -130,49 +147,5 @@ func TestPutReplacesAPlantedLinkInsteadOfWritingThroughIt(t *testing.T) {
 	defer rc.Close()
 	if raw, _ := io.ReadAll(rc); string(raw) != "new" {
 		t.Errorf("data/a holds %q, want %q", raw, "new")
-	}
-}
-
-// Both ways of naming an unnamed file give it its name and leave nothing
-// else: by its descriptor (AT_EMPTY_PATH, where the process may) and
-// through /proc/self/fd (where it may not: a service run as its own
-// user). The first is tried where the test runs with the capability.
-func TestUnnamedFilesAreLinkedEitherWay(t *testing.T) {
-	if !procFdOnce() {
-		t.Skip("no /proc/self/fd: writes go through the temporary folder")
-	}
-	refused := emptyPathRefused.Load()
-	defer emptyPathRefused.Store(refused)
-	for _, viaProc := range []bool{false, true} {
-		emptyPathRefused.Store(viaProc)
-		dir := t.TempDir()
-		l, err := Create(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx := context.Background()
-		for _, w := range []struct{ name, body string }{{"data/a/new", "first"}, {"data/a/new", "second"}} {
-			if err := l.Put(ctx, w.name, strings.NewReader(w.body), int64(len(w.body))); err != nil {
-				t.Fatalf("via /proc %v: %v", viaProc, err)
-			}
-		}
-		if err := l.Create(ctx, "data/a/new", strings.NewReader("third"), 5); !errors.Is(err, backend.ErrExist) {
-			t.Fatalf("via /proc %v: Create over an existing file: %v, want ErrExist", viaProc, err)
-		}
-		if err := l.Create(backend.WithoutSync(ctx), "data/a/made", strings.NewReader("made"), 4); err != nil {
-			t.Fatalf("via /proc %v: %v", viaProc, err)
-		}
-		for name, want := range map[string]string{"new": "second", "made": "made"} {
-			if raw, err := os.ReadFile(filepath.Join(dir, "data/a", name)); err != nil || string(raw) != want {
-				t.Errorf("via /proc %v: data/a/%s holds %q (%v), want %q", viaProc, name, raw, err, want)
-			}
-		}
-		if got := entries(t, filepath.Join(dir, "data/a")); strings.Join(got, " ") != "made new" {
-			t.Errorf("via /proc %v: the folder holds %v, want [made new]", viaProc, got)
-		}
-		if got := entries(t, filepath.Join(dir, TempDir)); len(got) != 0 {
-			t.Errorf("via /proc %v: the temporary folder holds %v, want nothing", viaProc, got)
-		}
-		l.Close()
 	}
 }
