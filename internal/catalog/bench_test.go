@@ -73,3 +73,38 @@ func readOK(b *testing.B, read func() (*Catalog, error)) {
 		b.Fatalf("read %d files, want 400", len(c.Files))
 	}
 }
+
+// BenchmarkDiff takes the difference of a child's catalog and its
+// parent's: by default a generated pair (400 files, then 4 more); or the
+// catalogs FDL_DIFF_CHILD and FDL_DIFF_PARENT name, such as the bench's
+// wide repository (300,000 files, then one more):
+//
+//	FDL_DIFF_PARENT=bin/bench-cache/wide-300000/versions/<parent>/ducklake.duckdb \
+//	FDL_DIFF_CHILD=bin/bench-cache/wide-300000/versions/<child>/ducklake.duckdb \
+//	go test -run '^$' -bench Diff -benchtime 10x ./internal/catalog/
+func BenchmarkDiff(b *testing.B) {
+	child, parent := os.Getenv("FDL_DIFF_CHILD"), os.Getenv("FDL_DIFF_PARENT")
+	if child == "" || parent == "" {
+		dir := b.TempDir()
+		opts := generate.Options{Versions: 1, FilesPerVersion: 400, FastParquet: true}
+		r, err := generate.Generate(context.Background(), dir, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		id, err := generate.AddVersion(context.Background(), dir, 1, opts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		parent = filepath.Join(dir, "versions", r.Versions[0], "ducklake.duckdb")
+		child = filepath.Join(dir, "versions", id, "ducklake.duckdb")
+	}
+	var files int
+	for b.Loop() {
+		d, err := Diff(context.Background(), child, "", parent, "", Limits{}, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		files = len(d.Files)
+	}
+	b.ReportMetric(float64(files), "files")
+}

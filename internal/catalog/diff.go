@@ -256,22 +256,30 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 		return child.errf("%w", err)
 	}
 	defer inst.close()
-	metas := make([]*Catalog, 2)
-	for i, r := range []*reader{child, parent} {
-		if err := prepareDiff(r, inst, r.file, &metas[i]); err != nil {
-			if r == parent {
-				return parentError{err}
-			}
-			return err
+	// Both attached, the objects of both listed at once: listing the
+	// macros lists every function DuckDB has (see findObjects).
+	for _, r := range []*reader{child, parent} {
+		r.db, r.conn = inst.db, inst.conn
+		if err := r.attach(r.file); err != nil {
+			return asParents(r, parent, err)
 		}
 	}
-	if _, err := inst.conn.ExecContext(ctx, fmt.Sprintf(`CREATE TEMP TABLE %s AS
-SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
-	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
-	arg_min({'err': err, 'del': del, 'path': left(path, 200), 'len': strlen(path)}, ord) FILTER (WHERE err IS NOT NULL) AS bad
-FROM (%s) c ANTI JOIN (%s) p ON %s
-GROUP BY rel`, diffTable, child.resolvedSQL(metas[0].DataPath), parent.resolvedSQL(metas[1].DataPath), sameFile)); err != nil {
-		return child.errf("comparing with %s: %w", parent.name, err)
+	found, err := findObjects(ctx, inst.conn, []string{childAlias, parentAlias})
+	if err != nil {
+		return child.errf("listing the catalog's objects: %w", err)
+	}
+	metas := make([]*Catalog, 2)
+	for i, r := range []*reader{child, parent} {
+		err := r.objectError(found[r.attachedAs()])
+		if err == nil {
+			err = prepareDiff(r, &metas[i])
+		}
+		if err != nil {
+			return asParents(r, parent, err)
+		}
+	}
+	if err := child.compare(parent, metas[0].DataPath, metas[1].DataPath); err != nil {
+		return err
 	}
 	if err := child.checkResolved(); err != nil {
 		return err
@@ -318,17 +326,10 @@ GROUP BY rel`, diffTable, child.resolvedSQL(metas[0].DataPath), parent.resolvedS
 	return nil
 }
 
-// prepareDiff attaches one catalog of a difference to inst and checks
-// it as read checks one: base tables only, no generated column, rows
-// within the limits, a data path, ids on its schemas and tables.
-func prepareDiff(r *reader, inst *instance, file string, meta **Catalog) error {
-	r.db, r.conn = inst.db, inst.conn
-	if err := r.attach(file); err != nil {
-		return err
-	}
-	if err := r.checkObjects(); err != nil {
-		return err
-	}
+// prepareDiff checks one attached catalog of a difference as read checks
+// one: no generated column, rows within the limits, a data path, ids on
+// its schemas and tables.
+func prepareDiff(r *reader, meta **Catalog) error {
 	if err := r.loadColumns(); err != nil {
 		return err
 	}
@@ -344,8 +345,80 @@ func prepareDiff(r *reader, inst *instance, file string, meta **Catalog) error {
 	if err := r.metadata(*meta); err != nil {
 		return err
 	}
-	if err := r.checkPlaceIDs(); err != nil {
-		return err
+	return r.checkPlaceIDs()
+}
+
+// asParents is err as difference returns it: against the child, or, where
+// r is the parent, nothing against the child (parentError).
+func asParents(r, parent *reader, err error) error {
+	if r == parent {
+		return parentError{err}
+	}
+	return err
+}
+
+// Most file rows of a child are its parent's, stored in the same order:
+// DuckLake appends a version's rows and ends old ones by setting their
+// end snapshot, which is not compared. So the rows are first paired by
+// position (DuckDB's POSITIONAL JOIN: both tables scanned side by side,
+// no hash table of either), and a child row equal, as stored, to its
+// partner (table, snapshot, path, relative, size, footer, format), whose
+// table and snapshot resolve to the same base in both catalogs and whose
+// resolved path passes read's checks, is the parent's file: resolving it
+// would give the parent's row. Only the rest are resolved, and compared
+// with the parent's rows of the same size and footer size (resolved for
+// that), as a whole comparison would compare them. A hostile child that
+// shifts, reorders or rewrites rows loses the pairing for those rows and
+// pays for the comparison they need, never less.
+
+// Temporary tables of a difference.
+const (
+	childBases  = "fdl_child_bases"
+	parentBases = "fdl_parent_bases"
+	unpaired    = "fdl_unpaired"
+)
+
+// compare fills diffTable: the child's file rows (r) with no equal row
+// in parent, grouped by path, as checkResolved and the files read them.
+func (r *reader) compare(parent *reader, dataPath, parentDataPath string) error {
+	steps := []string{
+		"CREATE TEMP TABLE " + childBases + " AS " + r.basesSQL(dataPath),
+		"CREATE TEMP TABLE " + parentBases + " AS " + parent.basesSQL(parentDataPath),
+	}
+	// A pair is the same file only where both data paths are the same: a
+	// relative path is below its data path, an absolute one is cut by it.
+	same := "false"
+	if dataPath == parentDataPath {
+		limit := len(dataPath) + MaxPathBytes
+		same = fmt.Sprintf(`x.prid IS NOT NULL AND x.tid = x.ptid AND x.b IS NOT DISTINCT FROM x.pb AND x.path = x.ppath AND x.relative = x.prelative
+		AND x.size = x.psize AND x.footer = x.pfooter AND x.fmt IS NOT DISTINCT FROM x.pfmt AND x.path <> ''
+		AND CASE WHEN x.relative THEN ok.blen + strlen(x.path) <= %[1]d ELSE strlen(x.path) <= %[1]d AND starts_with(x.path, %[2]s) END`,
+			limit, sqlString(dataPath))
+	}
+	pairs := func(kind int) string {
+		return fmt.Sprintf(`SELECT c.*, p.rid AS prid, p.tid AS ptid, p.b AS pb, p.path AS ppath, p.relative AS prelative, p.size AS psize, p.footer AS pfooter, p.fmt AS pfmt
+	FROM (%s) c POSITIONAL JOIN (%s) p`, r.rawSQL(kind), parent.rawSQL(kind))
+	}
+	steps = append(steps, fmt.Sprintf(`CREATE TEMP TABLE %[1]s AS
+WITH ok AS (
+	SELECT c.tid, c.b, strlen(c.base) AS blen FROM %[2]s c JOIN %[3]s p ON c.tid = p.tid AND c.b IS NOT DISTINCT FROM p.b AND c.base = p.base
+	WHERE starts_with(c.base, %[4]s))
+SELECT x.kind, x.rid, x.tid, x.b, x.path, x.relative, x.size, x.footer, x.fmt
+FROM (%[5]s UNION ALL %[6]s) x LEFT JOIN ok ON x.relative AND ok.tid = x.tid AND ok.b IS NOT DISTINCT FROM x.b
+WHERE x.rid IS NOT NULL AND NOT coalesce(%[7]s, false)`,
+		unpaired, childBases, parentBases, sqlString(dataPath), pairs(0), pairs(1), same))
+	candidates := fmt.Sprintf(`SELECT p.* FROM (%s UNION ALL %s) p SEMI JOIN (SELECT DISTINCT size, footer FROM %s) u ON p.size = u.size AND p.footer = u.footer`,
+		parent.rawSQL(0), parent.rawSQL(1), unpaired)
+	steps = append(steps, fmt.Sprintf(`CREATE TEMP TABLE %s AS
+SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
+	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
+	arg_min({'err': err, 'del': del, 'path': left(path, 200), 'len': strlen(path)}, ord) FILTER (WHERE err IS NOT NULL) AS bad
+FROM (%s) c ANTI JOIN (%s) p ON %s
+GROUP BY rel`, diffTable, resolvedSQL("SELECT * FROM "+unpaired, childBases, dataPath), resolvedSQL(candidates, parentBases, parentDataPath), sameFile))
+	for _, q := range steps {
+		if _, err := r.conn.ExecContext(r.ctx, q); err != nil {
+			return r.errf("comparing with %s: %w", parent.name, err)
+		}
 	}
 	return nil
 }
@@ -415,35 +488,42 @@ func (r *reader) hasPaths(table string) bool {
 	return cols != nil && cols["path"] && cols["path_is_relative"]
 }
 
-// resolvedSQL is a query of the catalog's file rows, resolved: rel (the
-// path below the data path; NULL for a row that read refuses, with err
-// saying why: 1 no path, 2 too long, 3 outside the data path), size and
-// footer (-1 for NULL), del, puffin, the raw path, and ord, the row's
-// place in read's order (data files before delete files, each table in
-// its order), by which read keeps a path's first row.
-//
-// The resolution is resolve's, in SQL: a relative row's base is worked
-// out once per table and snapshot (bases), from the table's row live at
-// the file's snapshot, else its first, and that table's schema's row
-// chosen the same way; each part is joined only where the joined length
-// stays within the data path and MaxPathBytes, so a part of megabytes is
-// never joined to each row (the row is refused instead).
-func (r *reader) resolvedSQL(dataPath string) string {
-	limit := len(dataPath) + MaxPathBytes
-	dp := sqlString(dataPath)
-	files := func(table string, kind int, format string) string {
-		footer, fm := "NULL", "NULL"
-		if r.cols[table]["footer_size"] {
-			footer = "footer_size"
-		}
-		if r.cols[table][format] {
-			fm = format
-		}
-		return fmt.Sprintf("SELECT %d AS kind, rowid AS rid, coalesce(CAST(table_id AS BIGINT), 0) AS tid, CAST(begin_snapshot AS BIGINT) AS b, "+
-			"CAST(path AS VARCHAR) AS path, coalesce(CAST(path_is_relative AS BOOLEAN), true) AS relative, "+
-			"coalesce(CAST(file_size_bytes AS BIGINT), -1) AS size, coalesce(CAST(%s AS BIGINT), -1) AS footer, CAST(%s AS VARCHAR) AS fmt FROM %s",
-			kind, footer, fm, r.table(table))
+// Each file row of a catalog is resolved to its path below the data
+// path as resolve does it: data path, schema path, table path, each
+// where relative. A relative row's base is worked out once per table and
+// snapshot (bases), from the table's row live at the file's snapshot,
+// else its first, and that table's schema's row chosen the same way; each
+// part is joined only where the joined length stays within the data path
+// and MaxPathBytes, so a part of megabytes is never joined to each row
+// (the row is refused instead).
+
+// rawSQL is a query of one of the catalog's file tables as stored, each
+// row as the comparison needs it: kind (0 data, 1 delete), rid (its
+// rowid), tid, b (its begin snapshot), path, relative, size and footer
+// (-1 for NULL), fmt (its format as stored).
+func (r *reader) rawSQL(kind int) string {
+	table, format := "ducklake_data_file", "file_format"
+	if kind == 1 {
+		table, format = "ducklake_delete_file", "format"
 	}
+	footer, fm := "NULL", "NULL"
+	if r.cols[table]["footer_size"] {
+		footer = "footer_size"
+	}
+	if r.cols[table][format] {
+		fm = format
+	}
+	return fmt.Sprintf("SELECT %d AS kind, rowid AS rid, coalesce(CAST(table_id AS BIGINT), 0) AS tid, CAST(begin_snapshot AS BIGINT) AS b, "+
+		"CAST(path AS VARCHAR) AS path, coalesce(CAST(path_is_relative AS BOOLEAN), true) AS relative, "+
+		"coalesce(CAST(file_size_bytes AS BIGINT), -1) AS size, coalesce(CAST(%s AS BIGINT), -1) AS footer, CAST(%s AS VARCHAR) AS fmt FROM %s",
+		kind, footer, fm, r.table(table))
+}
+
+// basesSQL is a query of the bases of the catalog's relative rows: tid,
+// b and base, the data path joined with the schema's and table's paths
+// (NULL where the join would pass the limit).
+func (r *reader) basesSQL(dataPath string) string {
+	limit := len(dataPath) + MaxPathBytes
 	// live says whether row x of a schema or table was live at snapshot
 	// b, as at does: NULL bounds are open, and no row is live at a NULL
 	// snapshot.
@@ -475,26 +555,36 @@ func (r *reader) resolvedSQL(dataPath string) string {
 	keys := func(table string) string {
 		return fmt.Sprintf("SELECT coalesce(CAST(table_id AS BIGINT), 0) AS tid, CAST(begin_snapshot AS BIGINT) AS b FROM %s WHERE coalesce(CAST(path_is_relative AS BOOLEAN), true)", r.table(table))
 	}
-	return fmt.Sprintf(`WITH keys AS (SELECT DISTINCT tid, b FROM (%[1]s UNION ALL %[9]s)),
-tp AS (%[4]s),
-sp AS (%[5]s),
-bases AS (
-	SELECT k.tid, k.b, %[6]s AS base
-	FROM keys k LEFT JOIN tp ON tp.tid = k.tid AND tp.b IS NOT DISTINCT FROM k.b
-	LEFT JOIN sp ON sp.tid = k.tid AND sp.b IS NOT DISTINCT FROM k.b),
-resolved AS (
+	return fmt.Sprintf(`WITH keys AS (SELECT DISTINCT tid, b FROM (%[1]s UNION ALL %[2]s)),
+tp AS (%[3]s),
+sp AS (%[4]s)
+SELECT k.tid, k.b, %[5]s AS base
+FROM keys k LEFT JOIN tp ON tp.tid = k.tid AND tp.b IS NOT DISTINCT FROM k.b
+LEFT JOIN sp ON sp.tid = k.tid AND sp.b IS NOT DISTINCT FROM k.b`,
+		keys("ducklake_data_file"), keys("ducklake_delete_file"), tp, sp, join(join(sqlString(dataPath), "sp.spath", "sp.srel"), "tp.tpath", "tp.trel"))
+}
+
+// resolvedSQL resolves the rows of raw (as rawSQL gives them) with the
+// bases of the table bases (as basesSQL gives them): size, footer, del,
+// puffin, the raw path, ord (the row's place in read's order: data files
+// before delete files, each table in its order, by which read keeps a
+// path's first row), err (NULL, or why read refuses the row: 1 no path,
+// 2 too long, 3 outside the data path) and rel, the path below the data
+// path (NULL where err is not).
+func resolvedSQL(raw, bases, dataPath string) string {
+	limit := len(dataPath) + MaxPathBytes
+	dp := sqlString(dataPath)
+	return fmt.Sprintf(`WITH resolved AS (
 	SELECT f.kind, f.rid, f.path, f.size, f.footer, coalesce(lower(f.fmt) = 'puffin', false) AS puffin,
 		CASE WHEN f.path IS NULL OR f.path = '' THEN NULL
-			WHEN NOT f.relative THEN CASE WHEN strlen(f.path) > %[7]d THEN NULL ELSE f.path END
-			WHEN bs.base IS NULL OR strlen(bs.base) + strlen(f.path) > %[7]d THEN NULL
+			WHEN NOT f.relative THEN CASE WHEN strlen(f.path) > %[3]d THEN NULL ELSE f.path END
+			WHEN bs.base IS NULL OR strlen(bs.base) + strlen(f.path) > %[3]d THEN NULL
 			ELSE bs.base || f.path END AS fullpath
-	FROM (%[2]s UNION ALL %[3]s) f LEFT JOIN bases bs ON f.relative AND bs.tid = f.tid AND bs.b IS NOT DISTINCT FROM f.b)
+	FROM (%[1]s) f LEFT JOIN %[2]s bs ON f.relative AND bs.tid = f.tid AND bs.b IS NOT DISTINCT FROM f.b)
 SELECT size, footer, kind = 1 AS del, puffin, path, kind * 4611686018427387904 + rid AS ord,
-	CASE WHEN path IS NULL OR path = '' THEN 1 WHEN fullpath IS NULL THEN 2 WHEN NOT starts_with(fullpath, %[8]s) THEN 3 END AS err,
-	CASE WHEN fullpath IS NOT NULL AND starts_with(fullpath, %[8]s) THEN substr(fullpath, length(%[8]s) + 1) END AS rel
-FROM resolved`,
-		keys("ducklake_data_file"), files("ducklake_data_file", 0, "file_format"), files("ducklake_delete_file", 1, "format"), tp, sp,
-		join(join(dp, "sp.spath", "sp.srel"), "tp.tpath", "tp.trel"), limit, dp, keys("ducklake_delete_file"))
+	CASE WHEN path IS NULL OR path = '' THEN 1 WHEN fullpath IS NULL THEN 2 WHEN NOT starts_with(fullpath, %[4]s) THEN 3 END AS err,
+	CASE WHEN fullpath IS NOT NULL AND starts_with(fullpath, %[4]s) THEN substr(fullpath, length(%[4]s) + 1) END AS rel
+FROM resolved`, raw, bases, limit, dp)
 }
 
 // checkResolved refuses a catalog as read would for its rows: one
