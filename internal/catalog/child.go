@@ -197,14 +197,8 @@ func readerMain(args []string) int {
 			err = readRows(context.Background(), root, q.name, q.lim, nil, w)
 		} else {
 			if pool == nil {
-				pool = &dbPool{dir: root, lim: q.lim.WithDefaults(), size: 1, waiting: map[string]bool{}, checked: map[string]*objectFound{}, checking: map[string]chan struct{}{}}
+				pool = &dbPool{dir: root, lim: q.lim.WithDefaults(), size: 1}
 			}
-			pool.mu.Lock()
-			pool.waiting = map[string]bool{}
-			for _, f := range q.ahead {
-				pool.waiting[root+"/"+f] = true
-			}
-			pool.mu.Unlock()
 			err = readRows(context.Background(), root+"/"+q.file, q.name, q.lim, pool, w)
 		}
 		if err == nil {
@@ -229,15 +223,10 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 		return q, fmt.Errorf("request of protocol %d, this reader speaks %d", v, protocolVersion)
 	}
 	q.name = in.str()
-	var n uint32
 	if q.diff = typ == frameDiff; q.diff {
 		q.parentName = in.str()
 	} else {
 		q.file = in.str()
-		n = in.u32()
-		for i := uint32(0); i < n && i < checkAhead+1; i++ {
-			q.ahead = append(q.ahead, in.str())
-		}
 	}
 	q.lim.MaxFiles = int64(in.u64())
 	q.lim.Timeout = time.Duration(in.u64()) * time.Millisecond
@@ -247,13 +236,8 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 	if err := in.done(); err != nil {
 		return q, err
 	}
-	if n > checkAhead+1 {
-		return q, fmt.Errorf("request names %d catalogs ahead", n)
-	}
-	for _, f := range append([]string{q.file}, q.ahead...) {
-		if f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
-			return q, fmt.Errorf("request names %q, not a file of the folder", f)
-		}
+	if f := q.file; f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
+		return q, fmt.Errorf("request names %q, not a file of the folder", f)
 	}
 	return q, nil
 }

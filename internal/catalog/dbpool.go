@@ -2,7 +2,6 @@ package catalog
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	gosync "sync"
 )
@@ -17,121 +16,17 @@ import (
 // mirror's private folder of this upstream's catalogs, Pool); the
 // catalogs are attached one at a time, read-only and from base tables
 // only, as by Read, and detached after: no SQL of a catalog ever runs
-// (views and macros named ducklake_* are refused, a generated column
-// too). An instance whose read failed in any way (a refusal, a limit, a
-// cancelled context) is closed, never used again.
+// (views named ducklake_* are refused, a generated column too, and the
+// catalog's macros are never called). An instance whose read failed in
+// any way (a refusal, a limit, a cancelled context) is closed, never
+// used again.
 type dbPool struct {
 	dir string
 	lim Limits
 
-	mu       gosync.Mutex
-	idle     []*instance
-	size     int
-	waiting  map[string]bool          // in dir, not read yet
-	checked  map[string]*objectFound  // checked ahead: what checkObjects would find (nil: nothing)
-	checking map[string]chan struct{} // being checked ahead by a read: closed when that check is over
-}
-
-// checkAhead is how many catalogs waiting to be read one check of
-// objects looks at besides the one being read.
-const checkAhead = 7
-
-// forget drops what the pool knows of a file it fetched, removed now.
-func (p *dbPool) forget(file string) {
-	p.mu.Lock()
-	delete(p.waiting, file)
-	delete(p.checked, file)
-	delete(p.checking, file)
-	p.mu.Unlock()
-}
-
-// checkPooledObjects is checkObjects with a pooled DuckDB: a catalog
-// checked ahead with another is not listed again, and the others waiting
-// (fetched, not read yet) are attached beside this one and checked with
-// the same listing. Anything that goes wrong with them leaves them to be
-// checked when they are read.
-//
-// A catalog another read is checking ahead right now waits for that
-// check rather than listing every function a second time (the listing is
-// the costly part, and both instances share the same cores).
-func (r *reader) checkPooledObjects() error {
-	p := r.pool
-	p.mu.Lock()
-	delete(p.waiting, r.file)
-	if ch := p.checking[r.file]; ch != nil {
-		p.mu.Unlock()
-		select {
-		case <-ch:
-		case <-r.ctx.Done():
-			return r.errf("listing the catalog's objects: %w", r.ctx.Err())
-		}
-		p.mu.Lock()
-	}
-	found, done := p.checked[r.file]
-	var ahead []string
-	batch := make(chan struct{})
-	if !done {
-		for f := range p.waiting {
-			_, ok := p.checked[f]
-			if !ok && p.checking[f] == nil && len(ahead) < checkAhead {
-				ahead = append(ahead, f)
-				p.checking[f] = batch
-			}
-		}
-	}
-	p.mu.Unlock()
-	if done {
-		return r.objectError(found)
-	}
-	defer func() {
-		p.mu.Lock()
-		for _, f := range ahead {
-			delete(p.checking, f)
-		}
-		p.mu.Unlock()
-		close(batch)
-	}()
-	// The others' share of the work has a deadline of its own, a quarter
-	// of this read's: a catalog waiting that is slow to attach must not
-	// make this one's read run out of time.
-	actx, cancel := context.WithTimeout(r.ctx, r.lim.Timeout/4)
-	defer cancel()
-	dbs := []string{"cat"}
-	names := map[string]string{}
-	for i, f := range ahead {
-		db := fmt.Sprintf("ahead%d", i)
-		if _, err := r.conn.ExecContext(actx, "ATTACH "+sqlString(f)+" AS "+db+" (TYPE duckdb, READ_ONLY)"); err == nil {
-			dbs = append(dbs, db)
-			names[db] = f
-		}
-	}
-	// Alone, the catalog's own check has all of its read's time.
-	qctx := r.ctx
-	if len(names) > 0 {
-		qctx = actx
-	}
-	all, err := findObjects(qctx, r.conn, dbs)
-	for db := range names {
-		if _, derr := r.conn.ExecContext(context.Background(), "DETACH "+db); derr != nil {
-			r.dirty = true // not used again
-		}
-	}
-	if err != nil && len(names) > 0 {
-		// Without the others, as a read alone checks.
-		names = nil
-		all, err = findObjects(r.ctx, r.conn, []string{"cat"})
-	}
-	if err != nil {
-		return r.errf("listing the catalog's objects: %w", err)
-	}
-	p.mu.Lock()
-	for db, f := range names {
-		if p.checking[f] == batch { // not removed meanwhile
-			p.checked[f] = all[db]
-		}
-	}
-	p.mu.Unlock()
-	return r.objectError(all["cat"])
+	mu   gosync.Mutex
+	idle []*instance
+	size int
 }
 
 // get returns an idle instance, or starts one.

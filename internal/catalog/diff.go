@@ -256,8 +256,7 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 		return child.errf("%w", err)
 	}
 	defer inst.close()
-	// Both attached, the objects of both listed at once: listing the
-	// macros lists every function DuckDB has (see findObjects).
+	// Both attached, the objects of both listed at once.
 	for _, r := range []*reader{child, parent} {
 		r.db, r.conn = inst.db, inst.conn
 		if err := r.attach(r.file); err != nil {

@@ -18,16 +18,11 @@ type Fetched struct {
 	Path   string // local temporary file; Remove deletes it
 	SHA256 string // lowercase hex
 	Size   int64
-
-	pool *Pool // fetched by Pool.Fetch
 }
 
 // Remove deletes the temporary file.
 func (f *Fetched) Remove() {
 	os.Remove(f.Path)
-	if f.pool != nil {
-		f.pool.forget(f.Path)
-	}
 }
 
 // Fetch copies name from r into a new file in dir (os.TempDir when empty).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -103,11 +104,54 @@ func TestReadRefusesViewsAndMacrosNamingThem(t *testing.T) {
 			"DROP TABLE ducklake_metadata",
 			"CREATE VIEW ducklake_metadata AS SELECT 'data_path' AS key, current_setting('threads')::VARCHAR AS value, NULL AS scope",
 		}, "main.ducklake_metadata is a view"},
-		{"a table macro named ducklake_", []string{"CREATE MACRO ducklake_files() AS TABLE SELECT * FROM range(1e15::BIGINT)"}, "main.ducklake_files is a macro"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			readHostile(t, generatedCatalog(t, tc.stmts...), Limits{}, tc.object, "not a table")
 		})
+	}
+}
+
+// A catalog's macros never run: the reader's queries name the catalog's
+// tables in full (cat.main.ducklake_data_file: a table, never a table
+// macro, which is called with parentheses) and call DuckDB's own
+// functions unqualified, which resolve in the reader's own database and
+// DuckDB's system schema, never in an attached catalog. So a catalog may
+// hold macros of any name (DuckLake writes none): each of these, named
+// as a table read or as a function the reader's queries call, would end
+// the read with its error if it ran, and the catalog is read as if it
+// had none, whole and as a difference.
+func TestReadNeverRunsTheCatalogsMacros(t *testing.T) {
+	var stmts []string
+	for _, f := range []string{"coalesce", "strlen", "length", "lower", "left", "substr", "starts_with", "count", "min", "max", "sum", "arg_min", "row_number", "current_setting"} {
+		stmts = append(stmts, fmt.Sprintf(`CREATE MACRO "%[1]s"(a := NULL, b := NULL, c := NULL) AS error('the catalog''s macro %[1]s ran')`, f))
+	}
+	for _, table := range append([]string{"ducklake_files", "duckdb_views", "duckdb_columns", "duckdb_functions"}, tablesRead...) {
+		stmts = append(stmts, fmt.Sprintf(`CREATE MACRO "%[1]s"() AS TABLE SELECT error('the catalog''s table macro %[1]s ran') AS path`, table))
+	}
+	clean := generatedCatalog(t)
+	want, err := Read(context.Background(), clean, catalogName, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile := changed(t, clean, stmts...)
+	got, err := Read(context.Background(), hostile, catalogName, Limits{})
+	if err != nil {
+		t.Fatalf("a catalog with macros: %v", err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("a catalog with macros reads as\n%+v\nwithout them\n%+v", got, want)
+	}
+	pool, err := NewPool(t.TempDir(), 1, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if got, err := pool.Read(context.Background(), copyInto(t, hostile, pool.Dir()), catalogName); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("pooled: %+v, %v", got, err)
+	}
+	d, err := Diff(context.Background(), hostile, catalogName, clean, parentName, Limits{}, nil)
+	if err != nil || len(d.Files) != 0 || d.SameRows != d.ChildRows {
+		t.Fatalf("against itself without macros: %+v, %v", d, err)
 	}
 }
 

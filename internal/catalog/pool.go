@@ -33,13 +33,6 @@ type Pool struct {
 	mu     gosync.Mutex
 	idle   []*readerProc
 	closed bool
-	// waiting are the catalogs fetched into dir and not read yet; a read
-	// asks its reader to check a few of them for views and macros with
-	// its own (checkPooledObjects), and aheadBy remembers which reader
-	// did, so that reading one of them goes to that reader where it is
-	// idle.
-	waiting map[string]bool
-	aheadBy map[string]*readerProc
 }
 
 // NewPool makes the pool's folder in parent (os.TempDir when empty) and
@@ -60,7 +53,7 @@ func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 		os.Remove(dir)
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	return &Pool{dir: dir, sortIn: filepath.Dir(dir), dirFD: fd, lim: lim.WithDefaults(), size: max(size, 1), waiting: map[string]bool{}, aheadBy: map[string]*readerProc{}}, nil
+	return &Pool{dir: dir, sortIn: filepath.Dir(dir), dirFD: fd, lim: lim.WithDefaults(), size: max(size, 1)}, nil
 }
 
 // Dir is the pool's folder.
@@ -68,23 +61,7 @@ func (p *Pool) Dir() string { return p.dir }
 
 // Fetch copies a catalog from r into the pool's folder (see Fetch).
 func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
-	f, err := Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
-	if err != nil {
-		return nil, err
-	}
-	f.pool = p
-	p.mu.Lock()
-	p.waiting[filepath.Base(f.Path)] = true
-	p.mu.Unlock()
-	return f, nil
-}
-
-// forget drops what the pool knows of a file it fetched, removed now.
-func (p *Pool) forget(file string) {
-	p.mu.Lock()
-	delete(p.waiting, filepath.Base(file))
-	delete(p.aheadBy, filepath.Base(file))
-	p.mu.Unlock()
+	return Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
 }
 
 // Read reads the catalog at file as Read does, with one of the pool's
@@ -111,71 +88,43 @@ func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, erro
 	if filepath.Dir(file) != p.dir {
 		return readSortedAlone(ctx, file, name, p.lim, p.sortIn)
 	}
-	base := filepath.Base(file)
-	proc, ahead, err := p.get(ctx, base)
+	proc, err := p.get(ctx)
 	if err != nil {
 		return nil, rename(err, name)
 	}
 	sorter := newFileSorter(p.sortIn, name, sortBudgetOf(p.lim, file))
 	defer sorter.close()
-	c, err := proc.readCatalog(ctx, request{name: name, file: base, ahead: ahead, lim: p.lim}, sorter)
-	p.forget(file)
+	c, err := proc.readCatalog(ctx, request{name: name, file: filepath.Base(file), lim: p.lim}, sorter)
 	if err != nil {
-		p.drop(proc)
+		proc.close()
 		return nil, err
 	}
 	// A catalog the sort refuses (a path of two sizes) is a refusal
 	// like any other: its reader is not used again.
 	sorted, err := sorter.finish(*c)
 	if err != nil {
-		p.drop(proc)
+		proc.close()
 		return nil, err
 	}
 	p.put(proc)
 	return sorted, nil
 }
 
-// get takes an idle reader (the one that checked base ahead, where it is
-// idle) or starts one, and picks the catalogs waiting that it may check
-// ahead with base.
-func (p *Pool) get(ctx context.Context, base string) (*readerProc, []string, error) {
+// get takes an idle reader or starts one.
+func (p *Pool) get(ctx context.Context) (*readerProc, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, nil, fmt.Errorf("catalog pool closed")
+		return nil, fmt.Errorf("catalog pool closed")
 	}
-	delete(p.waiting, base)
-	var proc *readerProc
-	pick := len(p.idle) - 1
-	for i, r := range p.idle {
-		if p.aheadBy[base] == r {
-			pick = i
-		}
-	}
-	if pick >= 0 {
-		proc = p.idle[pick]
-		p.idle = append(p.idle[:pick], p.idle[pick+1:]...)
+	if n := len(p.idle); n > 0 {
+		proc := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return proc, nil
 	}
 	p.mu.Unlock()
-	if proc == nil {
-		var err error
-		if proc, err = startReader(ctx, p.dirFD, p.lim, readsPerReader); err != nil {
-			return nil, nil, err
-		}
-	}
-	p.mu.Lock()
-	var ahead []string
-	for f := range p.waiting {
-		if len(ahead) == checkAhead {
-			break
-		}
-		if p.aheadBy[f] == nil {
-			ahead = append(ahead, f)
-			p.aheadBy[f] = proc
-		}
-	}
-	p.mu.Unlock()
-	return proc, ahead, nil
+	return startReader(ctx, p.dirFD, p.lim, readsPerReader)
 }
 
 // put takes a reader back after a good read; one past its reads, or
@@ -188,21 +137,8 @@ func (p *Pool) put(proc *readerProc) {
 	}
 	p.mu.Unlock()
 	if proc != nil {
-		p.drop(proc)
+		proc.close()
 	}
-}
-
-// drop ends a reader (killed already where its read failed) and forgets
-// what it checked ahead.
-func (p *Pool) drop(proc *readerProc) {
-	proc.close()
-	p.mu.Lock()
-	for f, r := range p.aheadBy {
-		if r == proc {
-			delete(p.aheadBy, f)
-		}
-	}
-	p.mu.Unlock()
 }
 
 // Close ends the idle readers and removes the pool's folder with

@@ -21,7 +21,7 @@ import (
 // strings a 4-byte length and their bytes (each bounded by the frame).
 //
 //	reader → mirror  hello    'h' version(1) landlockABI(1) seccomp(1)
-//	mirror → reader  request  'r' version(1) name(s) file(s) ahead(u32, s...) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
+//	mirror → reader  request  'r' version(1) name(s) file(s) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
 //	reader → mirror  meta     'm' ducklakeVersion(s) dataPath(s) rows(8)
 //	reader → mirror  file     'f' path(s) size(8) footer(8) flags(1)    one per file row, as read
 //	reader → mirror  end      'e' files(8) bytes(8)
@@ -41,7 +41,7 @@ import (
 // of the child's are in the parent or folded into another of the same
 // path, and the files that come must be the rest.
 const (
-	protocolVersion = 3
+	protocolVersion = 4
 	// maxFrame bounds every frame: the largest is a refusal (its
 	// message cut to maxMessage) or a meta frame (its data path at most
 	// maxDataPath).
@@ -207,10 +207,7 @@ type request struct {
 	// file is the catalog below the reader's root folder; empty when the
 	// root is the catalog itself.
 	file string
-	// ahead are catalogs waiting in the same folder, which the reader may
-	// check for views and macros with this one (see checkPooledObjects).
-	ahead []string
-	lim   Limits
+	lim  Limits
 	// diff asks for a difference (a diff frame): the files of the
 	// catalog at descriptor 3 not in parentName's, at descriptor 4.
 	diff       bool
@@ -231,10 +228,6 @@ func writeRequest(w *frameWriter, q request) error {
 		w.u8(protocolVersion)
 		w.str(q.name)
 		w.str(q.file)
-		w.u32(uint32(len(q.ahead)))
-		for _, a := range q.ahead {
-			w.str(a)
-		}
 	}
 	w.u64(uint64(q.lim.MaxFiles))
 	w.u64(uint64(q.lim.Timeout.Milliseconds()))
