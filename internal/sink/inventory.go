@@ -79,11 +79,10 @@ func (s *Sink) DataFile(ctx context.Context, dataDir, name string, many bool) (i
 	if !s.data.Loaded() && (!many || s.b.Properties().LocalStat) {
 		return s.StatFile(ctx, name)
 	}
-	files, err := s.data.Load(ctx, s.b, dataDir)
-	if err != nil {
+	if err := s.data.Load(ctx, s.b, dataDir); err != nil {
 		return 0, false, s.errorf("listing %s: %w", dataDir, err)
 	}
-	size, ok := files[name]
+	size, ok := s.data.Size(name)
 	return size, ok, nil
 }
 
