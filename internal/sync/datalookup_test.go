@@ -177,3 +177,33 @@ func TestAVersionReadWholeConfirmsItsParentsFewFilesAlone(t *testing.T) {
 		t.Errorf("no data file asked for; the parent's files must be confirmed")
 	}
 }
+
+// A first mirror lists its data_dir, which holds nothing yet, once,
+// rather than ask for each of the files it is about to copy: on a disk
+// the stats of 300,000 absent files took a second of CPU.
+func TestAFirstMirrorListsItsDataDirRatherThanAskForEachFile(t *testing.T) {
+	up, mirror := filepath.Join(t.TempDir(), "up"), filepath.Join(t.TempDir(), "mirror")
+	g, err := generate.Generate(context.Background(), up, generate.Options{Versions: 1, FilesPerVersion: 6, FastParquet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, rec := syncInto(t, up, mirror)
+	if !rep.OK() {
+		t.Fatalf("refused: %+v", rep.Refused)
+	}
+	listed := 0
+	for _, p := range rec.lists {
+		if p == repo.DefaultDataDir {
+			listed++
+		}
+	}
+	var statted []string
+	for _, n := range rec.stats {
+		if strings.HasPrefix(n, repo.DefaultDataDir) {
+			statted = append(statted, n)
+		}
+	}
+	if listed != 1 || len(statted) != 0 {
+		t.Errorf("data_dir listed %d times, data files asked for alone: %v; want one listing for the %d files", listed, statted, len(g.DataFiles))
+	}
+}
