@@ -151,6 +151,10 @@ type Properties struct {
 	// writer that lost its lease: a local folder needs none (its lock is
 	// flock(2), which the kernel holds through any pause of its holder).
 	ConditionalWrite bool
+	// LocalStat: Stat is a system call on this machine, not a request,
+	// and List stats every file it lists (a local folder). Asking for the
+	// files a run needs one by one then never costs more than a listing.
+	LocalStat bool
 }
 
 // Reader is the read half of a store. Every method is safe for concurrent use.

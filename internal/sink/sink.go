@@ -63,6 +63,9 @@ type Sink struct {
 	locked atomic.Bool // the run holds the mirror's lock (see guard.go)
 	dur    durability
 	data   backend.LazyListing // data_dir, listed only when a version needs it
+	// held: the mirror held a complete version when its inventory was
+	// taken, so its data_dir may hold many files (see DataFile).
+	held bool
 }
 
 // New is the mirror in b.

@@ -154,9 +154,10 @@ const listPage = 1000
 func (s *Source) Size(ctx context.Context, name string, sinkListed bool, sinkFiles int) (int64, error) {
 	if sinkListed && s.r.Properties().CanList && strings.HasPrefix(name, s.settings.DataDir) &&
 		(s.data.Loaded() || s.stats.Add(1) > int64(sinkFiles/listPage+1)) {
-		files, err := s.data.Load(ctx, s.r, s.settings.DataDir)
-		if size, ok := files[name]; ok && err == nil {
-			return size, nil
+		if err := s.data.Load(ctx, s.r, s.settings.DataDir); err == nil {
+			if size, ok := s.data.Size(name); ok {
+				return size, nil
+			}
 		}
 		// Not listed (or the listing failed): ask for it alone.
 	}

@@ -28,8 +28,9 @@ var dataBatch = 4096
 
 // maxStatChecks is how many data files of a version are checked in the
 // sink one by one (Stat) before one listing of data_dir is cheaper: about
-// one list page of S3 or GCS.
-const maxStatChecks = 1000
+// one list page of S3 or GCS. A test lowers it (SetMaxStatChecks) to
+// have a few files checked against a listing.
+var maxStatChecks = 1000
 
 // maxSettledCalls is how many settled data file calls the run keeps
 // (dataCalls): a version that needs a file another version of the run
@@ -185,7 +186,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 		// that lists in parts).
 		ctx = backend.WithListBounds(ctx, func() []string { return e.listBounds(files) })
 	}
-	m := &batchMirror{e: e, id: id, known: known}
+	m := &batchMirror{e: e, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
 	batch := make([]catalog.File, 0, min(files.Len(), int64(dataBatch)))
 	err := files.Each(func(f catalog.File) error {
 		if batch = append(batch, f); len(batch) < dataBatch {
@@ -228,6 +229,9 @@ type batchMirror struct {
 	id      string
 	known   *parentFiles
 	checked int // files looked up so far, to choose stats or a listing
+	// many: the catalog lists more files than are confirmed one by one
+	// (maxStatChecks).
+	many bool
 }
 
 // mirror makes sure the sink has every file of a batch. Three steps, so
@@ -240,7 +244,7 @@ type batchMirror struct {
 // without a barrier stays a batch long.
 func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more bool) error {
 	e := m.e
-	todo := e.filesToCheck(ctx, batch, m.known)
+	todo := e.filesToCheck(ctx, batch, m.known, m.many)
 	byStat := m.known != nil && m.checked+len(todo) <= maxStatChecks
 	m.checked += len(todo)
 	errs := make([]error, len(batch))
@@ -313,8 +317,9 @@ func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, mine [
 // filesToCheck returns the indexes into batch of the data files to check
 // in the sink: all but those a parent lists (see knownFromParents) at the
 // recorded size, which are only confirmed there (those of a parent this
-// run published are not: it copied or confirmed them).
-func (e *engine) filesToCheck(ctx context.Context, batch []catalog.File, known *parentFiles) []int {
+// run published are not: it copied or confirmed them); many as for
+// sink.DataFile.
+func (e *engine) filesToCheck(ctx context.Context, batch []catalog.File, known *parentFiles, many bool) []int {
 	var todo []int    // indexes into batch of the files to check
 	var parents []int // those a parent has, to confirm
 	for i, f := range batch {
@@ -330,11 +335,11 @@ func (e *engine) filesToCheck(ctx context.Context, batch []catalog.File, known *
 	// A parent's file is confirmed in the sink too: a lifecycle rule or
 	// an operator may have removed it since the parent was published, and
 	// a version is published only with every file. Several at a time: on
-	// a disk each is a stat.
+	// a disk, or for a catalog of few files, each is a stat.
 	gone := make([]bool, len(parents))
 	e.each(len(parents), func(k int) {
 		f := batch[parents[k]]
-		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size)
+		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size, many)
 	})
 	for k, i := range parents {
 		if gone[k] {

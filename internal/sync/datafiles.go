@@ -362,19 +362,13 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 
 // needsCopy says whether the sink lacks a data file (or holds one an
 // interrupted run wrote with no barrier behind it), and refuses one of
-// another size than recorded: data files are immutable. byStat asks the
-// sink about this file alone rather than listing data_dir.
+// another size than recorded: data files are immutable. byStat: the
+// caller checks few files (see sink.DataFile).
 func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat bool) (bool, error) {
 	if e.sink.IsDistrusted(name) {
 		return true, nil
 	}
-	lookup := func(ctx context.Context, name string) (int64, bool, error) {
-		return e.sink.DataFile(ctx, e.src.Settings().DataDir, name)
-	}
-	if listed, _ := e.sink.DataListed(); byStat && !listed {
-		lookup = e.sink.StatFile
-	}
-	have, known, err := lookup(ctx, name)
+	have, known, err := e.sink.DataFile(ctx, e.src.Settings().DataDir, name, !byStat)
 	if err != nil {
 		return false, err
 	}

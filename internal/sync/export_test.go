@@ -11,3 +11,12 @@ func SetDataBatch(n int) (restore func()) {
 	dataBatch = n
 	return func() { dataBatch = old }
 }
+
+// SetMaxStatChecks sets how many data files of a version are checked one
+// by one before data_dir is listed, and returns a function that puts the
+// old value back.
+func SetMaxStatChecks(n int) (restore func()) {
+	old := maxStatChecks
+	maxStatChecks = n
+	return func() { maxStatChecks = old }
+}

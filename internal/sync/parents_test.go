@@ -201,7 +201,10 @@ func TestIncrementalRunRefusesANewFileOfAnotherSizeInTheSink(t *testing.T) {
 	}
 }
 
-func TestIncrementalRunListsDataWhenTheParentsCatalogIsUnreadable(t *testing.T) {
+// With no parent's catalog to go by, every file of the new version is
+// checked in the mirror: on a disk by a stat each, never a listing (a
+// listing there stats every file of data_dir anyway).
+func TestIncrementalRunChecksEveryFileWhenTheParentsCatalogIsUnreadable(t *testing.T) {
 	up, mirror, added := grown(t)
 	refs, _, err := repo.ReadRefs(context.Background(), mustOpen(t, mirror))
 	if err != nil {
@@ -215,12 +218,19 @@ func TestIncrementalRunListsDataWhenTheParentsCatalogIsUnreadable(t *testing.T) 
 	if !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}
-	listed := false
 	for _, p := range rec.lists {
-		listed = listed || p == repo.DefaultDataDir
+		if strings.HasPrefix(p, repo.DefaultDataDir) || p == "" {
+			t.Errorf("the sink was listed under %q; want each file asked for", p)
+		}
 	}
-	if !listed {
-		t.Errorf("the sink's %s was not listed (lists: %v); with no parent catalog every file must be checked", repo.DefaultDataDir, rec.lists)
+	asked := map[string]bool{}
+	for _, n := range rec.stats {
+		asked[n] = true
+	}
+	for f := range dataFilesIn(t, up) {
+		if !asked[f] {
+			t.Errorf("data file %s not checked in the sink; with no parent catalog every file must be", f)
+		}
 	}
 	for _, f := range added {
 		if _, err := os.Stat(filepath.Join(mirror, f)); err != nil {

@@ -35,7 +35,7 @@ func (e *engine) checkRefTarget(ctx context.Context, id string) *refusal {
 // ran while the run publishing it was paused, a hand's removal). A
 // version this run published was confirmed as it was, and costs nothing
 // here; another is confirmed once per run, from its catalogs in the sink
-// and one listing of data_dir.
+// and the sink's answer for each file they name (see missingDataFiles).
 func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) {
 	e.mu.Lock()
 	now := e.versions.publishedNow[id]
@@ -61,6 +61,9 @@ func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) 
 // the sink name that the sink lacks, or holds at another size. Each
 // catalog's files are gone through in path order, none held but those
 // missing: a file two catalogs name is looked up twice, and named once.
+// A catalog of few files has each asked for alone (a tag on an old
+// version of three files costs three requests, not a listing of the
+// mirror's whole data_dir); one of many, one listing (see sink.DataFile).
 func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, error) {
 	have := e.inv.Versions[id]
 	dataDir := e.src.Settings().DataDir
@@ -71,11 +74,12 @@ func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, err
 		if err != nil {
 			return nil, fmt.Errorf("catalog %s: %w", repo.VersionFile(id, file), err)
 		}
+		many := files.Len() > int64(maxStatChecks)
 		err = files.Each(func(f catalog.File) error {
 			name := dataDir + f.Path
-			size, ok, err := e.sink.DataFile(ctx, dataDir, name)
-			if err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
-				// The listing is this run's first: a file this run
+			size, ok, err := e.sink.DataFile(ctx, dataDir, name, many)
+			if listed, _ := e.sink.DataListed(); listed && err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
+				// A listing is from the run's start: a file this run
 				// copied since (a repair) is asked for alone.
 				size, ok, err = e.sink.StatFile(ctx, name)
 			}

@@ -11,8 +11,9 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
-// repair re-checks every version complete in the sink against the sink's
-// data_dir listing and copies back from upstream the data files missing
+// repair re-checks every version complete in the sink against the sink
+// (its data_dir listed once on an object store, each file asked for on a
+// disk; see sink.DataFile) and copies back from upstream the data files missing
 // or of another size than the version's catalog records (sync --repair).
 // A copy is made only from an upstream file of the recorded size.
 func (e *engine) repair(ctx context.Context) {
@@ -44,7 +45,7 @@ func (e *engine) repair(ctx context.Context) {
 				continue
 			}
 			done[name] = true
-			have, ok, err := e.sink.DataFile(ctx, e.src.Settings().DataDir, name)
+			have, ok, err := e.sink.DataFile(ctx, e.src.Settings().DataDir, name, true)
 			if err != nil {
 				e.addRefusal(refuse(ReasonCopy, id, name, "repair: %v", err))
 				return

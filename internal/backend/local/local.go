@@ -203,7 +203,7 @@ func (l *Local) ClearTemp() error {
 func (l *Local) Location() string { return l.dir }
 
 func (l *Local) Properties() backend.Properties {
-	return backend.Properties{CanList: true, CanWrite: l.rw, AtomicCreate: l.rw}
+	return backend.Properties{CanList: true, CanWrite: l.rw, AtomicCreate: l.rw, LocalStat: true}
 }
 
 func (l *Local) err(op, name string, err error) error {
