@@ -33,11 +33,12 @@ type Pool struct {
 	mu     gosync.Mutex
 	idle   []*readerProc
 	closed bool
-	// starting counts the readers started ahead (warm), which Close
-	// waits for.
-	starting int
-	started  gosync.WaitGroup
-	busy     int // readers reading
+	// warming is closed once the reader started ahead (warm) is idle or
+	// failed to start; nil while none is starting. Close waits for it
+	// (started).
+	warming chan struct{}
+	started gosync.WaitGroup
+	busy    int // readers reading
 }
 
 // NewPool makes the pool's folder in parent (os.TempDir when empty) and
@@ -79,23 +80,25 @@ func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetch
 // start is forgotten: the read starts its own and says why.
 func (p *Pool) warm() {
 	p.mu.Lock()
-	if p.closed || len(p.idle)+p.starting+p.busy > 0 {
+	if p.closed || len(p.idle) > 0 || p.warming != nil || p.busy > 0 {
 		p.mu.Unlock()
 		return
 	}
-	p.starting++
+	warming := make(chan struct{})
+	p.warming = warming
 	p.started.Add(1)
 	p.mu.Unlock()
 	go func() {
 		defer p.started.Done()
 		proc, err := startReader(context.Background(), p.dirFD, p.lim, readsPerReader)
 		p.mu.Lock()
-		p.starting--
+		p.warming = nil
 		if err == nil && !p.closed && len(p.idle) < p.size {
 			p.idle = append(p.idle, proc)
 			proc = nil
 		}
 		p.mu.Unlock()
+		close(warming)
 		if proc != nil {
 			proc.close()
 		}
@@ -149,21 +152,35 @@ func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, erro
 	return sorted, nil
 }
 
-// get takes an idle reader or starts one.
+// get takes an idle reader, waits for the one being started ahead, or
+// starts one.
 func (p *Pool) get(ctx context.Context) (*readerProc, error) {
-	p.mu.Lock()
-	if p.closed {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("catalog pool closed")
+		}
+		if n := len(p.idle); n > 0 {
+			proc := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.busy++
+			p.mu.Unlock()
+			return proc, nil
+		}
+		warming := p.warming
+		if warming == nil {
+			p.busy++
+			p.mu.Unlock()
+			break
+		}
 		p.mu.Unlock()
-		return nil, fmt.Errorf("catalog pool closed")
+		select {
+		case <-warming:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
-	p.busy++
-	if n := len(p.idle); n > 0 {
-		proc := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return proc, nil
-	}
-	p.mu.Unlock()
 	proc, err := startReader(ctx, p.dirFD, p.lim, readsPerReader)
 	if err != nil {
 		p.idleAgain()

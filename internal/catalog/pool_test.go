@@ -188,8 +188,18 @@ func TestPoolStartsAReaderWhileACatalogIsFetched(t *testing.T) {
 	if n := len(readerChildren(t)); n != 0 {
 		t.Fatalf("%d readers before the test", n)
 	}
-	pool := newTestPool(t, Limits{})
 	p := generatedCatalog(t)
+	// A read right after the fetch waits for the reader started ahead.
+	before := readersStarted.Load()
+	early := newTestPool(t, Limits{})
+	if c, err := early.Read(context.Background(), fetchInto(t, early, p).Path, catalogName); err != nil || len(c.Files) == 0 {
+		t.Fatalf("%v, %v", c, err)
+	}
+	if n := readersStarted.Load() - before; n != 1 {
+		t.Fatalf("a fetch and a read started %d readers, want 1", n)
+	}
+	early.Close()
+	pool := newTestPool(t, Limits{})
 	f := fetchInto(t, pool, p)
 	deadline := time.Now().Add(30 * time.Second)
 	for pool.idleCount() == 0 && time.Now().Before(deadline) {
