@@ -162,7 +162,7 @@ func readerMain(args []string) int {
 		if errors.Is(err, io.EOF) {
 			return 0
 		}
-		if err != nil || typ != frameRequest && typ != frameDiff || typ == frameDiff && !a.parent {
+		if err != nil || typ != frameRequest && typ != frameDiff {
 			fmt.Fprintf(os.Stderr, "catalog reader: reading a request: %v (frame %q)\n", err, typ)
 			return exitProtocol
 		}
@@ -186,7 +186,16 @@ func readerMain(args []string) int {
 			}
 		}
 		if q.diff {
-			if err := answerDifference(out, root, parentRoot, q); err != nil {
+			// Two descriptors, or two files of the folder: not both.
+			child, parent := root, parentRoot
+			if q.file != "" {
+				child, parent = root+"/"+q.file, root+"/"+q.parentFile
+			}
+			if a.parent == (q.file != "") {
+				fmt.Fprintf(os.Stderr, "catalog reader: a difference of files %q and %q asked of a reader of descriptors 3 and 4 (%v)\n", q.file, q.parentFile, a.parent)
+				return exitProtocol
+			}
+			if err := answerDifference(out, child, parent, q); err != nil {
 				fmt.Fprintf(os.Stderr, "catalog reader: answering: %v\n", err)
 				return exitProtocol
 			}
@@ -225,6 +234,8 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 	q.name = in.str()
 	if q.diff = typ == frameDiff; q.diff {
 		q.parentName = in.str()
+		q.file = in.str()
+		q.parentFile = in.str()
 	} else {
 		q.file = in.str()
 	}
@@ -236,8 +247,13 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 	if err := in.done(); err != nil {
 		return q, err
 	}
-	if f := q.file; f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
-		return q, fmt.Errorf("request names %q, not a file of the folder", f)
+	for _, f := range []string{q.file, q.parentFile} {
+		if f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
+			return q, fmt.Errorf("request names %q, not a file of the folder", f)
+		}
+	}
+	if q.diff && (q.file == "") != (q.parentFile == "") {
+		return q, fmt.Errorf("a difference of %q and %q: both files or neither", q.file, q.parentFile)
 	}
 	return q, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -110,6 +111,34 @@ func Diff(ctx context.Context, file, name, parentFile, parentName string, lim Li
 		return nil, err
 	}
 	p.close()
+	return d, nil
+}
+
+// Diff is Diff (the function) with one of the pool's readers, where both
+// catalogs are in the pool's folder (as Fetch puts them); else with a
+// reader of its own.
+func (p *Pool) Diff(ctx context.Context, file, name, parentFile, parentName string, each func(File) error) (*Difference, error) {
+	if filepath.Dir(file) != p.dir || filepath.Dir(parentFile) != p.dir {
+		return Diff(ctx, file, name, parentFile, parentName, p.lim, each)
+	}
+	for _, c := range []struct{ file, name string }{{file, name}, {parentFile, parentName}} {
+		if sqlite, err := isSQLite(c.file); err != nil {
+			return nil, fmt.Errorf("catalog %s: %w", c.name, err)
+		} else if sqlite {
+			return nil, fmt.Errorf("catalog %s is a SQLite database: %w", c.name, ErrNoDifference)
+		}
+	}
+	proc, err := p.get(ctx)
+	if err != nil {
+		return nil, rename(err, name)
+	}
+	defer p.idleAgain()
+	d, err := proc.readDifference(ctx, request{name: name, parentName: parentName, file: filepath.Base(file), parentFile: filepath.Base(parentFile), lim: p.lim}, each)
+	if err != nil {
+		proc.close()
+		return nil, err
+	}
+	p.put(proc)
 	return d, nil
 }
 

@@ -33,6 +33,12 @@ type Pool struct {
 	mu     gosync.Mutex
 	idle   []*readerProc
 	closed bool
+	// warming is closed once the reader started ahead (warm) is idle or
+	// failed to start; nil while none is starting. Close waits for it
+	// (started).
+	warming chan struct{}
+	started gosync.WaitGroup
+	busy    int // readers reading
 }
 
 // NewPool makes the pool's folder in parent (os.TempDir when empty) and
@@ -60,8 +66,43 @@ func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 func (p *Pool) Dir() string { return p.dir }
 
 // Fetch copies a catalog from r into the pool's folder (see Fetch).
+// While it comes, a reader is started for it where none is idle: a
+// reader's start (an exec, the sandbox, DuckDB) is then paid while the
+// bytes come, not before the read.
 func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
+	p.warm()
 	return Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
+}
+
+// warm starts a reader, in the background, to be idle for the next
+// read, where the pool has none at all: one, so that a run that fetches
+// two catalogs for one difference starts one reader. One that fails to
+// start is forgotten: the read starts its own and says why.
+func (p *Pool) warm() {
+	p.mu.Lock()
+	if p.closed || len(p.idle) > 0 || p.warming != nil || p.busy > 0 {
+		p.mu.Unlock()
+		return
+	}
+	warming := make(chan struct{})
+	p.warming = warming
+	p.started.Add(1)
+	p.mu.Unlock()
+	go func() {
+		defer p.started.Done()
+		proc, err := startReader(context.Background(), p.dirFD, p.lim, readsPerReader)
+		p.mu.Lock()
+		p.warming = nil
+		if err == nil && !p.closed && len(p.idle) < p.size {
+			p.idle = append(p.idle, proc)
+			proc = nil
+		}
+		p.mu.Unlock()
+		close(warming)
+		if proc != nil {
+			proc.close()
+		}
+	}()
 }
 
 // Read reads the catalog at file as Read does, with one of the pool's
@@ -92,6 +133,7 @@ func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, erro
 	if err != nil {
 		return nil, rename(err, name)
 	}
+	defer p.idleAgain()
 	sorter := newFileSorter(p.sortIn, name, sortBudgetOf(p.lim, file))
 	defer sorter.close()
 	c, err := proc.readCatalog(ctx, request{name: name, file: filepath.Base(file), lim: p.lim}, sorter)
@@ -110,21 +152,47 @@ func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, erro
 	return sorted, nil
 }
 
-// get takes an idle reader or starts one.
+// get takes an idle reader, waits for the one being started ahead, or
+// starts one.
 func (p *Pool) get(ctx context.Context) (*readerProc, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("catalog pool closed")
+		}
+		if n := len(p.idle); n > 0 {
+			proc := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.busy++
+			p.mu.Unlock()
+			return proc, nil
+		}
+		warming := p.warming
+		if warming == nil {
+			p.busy++
+			p.mu.Unlock()
+			break
+		}
+		p.mu.Unlock()
+		select {
+		case <-warming:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	proc, err := startReader(ctx, p.dirFD, p.lim, readsPerReader)
+	if err != nil {
+		p.idleAgain()
+	}
+	return proc, err
+}
+
+// idleAgain ends a read's use of its reader, put back or closed.
+func (p *Pool) idleAgain() {
 	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
-		return nil, fmt.Errorf("catalog pool closed")
-	}
-	if n := len(p.idle); n > 0 {
-		proc := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.mu.Unlock()
-		return proc, nil
-	}
+	p.busy--
 	p.mu.Unlock()
-	return startReader(ctx, p.dirFD, p.lim, readsPerReader)
 }
 
 // put takes a reader back after a good read; one past its reads, or
@@ -145,8 +213,12 @@ func (p *Pool) put(proc *readerProc) {
 // whatever is left in it.
 func (p *Pool) Close() error {
 	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.started.Wait()
+	p.mu.Lock()
 	idle := p.idle
-	p.idle, p.closed = nil, true
+	p.idle = nil
 	p.mu.Unlock()
 	for _, r := range idle {
 		r.close()

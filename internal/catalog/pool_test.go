@@ -2,11 +2,14 @@ package catalog
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
@@ -150,5 +153,134 @@ func TestPoolRefusesAViewAsAReadAlone(t *testing.T) {
 			t.Errorf("clean catalog %d, pooled: %v, %v", i, c, err)
 		}
 		f.Remove()
+	}
+}
+
+// readerChildren lists the pids of this process's catalog readers.
+func readerChildren(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if strings.Contains(string(status), fmt.Sprintf("\nPPid:\t%d\n", os.Getpid())) && strings.HasPrefix(string(cmdline), "fdl-mirror-catalog-reader") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// A pool starts a reader while a catalog is fetched, where it has none
+// idle, so that the read finds it started; it starts no more than it
+// keeps, and Close ends one still starting.
+func TestPoolStartsAReaderWhileACatalogIsFetched(t *testing.T) {
+	if n := len(readerChildren(t)); n != 0 {
+		t.Fatalf("%d readers before the test", n)
+	}
+	p := generatedCatalog(t)
+	// A read right after the fetch waits for the reader started ahead.
+	before := readersStarted.Load()
+	early := newTestPool(t, Limits{})
+	if c, err := early.Read(context.Background(), fetchInto(t, early, p).Path, catalogName); err != nil || len(c.Files) == 0 {
+		t.Fatalf("%v, %v", c, err)
+	}
+	if n := readersStarted.Load() - before; n != 1 {
+		t.Fatalf("a fetch and a read started %d readers, want 1", n)
+	}
+	early.Close()
+	pool := newTestPool(t, Limits{})
+	f := fetchInto(t, pool, p)
+	deadline := time.Now().Add(30 * time.Second)
+	for pool.idleCount() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pool.idleCount() != 1 {
+		t.Fatalf("no reader started while the catalog was fetched")
+	}
+	pool.mu.Lock()
+	warmed := pool.idle[0]
+	pool.mu.Unlock()
+	// A second fetch, one reader idle already: none more.
+	g := fetchInto(t, pool, p)
+	if pids := readerChildren(t); len(pids) != 1 || pids[0] != warmed.cmd.Process.Pid {
+		t.Fatalf("readers %v after a second fetch, want only %d", pids, warmed.cmd.Process.Pid)
+	}
+	for _, c := range []*Fetched{f, g} {
+		if c, err := pool.Read(context.Background(), c.Path, catalogName); err != nil || len(c.Files) == 0 {
+			t.Fatalf("%v, %v", c, err)
+		}
+	}
+	pool.mu.Lock()
+	same := len(pool.idle) == 1 && pool.idle[0] == warmed
+	pool.mu.Unlock()
+	if !same {
+		t.Errorf("the reads did not go to the reader started ahead")
+	}
+	// Closed while a reader starts: none is left running.
+	other, err := NewPool(t.TempDir(), 2, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchInto(t, other, p)
+	pool.Close()
+	other.Close()
+	if pids := readerChildren(t); len(pids) != 0 {
+		t.Fatalf("readers %v left after Close", pids)
+	}
+}
+
+// A pool takes a difference of two catalogs fetched into it with one of
+// its readers, kept for the next read: the same difference as a reader
+// of its own takes. A child the difference refuses ends that reader, and
+// the pool's next read starts another.
+func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
+	cats := chain(t, "0.3")
+	pool := newTestPool(t, Limits{})
+	parent, child := fetchInto(t, pool, cats[2]), fetchInto(t, pool, cats[3])
+	want, err := Diff(context.Background(), cats[3], catalogName, cats[2], parentName, Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pool.Diff(context.Background(), child.Path, catalogName, parent.Path, parentName, nil)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("pooled difference %+v, %v; alone %+v", got, err, want)
+	}
+	pool.mu.Lock()
+	kept := len(pool.idle)
+	var first *readerProc
+	if kept == 1 {
+		first = pool.idle[0]
+	}
+	pool.mu.Unlock()
+	if kept != 1 {
+		t.Fatalf("%d readers idle after a difference, want 1", kept)
+	}
+	hostile := fetchInto(t, pool, changed(t, cats[3], "UPDATE ducklake_data_file SET path = '/etc/passwd', path_is_relative = false WHERE data_file_id = 2"))
+	d, err := pool.Diff(context.Background(), hostile.Path, catalogName, parent.Path, parentName, nil)
+	if d != nil || err == nil || !strings.Contains(err.Error(), "outside the catalog's data path") || !strings.Contains(err.Error(), catalogName) {
+		t.Fatalf("a hostile child: %v, %v", d, err)
+	}
+	select {
+	case <-first.exited:
+	default:
+		t.Errorf("the reader that refused the child still runs")
+	}
+	if c, err := pool.Read(context.Background(), child.Path, catalogName); err != nil || len(c.Files) == 0 {
+		t.Fatalf("a read after the refusal: %v, %v", c, err)
+	}
+	// Catalogs outside the pool's folder: a reader of their own.
+	if d, err := pool.Diff(context.Background(), cats[3], catalogName, cats[2], parentName, nil); err != nil || !reflect.DeepEqual(d, want) {
+		t.Fatalf("outside the folder: %+v, %v", d, err)
 	}
 }

@@ -27,7 +27,7 @@ import (
 //	reader → mirror  end      'e' files(8) bytes(8)
 //	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end
 //
-//	mirror → reader  diff     'd' version(1) name(s) parentName(s) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
+//	mirror → reader  diff     'd' version(1) name(s) parentName(s) file(s) parentFile(s) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
 //	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) files(8)
 //	                 then file frames and end, as for a catalog
 //
@@ -41,7 +41,7 @@ import (
 // of the child's are in the parent or folded into another of the same
 // path, and the files that come must be the rest.
 const (
-	protocolVersion = 4
+	protocolVersion = 5
 	// maxFrame bounds every frame: the largest is a refusal (its
 	// message cut to maxMessage) or a meta frame (its data path at most
 	// maxDataPath).
@@ -209,9 +209,11 @@ type request struct {
 	file string
 	lim  Limits
 	// diff asks for a difference (a diff frame): the files of the
-	// catalog at descriptor 3 not in parentName's, at descriptor 4.
+	// catalog at descriptor 3 not in parentName's, at descriptor 4; or,
+	// of a reader of a folder, of file not in parentFile's.
 	diff       bool
 	parentName string
+	parentFile string
 	// test asks a test binary's reader to misbehave (child_test.go); a
 	// reader without test behaviours refuses a request that names one.
 	test string
@@ -223,6 +225,8 @@ func writeRequest(w *frameWriter, q request) error {
 		w.u8(protocolVersion)
 		w.str(q.name)
 		w.str(q.parentName)
+		w.str(q.file)
+		w.str(q.parentFile)
 	} else {
 		w.begin(frameRequest)
 		w.u8(protocolVersion)

@@ -130,6 +130,9 @@ var observed atomic.Pointer[Layers]
 
 func noteLayers(l Layers) { observed.Store(&l) }
 
+// readersStarted counts the readers this process started (tests).
+var readersStarted atomic.Int64
+
 // readerPeakRSS is the largest peak resident set (VmHWM), in bytes, of
 // the readers this process ended after an answer. Not their ru_maxrss:
 // that counts the mirror's own, which a reader shares until its exec.
@@ -228,6 +231,7 @@ type readerProc struct {
 // difference (diff.go).
 func startReader(ctx context.Context, root *os.File, lim Limits, reads int, parent ...*os.File) (*readerProc, error) {
 	nonDumpable.Do(func() { _ = makeNonDumpable() })
+	readersStarted.Add(1)
 	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), noLandlock: knobs.noLandlock, noSeccomp: knobs.noSeccomp, parent: len(parent) > 0}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = append([]string{"fdl-mirror-catalog-reader"}, a.argv()...)

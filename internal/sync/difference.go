@@ -69,7 +69,7 @@ func (e *engine) readDifference(ctx context.Context, id, mainFile string, fetche
 		return nil, false, ctx.Err()
 	}
 	start := time.Now()
-	d, err := catalog.Diff(ctx, fetched.Path, catalogName, pf.Path, parentName, e.opts.CatalogLimits, nil)
+	d, err := e.catalogs.Diff(ctx, fetched.Path, catalogName, pf.Path, parentName, nil)
 	<-e.slots.catalog
 	e.log.Debug("catalog compared with its parent's", zap.String("catalog", catalogName), zap.String("parent", parentName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	if errors.Is(err, catalog.ErrNoDifference) {
