@@ -94,12 +94,8 @@ func Diff(ctx context.Context, file, name, parentFile, parentName string, lim Li
 			return nil, fmt.Errorf("catalog %s: %w", p.name, err)
 		}
 		fds = append(fds, f)
-		// The first bytes only, as isSQLite reads them; the reader reads
-		// the rest.
-		if sqlite, err := isSQLite(p.file); err != nil {
-			return nil, fmt.Errorf("catalog %s: %w", p.name, err)
-		} else if sqlite {
-			return nil, fmt.Errorf("catalog %s is a SQLite database: %w", p.name, ErrNoDifference)
+		if err := notSQLite(p.file, p.name); err != nil {
+			return nil, err
 		}
 	}
 	p, err := startReader(ctx, fds[0], lim, 1, fds[1])
@@ -122,10 +118,8 @@ func (p *Pool) Diff(ctx context.Context, file, name, parentFile, parentName stri
 		return Diff(ctx, file, name, parentFile, parentName, p.lim, each)
 	}
 	for _, c := range []struct{ file, name string }{{file, name}, {parentFile, parentName}} {
-		if sqlite, err := isSQLite(c.file); err != nil {
-			return nil, fmt.Errorf("catalog %s: %w", c.name, err)
-		} else if sqlite {
-			return nil, fmt.Errorf("catalog %s is a SQLite database: %w", c.name, ErrNoDifference)
+		if err := notSQLite(c.file, c.name); err != nil {
+			return nil, err
 		}
 	}
 	proc, err := p.get(ctx)
@@ -140,6 +134,18 @@ func (p *Pool) Diff(ctx context.Context, file, name, parentFile, parentName stri
 	}
 	p.put(proc)
 	return d, nil
+}
+
+// notSQLite refuses a catalog of a difference that is a SQLite database
+// (ErrNoDifference), reading its first bytes only, as isSQLite reads
+// them: the reader reads the rest.
+func notSQLite(file, name string) error {
+	if sqlite, err := isSQLite(file); err != nil {
+		return fmt.Errorf("catalog %s: %w", name, err)
+	} else if sqlite {
+		return fmt.Errorf("catalog %s is a SQLite database: %w", name, ErrNoDifference)
+	}
+	return nil
 }
 
 // readDifference asks the reader for a difference and checks the answer
