@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -69,18 +68,11 @@ func tagTip(t *testing.T, up, mirror string) (*fdlsync.Report, *objectStore) {
 // syncObjectStore syncs up into mirror seen as an object store.
 func syncObjectStore(t *testing.T, up, mirror string) (*fdlsync.Report, *objectStore) {
 	t.Helper()
-	src, err := local.Open(up)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := local.Create(mirror)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	store := &objectStore{Backend: dst}
-	rep, err := fdlsync.Run(context.Background(), src, store, fdlsync.Options{Concurrency: 4})
+	var store *objectStore
+	rep, err := runLocalThrough(t, up, mirror, fdlsync.Options{Concurrency: 4}, func(b backend.Backend) backend.Backend {
+		store = &objectStore{Backend: b}
+		return store
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,18 +70,11 @@ func dataFilesIn(t *testing.T, dir string) map[string]bool {
 
 func syncInto(t *testing.T, up, mirror string) (*fdlsync.Report, *recorder) {
 	t.Helper()
-	src, err := local.Open(up)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := local.Create(mirror)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	rec := &recorder{Backend: dst}
-	rep, err := fdlsync.Run(context.Background(), src, rec, fdlsync.Options{Concurrency: 4})
+	var rec *recorder
+	rep, err := runLocalThrough(t, up, mirror, fdlsync.Options{Concurrency: 4}, func(b backend.Backend) backend.Backend {
+		rec = &recorder{Backend: b}
+		return rec
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

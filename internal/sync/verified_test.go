@@ -15,6 +15,7 @@ import (
 
 	_ "github.com/duckdb/duckdb-go/v2"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
@@ -30,6 +31,13 @@ import (
 // runLocal runs the engine from folder up into folder mirror.
 func runLocal(t *testing.T, up, mirror string, opts fdlsync.Options) (*fdlsync.Report, error) {
 	t.Helper()
+	return runLocalThrough(t, up, mirror, opts, nil)
+}
+
+// runLocalThrough is runLocal with the mirror's store seen through wrap
+// (a recorder, a store that says it is an object store); nil: as it is.
+func runLocalThrough(t *testing.T, up, mirror string, opts fdlsync.Options, wrap func(backend.Backend) backend.Backend) (*fdlsync.Report, error) {
+	t.Helper()
 	src, err := local.Open(up)
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +51,11 @@ func runLocal(t *testing.T, up, mirror string, opts fdlsync.Options) (*fdlsync.R
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 4
 	}
-	return fdlsync.Run(context.Background(), src, dst, opts)
+	var sink backend.Backend = dst
+	if wrap != nil {
+		sink = wrap(dst)
+	}
+	return fdlsync.Run(context.Background(), src, sink, opts)
 }
 
 func mustRun(t *testing.T, up, mirror string, opts fdlsync.Options) *fdlsync.Report {
