@@ -224,7 +224,22 @@ func (l listed) List(ctx context.Context, prefix string, fn func(backend.FileInf
 	})
 }
 
+func (l listed) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	return listPageCounted(ctx, l.Reader, l.n, prefix, from)
+}
+
 func (l listed) Unwrap() backend.Reader { return l.Reader }
+
+// listPageCounted lists a page of r, counting its names in n.
+func listPageCounted(ctx context.Context, r backend.Reader, n *atomic.Int64, prefix, from string) ([]backend.FileInfo, bool, error) {
+	pl := backend.PageListerOf(r)
+	if pl == nil {
+		return nil, false, fmt.Errorf("%s: listing a page: %w", r.Location(), backend.ErrNotSupported)
+	}
+	page, more, err := pl.ListPage(ctx, prefix, from)
+	n.Add(int64(len(page)))
+	return page, more, err
+}
 
 type listedBackend struct {
 	backend.Backend
@@ -236,6 +251,10 @@ func (l listedBackend) List(ctx context.Context, prefix string, fn func(backend.
 		l.n.Add(1)
 		return fn(fi)
 	})
+}
+
+func (l listedBackend) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	return listPageCounted(ctx, l.Backend, l.n, prefix, from)
 }
 
 func (l listedBackend) Unwrap() backend.Reader { return l.Backend }

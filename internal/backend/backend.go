@@ -151,6 +151,10 @@ type Properties struct {
 	// writer that lost its lease: a local folder needs none (its lock is
 	// flock(2), which the kernel holds through any pause of its holder).
 	ConditionalWrite bool
+	// PageList: the store implements PageLister: it lists in byte order
+	// and can start a listing at any name (S3, GCS; not an S3 directory
+	// bucket, which lists in no order).
+	PageList bool
 	// LocalStat: Stat is a system call on this machine, not a request,
 	// and List stats every file it lists (a local folder). Asking for the
 	// files a run needs one by one then never costs more than a listing.
@@ -296,6 +300,35 @@ type Copier interface {
 	// will be declined.
 	CanCopyFrom(src Reader) bool
 	CopyFrom(ctx context.Context, src Reader, srcName, dstName string, size int64) (ok bool, err error)
+}
+
+// PageLister is implemented by stores whose listing comes in byte order
+// and can start at any name (S3's StartAfter, GCS's StartOffset), as
+// Properties.PageList says: a caller that asks about names in increasing
+// order can then merge them with the listing a page at a time (a
+// Cursor), holding one page where a whole listing would hold every name
+// of the folder.
+type PageLister interface {
+	// ListPage lists one page (one request of about a thousand names) of
+	// the names under prefix that are from or after it, from included,
+	// in increasing byte order, with their sizes. more says that names
+	// may follow the page's last one; a page with more is never empty.
+	// Names List skips (the store's own files, names no store could
+	// open) are skipped here too. A missing prefix lists nothing and is
+	// not an error.
+	ListPage(ctx context.Context, prefix, from string) (page []FileInfo, more bool, err error)
+}
+
+// PageListerOf returns the PageLister of a store, looking through
+// wrappers that do not implement it; nil when the store cannot list a
+// page (Properties.PageList is false). A wrapper that counts requests
+// implements it itself, and is found first.
+func PageListerOf(r Reader) PageLister {
+	if !r.Properties().PageList {
+		return nil
+	}
+	l, _ := As[PageLister](r)
+	return l
 }
 
 // As returns the first store, from r down through its wrappers, that is a

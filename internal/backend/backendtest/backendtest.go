@@ -40,6 +40,7 @@ func Run(t *testing.T, open func(t *testing.T) backend.Backend) {
 		{"ListStopsOnCallbackError", testListCallbackError},
 		{"ListInPartsListsEverythingOnce", testListInParts},
 		{"ListSkipsReserved", testListSkipsReserved},
+		{"ListPageInByteOrderFromAName", testListPage},
 		{"NotExist", testNotExist},
 		{"InvalidNamesRefusedBeforeIO", testInvalidNames},
 		{"LargeStream", testLargeStream},

@@ -11,12 +11,13 @@
 // The counts are of calls to the store, not of network requests: a List is
 // one call but may be several requests on a store that pages (1000 objects
 // per request on S3 and GCS), and a backend's own retries are not seen
-// here. A store that pages may report its pages through Pager; Counts then
+// here. A ListPage is one request, counted as a List. A store that pages may report its pages through Pager; Counts then
 // includes them as ListPages.
 package counting
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync/atomic"
 
@@ -119,6 +120,18 @@ func (r *Reader) List(ctx context.Context, prefix string, fn func(backend.FileIn
 	return r.count(&r.c.list, r.r.List(ctx, prefix, fn))
 }
 
+// ListPage forwards to the store's PageLister, counted as a List (one
+// request); backend.PageListerOf finds it only where the store underneath
+// has one.
+func (r *Reader) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	l := backend.PageListerOf(r.r)
+	if l == nil {
+		return nil, false, r.count(&r.c.list, fmt.Errorf("%s: listing a page: %w", r.r.Location(), backend.ErrNotSupported))
+	}
+	page, more, err := l.ListPage(ctx, prefix, from)
+	return page, more, r.count(&r.c.list, err)
+}
+
 func (r *Reader) Properties() backend.Properties { return r.r.Properties() }
 func (r *Reader) Location() string               { return r.r.Location() }
 
@@ -212,6 +225,7 @@ func (b *body) Read(p []byte) (int, error) {
 var (
 	_ backend.Reader      = (*Reader)(nil)
 	_ backend.Unwrapper   = (*Reader)(nil)
+	_ backend.PageLister  = (*Reader)(nil)
 	_ backend.Backend     = (*Backend)(nil)
 	_ backend.Copier      = (*Backend)(nil)
 	_ backend.Conditional = (*Backend)(nil)

@@ -137,3 +137,41 @@ func TestCopierForwardedToGCS(t *testing.T) {
 		t.Errorf("declined copy counted: %+v", c)
 	}
 }
+
+// A page listed through the wrappers (counting, read-only) is a request
+// the counts see, as a List, and a page on the store's own count; a
+// store that lists no pages is given none through the wrapper.
+func TestListPageCountedAsList(t *testing.T) {
+	srv := testserver.GCS(t)
+	ctx := context.Background()
+	u, _ := url.Parse(srv.URL(srv.Bucket(t), "p"))
+	s, err := gcs.Open(ctx, u, gcs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	for _, name := range []string{"d/a", "d/b", "d/c"} {
+		if err := s.Put(ctx, name, strings.NewReader(name), int64(len(name))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := counting.WrapBackend(s)
+	l := backend.PageListerOf(backend.ReadOnly(c))
+	if l == nil {
+		t.Fatal("no PageLister found through ReadOnly and the counting wrapper over GCS")
+	}
+	before, pages := c.Counts(), s.Pages()
+	page, more, err := l.ListPage(ctx, "d/", "d/b")
+	if err != nil || more || len(page) != 2 || page[0].Name != "d/b" || page[1].Name != "d/c" {
+		t.Fatalf("ListPage d/ from d/b = %v, more %v, %v; want d/b and d/c", page, more, err)
+	}
+	if d := c.Counts().Sub(before); d.List != 1 || d.Requests() != 1 || d.ListPages != 1 {
+		t.Errorf("one page listed, counted %+v; want one List", d)
+	}
+	if s.Pages()-pages != 1 {
+		t.Errorf("one page listed, the store counted %d", s.Pages()-pages)
+	}
+	if backend.PageListerOf(counting.WrapBackend(newLocal(t))) != nil {
+		t.Error("PageListerOf found a PageLister over a local folder, which lists no pages")
+	}
+}

@@ -229,7 +229,7 @@ func (s *Store) Location() string { return "gs://" + s.name + "/" + s.prefix }
 // Properties: a bucket lists, Create is a conditional write, and writes
 // and removals can be made conditional on an object's generation.
 func (s *Store) Properties() backend.Properties {
-	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true, ConditionalWrite: true}
+	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true, ConditionalWrite: true, PageList: true}
 }
 
 // generation is an object's generation as a FileInfo's Version.
@@ -372,6 +372,57 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 		}
 		if next == "" {
 			return nil
+		}
+	}
+}
+
+// ListPage lists one page from from on: GCS lists in name order, and
+// StartOffset starts at a name, included. Should a page hold only names
+// List skips, the next is asked for; each must start past the last name
+// seen, so that a service that repeats a page cannot keep it asking.
+func (s *Store) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	if err := backend.CheckPrefix(prefix); err != nil {
+		return nil, false, err
+	}
+	q := &storage.Query{Prefix: s.key(prefix)}
+	fromKey := ""
+	if from != "" {
+		fromKey = s.key(from)
+		q.StartOffset = fromKey
+	}
+	if err := q.SetAttrSelection([]string{"Name", "Size", "MD5", "Generation"}); err != nil {
+		return nil, false, err
+	}
+	pager := iterator.NewPager(s.bucket.Objects(ctx, q), listPageSize, "")
+	var page []backend.FileInfo
+	last, seen := "", false
+	for {
+		var objs []*storage.ObjectAttrs
+		next, err := pager.NextPage(&objs)
+		s.pages.Add(1)
+		if err != nil {
+			return nil, false, s.errorf("list", prefix, err)
+		}
+		for _, a := range objs {
+			if a.Name < fromKey || (seen && a.Name <= last) {
+				return nil, false, fmt.Errorf("gs://%s/%s: listing a page from %q: %q out of order", s.name, s.key(prefix), fromKey, a.Name)
+			}
+			last, seen = a.Name, true
+			name := strings.TrimPrefix(a.Name, s.prefix)
+			if strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
+				continue
+			}
+			fi := backend.FileInfo{Name: name, Size: a.Size, Version: generation(a.Generation)}
+			if len(a.MD5) == md5.Size {
+				fi.MD5 = hex.EncodeToString(a.MD5)
+			}
+			page = append(page, fi)
+		}
+		if len(page) > 0 || next == "" {
+			return page, next != "", nil
+		}
+		if len(objs) == 0 {
+			return nil, false, fmt.Errorf("gs://%s/%s: listing a page from %q: an empty page said more names follow", s.name, s.key(prefix), fromKey)
 		}
 	}
 }

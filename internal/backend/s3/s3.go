@@ -41,6 +41,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
@@ -285,8 +286,13 @@ func redacted(u *url.URL) string { return redact.URL(u.String()) }
 func (s *Store) Location() string { return s.location }
 
 func (s *Store) Properties() backend.Properties {
-	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true, ConditionalWrite: true}
+	return backend.Properties{CanList: true, CanWrite: true, AtomicCreate: true, ConditionalWrite: true,
+		PageList: !s.directoryBucket()}
 }
+
+// directoryBucket says whether the bucket is an S3 Express directory
+// bucket, which neither lists in name order nor takes StartAfter.
+func (s *Store) directoryBucket() bool { return strings.HasSuffix(s.bucket, "--x-s3") }
 
 func (s *Store) key(name string) string { return s.prefix + name }
 
@@ -586,7 +592,7 @@ const maxListBounds = 15
 // order; none on a directory bucket (S3 Express), which neither lists in
 // name order nor takes StartAfter.
 func (s *Store) usableBounds(prefix string, bounds []string) []string {
-	if strings.HasSuffix(s.bucket, "--x-s3") {
+	if s.directoryBucket() {
 		return nil
 	}
 	var keep []string
@@ -651,6 +657,69 @@ func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrd
 		}
 	}
 	return nil
+}
+
+// listPageKeys is how many keys a ListPage request asks for (S3's most).
+const listPageKeys = 1000
+
+// ListPage lists one page from from on with ListObjectsV2. StartAfter
+// starts after a key, and from must be listed: it starts after from
+// without its last character (a UTF-8 key, since S3 takes no other), and
+// the few keys between that and from are left out. Should a page hold
+// none at or after from but those, or only keys List skips, the next is
+// asked for, after the last key seen: each request starts past the last.
+func (s *Store) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	if err := backend.CheckPrefix(prefix); err != nil {
+		return nil, false, err
+	}
+	if s.directoryBucket() {
+		return nil, false, fmt.Errorf("%s: listing a page: a directory bucket lists in no order: %w", s.addr(prefix), backend.ErrNotSupported)
+	}
+	in := &awss3.ListObjectsV2Input{
+		Bucket:  aws.String(s.bucket),
+		Prefix:  aws.String(s.key(prefix)),
+		MaxKeys: aws.Int32(listPageKeys),
+	}
+	fromKey, after := "", ""
+	if from != "" {
+		fromKey = s.key(from)
+		_, n := utf8.DecodeLastRuneInString(fromKey)
+		after = fromKey[:len(fromKey)-n]
+	}
+	var page []backend.FileInfo
+	for {
+		if after != "" {
+			in.StartAfter = aws.String(after)
+		}
+		out, err := s.client.ListObjectsV2(ctx, in, s.logRetries(prefix))
+		if err != nil {
+			if class := classify(err); class == backend.ErrNoBucket || class == backend.ErrAccessDenied {
+				return nil, false, fmt.Errorf("%s: listing: %w (%s)", s.addr(prefix), class, says(err))
+			}
+			return nil, false, fmt.Errorf("%s: listing: %w", s.addr(prefix), err)
+		}
+		last := after
+		for _, obj := range out.Contents {
+			key := aws.ToString(obj.Key)
+			if key <= last {
+				return nil, false, fmt.Errorf("%s: listing a page after %q: %q came after %q: %w", s.addr(prefix), after, key, last, errUnordered)
+			}
+			last = key
+			name := strings.TrimPrefix(key, s.prefix)
+			if key < fromKey || strings.HasPrefix(name, backend.ReservedPrefix) || backend.CheckName(name) != nil {
+				continue
+			}
+			page = append(page, backend.FileInfo{Name: name, Size: aws.ToInt64(obj.Size), MD5: etagMD5(aws.ToString(obj.ETag)), Version: aws.ToString(obj.ETag)})
+		}
+		more := aws.ToBool(out.IsTruncated)
+		if len(page) > 0 || !more {
+			return page, more, nil
+		}
+		if last == after {
+			return nil, false, fmt.Errorf("%s: listing a page after %q: an empty page said more keys follow", s.addr(prefix), after)
+		}
+		after = last
+	}
 }
 
 func (s *Store) Put(ctx context.Context, name string, r io.Reader, size int64) error {
