@@ -72,7 +72,9 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 // DataFile says whether the mirror has a data file below dataDir, and its
 // size. many says the caller will ask about more files than a page of an
 // object store's listing holds (about a thousand): only then is data_dir
-// listed, once per run, and its listing kept to answer every later ask; a
+// listed, once per run, and its listing kept to answer every later ask
+// (a repair, which asks about every file of every version; a version's
+// own check asks through a DataCursor, which holds a page instead); a
 // caller that asks about a few files of a mirror of many is answered a
 // request each, and nothing per file of the mirror is held. A local
 // mirror that held a version when the run began is not listed even for
@@ -91,6 +93,57 @@ func (s *Sink) DataFile(ctx context.Context, dataDir, name string, many bool) (i
 	}
 	size, ok := s.data.Size(name)
 	return size, ok, nil
+}
+
+// DataCursor is one pass of asks about the mirror's data files, in path
+// order (a version's catalog, read in order): on a store that lists
+// pages from a name (S3, GCS) it merges the asks with data_dir's listing
+// a page at a time (backend.Cursor), so that what a version's check
+// costs and holds follows the version, not the mirror: asks far apart a
+// request each, asks close together a request per page, one page held,
+// where DataFile with many lists the whole of data_dir (850 MB held at
+// 10,000,000 files). A name asked out of order is asked for alone. Each
+// pass has its own: the passes of versions mirrored at once go through
+// data_dir each in its own order.
+type DataCursor struct {
+	s   *Sink
+	dir string
+	c   *backend.Cursor // nil: DataFile with many answers
+}
+
+// DataCursor starts a pass over data_dir. Where the store lists no
+// pages, or is a local folder (which DataFile already asks file by
+// file), the pass answers as DataFile does with many.
+func (s *Sink) DataCursor(dataDir string) *DataCursor {
+	d := &DataCursor{s: s, dir: dataDir}
+	if !s.b.Properties().LocalStat && backend.PageListerOf(s.b) != nil {
+		d.c = backend.NewCursor(s.b, dataDir)
+	}
+	return d
+}
+
+// Paged says whether the pass merges with pages of the listing.
+func (d *DataCursor) Paged() bool { return d.c != nil }
+
+// DataFile says whether the mirror has a data file below data_dir, and
+// its size; names are asked in path order.
+func (d *DataCursor) DataFile(ctx context.Context, name string) (int64, bool, error) {
+	if d.c == nil {
+		return d.s.DataFile(ctx, d.dir, name, true)
+	}
+	size, ok, err := d.c.Size(ctx, name)
+	if err != nil {
+		return 0, false, d.s.errorf("listing %s: %w", d.dir, err)
+	}
+	return size, ok, nil
+}
+
+// Pages is how many pages of data_dir the pass listed.
+func (d *DataCursor) Pages() int {
+	if d.c == nil {
+		return 0
+	}
+	return d.c.Pages()
 }
 
 // StatFile says whether the mirror has a file, and its size, asking for

@@ -158,11 +158,36 @@ func (e *sourceError) Error() string   { return e.err.Error() }
 func (e *sourceError) Unwrap() error   { return e.err }
 func (e *sourceError) Permanent() bool { return true }
 
-// sourceSize is a source file's size, checked before a server-side copy
-// (see source.Size: from one listing where the run copies many files).
+// sourceSize is a source file's size, checked before a server-side copy:
+// from the catalog's pass over the upstream's data_dir where it has one
+// (withSourcePass), else as source.Size says (one listing where the sink's
+// data_dir was listed whole, a request per file otherwise).
 func (e *engine) sourceSize(ctx context.Context, name string) (int64, error) {
+	if pass, _ := ctx.Value(sourcePassKey{}).(*backend.Cursor); pass != nil {
+		if size, ok, err := pass.Size(ctx, name); err == nil && ok {
+			return size, nil
+		}
+		// Not listed, or the listing failed: asked for alone below.
+	}
 	sinkListed, sinkFiles := e.sink.DataListed()
 	return e.src.Size(ctx, name, sinkListed, sinkFiles)
+}
+
+type sourcePassKey struct{}
+
+// withSourcePass gives the copies of a catalog of many files a pass over
+// the upstream's data_dir (backend.Cursor) for the sizes checked before
+// server-side copies: the copies go in path order, a few at once, so
+// their sizes come from a page per thousand files, one page held, where
+// a Stat each would cost a request per file. Only where the sink copies
+// from the source server-side and the source lists pages; a size asked
+// out of order is a Stat.
+func (e *engine) withSourcePass(ctx context.Context) context.Context {
+	c, ok := backend.As[backend.Copier](e.sink.Backend())
+	if !ok || !c.CanCopyFrom(e.src.Reader()) || backend.PageListerOf(e.src.Reader()) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, sourcePassKey{}, backend.NewCursor(e.src.Reader(), e.src.Settings().DataDir))
 }
 
 func sizeRefusal(name string, got, want int64) *refusal {

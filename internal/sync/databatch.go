@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"go.uber.org/zap"
@@ -9,6 +10,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // A catalog read whole lists every file of its version, as many as the
@@ -187,6 +189,10 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 		ctx = backend.WithListBounds(ctx, func() []string { return e.listBounds(files) })
 	}
 	m := &batchMirror{e: e, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
+	if m.many {
+		m.sinkFiles = e.sink.DataCursor(e.src.Settings().DataDir)
+		ctx = e.withSourcePass(ctx)
+	}
 	batch := make([]catalog.File, 0, min(files.Len(), int64(dataBatch)))
 	err := files.Each(func(f catalog.File) error {
 		if batch = append(batch, f); len(batch) < dataBatch {
@@ -232,6 +238,19 @@ type batchMirror struct {
 	// many: the catalog lists more files than are confirmed one by one
 	// (maxStatChecks).
 	many bool
+	// sinkFiles is this catalog's pass over the sink's data_dir, in path
+	// order (see sink.DataCursor), where many: its own, so that versions
+	// mirrored at once never move each other's.
+	sinkFiles *sink.DataCursor
+}
+
+// sinkFile is the sink's answer about one data file, asked in path
+// order before the batch's files are checked at once (lookUp).
+type sinkFile struct {
+	asked bool
+	size  int64
+	ok    bool
+	err   error
 }
 
 // mirror makes sure the sink has every file of a batch. Three steps, so
@@ -244,8 +263,10 @@ type batchMirror struct {
 // without a barrier stays a batch long.
 func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more bool) error {
 	e := m.e
-	todo := e.filesToCheck(ctx, batch, m.known, m.many)
+	todo, parents := e.filesToCheck(batch, m.known)
 	byStat := m.known != nil && m.checked+len(todo) <= maxStatChecks
+	found := m.lookUp(ctx, batch, todo, parents, byStat)
+	todo = append(todo, m.gone(ctx, batch, parents, found)...)
 	m.checked += len(todo)
 	errs := make([]error, len(batch))
 	var mu sync.Mutex
@@ -259,7 +280,11 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more boo
 		if !owned[i] {
 			return
 		}
-		need, err := e.needsCopy(ctx, name, batch[i].Size, byStat)
+		var known sinkFile
+		if found != nil {
+			known = found[i]
+		}
+		need, err := e.needsCopy(ctx, name, batch[i].Size, byStat, known)
 		if err != nil || !need {
 			e.settleDataFile(name, calls[i], err)
 			errs[i] = err
@@ -269,6 +294,7 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more boo
 		mine = append(mine, i)
 		mu.Unlock()
 	})
+	slices.Sort(mine) // in path order, for the source's pass (sourceSize)
 	if err := m.copyMine(ctx, batch, mine, calls, errs); err != nil {
 		return err
 	}
@@ -315,13 +341,11 @@ func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, mine [
 }
 
 // filesToCheck returns the indexes into batch of the data files to check
-// in the sink: all but those a parent lists (see knownFromParents) at the
-// recorded size, which are only confirmed there (those of a parent this
-// run published are not: it copied or confirmed them); many as for
-// sink.DataFile.
-func (e *engine) filesToCheck(ctx context.Context, batch []catalog.File, known *parentFiles, many bool) []int {
-	var todo []int    // indexes into batch of the files to check
-	var parents []int // those a parent has, to confirm
+// in the sink (todo): all but those a parent lists (see knownFromParents)
+// at the recorded size; and of those a parent lists, the ones only to be
+// confirmed there (parents: not those of a parent this run published,
+// which it copied or confirmed).
+func (e *engine) filesToCheck(batch []catalog.File, known *parentFiles) (todo, parents []int) {
 	for i, f := range batch {
 		name := e.src.Settings().DataDir + f.Path
 		listed, now := known.has(f.Path, f.Size)
@@ -332,17 +356,64 @@ func (e *engine) filesToCheck(ctx context.Context, batch []catalog.File, known *
 			parents = append(parents, i)
 		}
 	}
-	// A parent's file is confirmed in the sink too: a lifecycle rule or
-	// an operator may have removed it since the parent was published, and
-	// a version is published only with every file. Several at a time: on
-	// a disk, or for a catalog of few files, each is a stat.
-	gone := make([]bool, len(parents))
-	e.each(len(parents), func(k int) {
-		f := batch[parents[k]]
-		gone[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size, many)
-	})
+	return todo, parents
+}
+
+// lookUp asks the sink, in path order through the catalog's pass
+// (sink.DataCursor), about the files of a batch it checks: the parents'
+// files to confirm and, unless byStat, the others (todo) but those
+// distrusted, which are copied whatever the sink holds. One goroutine
+// asks, in order, as a merge with the listing needs; the answers are
+// then used by the checks made at once. nil where the pass lists no
+// pages: each file is then asked for as it is checked.
+func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, todo, parents []int, byStat bool) []sinkFile {
+	if m.sinkFiles == nil || !m.sinkFiles.Paged() {
+		return nil
+	}
+	e := m.e
+	ask := make([]bool, len(batch))
+	for _, i := range parents {
+		ask[i] = true
+	}
+	if !byStat {
+		for _, i := range todo {
+			ask[i] = !e.sink.IsDistrusted(e.src.Settings().DataDir + batch[i].Path)
+		}
+	}
+	found := make([]sinkFile, len(batch))
+	for i, f := range batch {
+		if ask[i] {
+			size, ok, err := m.sinkFiles.DataFile(ctx, e.src.Settings().DataDir+f.Path)
+			found[i] = sinkFile{asked: true, size: size, ok: ok, err: err}
+		}
+	}
+	return found
+}
+
+// gone returns the parents' files of a batch (parents: indexes into
+// batch) that the sink lacks or holds at another size: a lifecycle rule
+// or an operator may have removed one since the parent was published,
+// and a version is published only with every file. They are checked
+// and copied as the version's own. From lookUp's answers (found) where
+// it asked; otherwise several at a time: on a disk, or for a catalog of
+// few files, each is a stat.
+func (m *batchMirror) gone(ctx context.Context, batch []catalog.File, parents []int, found []sinkFile) []int {
+	e := m.e
+	lost := make([]bool, len(parents))
+	if found != nil {
+		for k, i := range parents {
+			f := found[i]
+			lost[k] = f.err != nil || !f.ok || (batch[i].Size >= 0 && f.size != batch[i].Size)
+		}
+	} else {
+		e.each(len(parents), func(k int) {
+			f := batch[parents[k]]
+			lost[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size, m.many)
+		})
+	}
+	var todo []int
 	for k, i := range parents {
-		if gone[k] {
+		if lost[k] {
 			todo = append(todo, i)
 		}
 	}

@@ -348,7 +348,7 @@ func (e *engine) each(n int, fn func(k int)) {
 
 // ensureDataFile copies one data file unless the sink has it.
 func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, byStat bool) error {
-	need, err := e.needsCopy(ctx, name, size, byStat)
+	need, err := e.needsCopy(ctx, name, size, byStat, sinkFile{})
 	if err != nil || !need {
 		return err
 	}
@@ -363,12 +363,16 @@ func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, by
 // needsCopy says whether the sink lacks a data file (or holds one an
 // interrupted run wrote with no barrier behind it), and refuses one of
 // another size than recorded: data files are immutable. byStat: the
-// caller checks few files (see sink.DataFile).
-func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat bool) (bool, error) {
+// caller checks few files (see sink.DataFile). found is the sink's
+// answer where it was asked already in path order (lookUp).
+func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat bool, found sinkFile) (bool, error) {
 	if e.sink.IsDistrusted(name) {
 		return true, nil
 	}
-	have, known, err := e.sink.DataFile(ctx, e.src.Settings().DataDir, name, !byStat)
+	have, known, err := found.size, found.ok, found.err
+	if !found.asked {
+		have, known, err = e.sink.DataFile(ctx, e.src.Settings().DataDir, name, !byStat)
+	}
 	if err != nil {
 		return false, err
 	}

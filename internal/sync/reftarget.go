@@ -7,6 +7,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
@@ -63,7 +64,8 @@ func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) 
 // missing: a file two catalogs name is looked up twice, and named once.
 // A catalog of few files has each asked for alone (a tag on an old
 // version of three files costs three requests, not a listing of the
-// mirror's whole data_dir); one of many, one listing (see sink.DataFile).
+// mirror's whole data_dir); one of many, a pass merged with the listing
+// of data_dir a page at a time (see sink.DataCursor).
 func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, error) {
 	have := e.inv.Versions[id]
 	dataDir := e.src.Settings().DataDir
@@ -74,13 +76,24 @@ func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, err
 		if err != nil {
 			return nil, fmt.Errorf("catalog %s: %w", repo.VersionFile(id, file), err)
 		}
-		many := files.Len() > int64(maxStatChecks)
+		var pass *sink.DataCursor
+		if files.Len() > int64(maxStatChecks) {
+			pass = e.sink.DataCursor(dataDir)
+		}
 		err = files.Each(func(f catalog.File) error {
 			name := dataDir + f.Path
-			size, ok, err := e.sink.DataFile(ctx, dataDir, name, many)
-			if listed, _ := e.sink.DataListed(); listed && err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
-				// A listing is from the run's start: a file this run
-				// copied since (a repair) is asked for alone.
+			var size int64
+			var ok bool
+			var err error
+			if pass == nil {
+				size, ok, err = e.sink.DataFile(ctx, dataDir, name, false)
+			} else {
+				size, ok, err = pass.DataFile(ctx, name)
+			}
+			if listed, _ := e.sink.DataListed(); (listed || pass != nil) && err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
+				// A listing (a page, or the whole of data_dir from the
+				// run's start) may predate a file this run copied since
+				// (a repair): one it lacks is asked for alone.
 				size, ok, err = e.sink.StatFile(ctx, name)
 			}
 			if err != nil {

@@ -1,0 +1,188 @@
+package sync_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awss3 "github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+)
+
+// A version of many files is checked in an S3 mirror by merging its
+// files, in path order, with pages of the mirror's data_dir listed from
+// the files it asks about: what the check costs and holds follows the
+// version, not the mirror. data_dir is never listed whole.
+
+// pagedStore records the listings of data_dir asked of an S3 mirror:
+// whole (List) and a page at a time (ListPage).
+type pagedStore struct {
+	backend.Backend
+	mu    sync.Mutex
+	lists int // List of data_dir, or of everything
+	pages int // ListPage under data_dir
+}
+
+func (p *pagedStore) Unwrap() backend.Reader { return p.Backend }
+
+func (p *pagedStore) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	if strings.HasPrefix(prefix, repo.DefaultDataDir) || prefix == "" {
+		p.mu.Lock()
+		p.lists++
+		p.mu.Unlock()
+	}
+	return p.Backend.List(ctx, prefix, fn)
+}
+
+func (p *pagedStore) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	if strings.HasPrefix(prefix, repo.DefaultDataDir) {
+		p.mu.Lock()
+		p.pages++
+		p.mu.Unlock()
+	}
+	return backend.PageListerOf(p.Backend).ListPage(ctx, prefix, from)
+}
+
+// syncToS3 syncs the folder up into addr, an S3 mirror seen through the
+// counting wrapper and a pagedStore.
+func syncToS3(t *testing.T, up, addr string) (*fdlsync.Report, *pagedStore, counting.Counts) {
+	t.Helper()
+	ctx := context.Background()
+	src, err := local.Open(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, closeDst, err := location.OpenWritable(ctx, addr, location.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeDst()
+	counted := counting.WrapBackend(dst)
+	store := &pagedStore{Backend: counted}
+	rep, err := fdlsync.Run(ctx, src, store, fdlsync.Options{Concurrency: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep, store, counted.Counts()
+}
+
+func TestAVersionOfManyFilesIsCheckedInAnS3MirrorPageByPage(t *testing.T) {
+	defer fdlsync.SetMaxStatChecks(2)()
+	srv := testserver.S3(t)
+	bucket := srv.Bucket(t)
+	addr := srv.URL(bucket, "mirror")
+	up := filepath.Join(t.TempDir(), "up")
+	// An alternate catalog has each version read whole: its parents'
+	// files are confirmed in the mirror, as a version's own are checked.
+	opts := generate.Options{Versions: 2, FilesPerVersion: 3, FastParquet: true, AlternateCatalog: "1.0"}
+	g, err := generate.Generate(context.Background(), up, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The mirror's data_dir holds 2,400 files besides the repository's,
+	// before and after them in name order: listed whole it is three
+	// pages, which the check of a version of a few files never needs.
+	const padding = 1200
+	client := srv.Client()
+	slots := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range 2 * padding {
+		key := fmt.Sprintf("mirror/%saaa-other/%04d", repo.DefaultDataDir, i)
+		if i >= padding {
+			key = fmt.Sprintf("mirror/%szzz-other/%04d", repo.DefaultDataDir, i)
+		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if _, err := client.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader([]byte("x"))}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	checkPaged := func(t *testing.T, rep *fdlsync.Report, store *pagedStore, counts counting.Counts, maxPages int) {
+		t.Helper()
+		if store.lists != 0 {
+			t.Errorf("data_dir listed whole %d times; want it merged a page at a time", store.lists)
+		}
+		if store.pages == 0 || store.pages > maxPages {
+			t.Errorf("%d pages of data_dir listed; want 1 to %d (a page per version's pass; listed whole it is %d)", store.pages, maxPages, (2*padding)/1000+1)
+		}
+		if counts.List < int64(store.pages) {
+			t.Errorf("the counting wrapper saw %d list requests, fewer than the %d pages", counts.List, store.pages)
+		}
+	}
+
+	t.Run("first mirror", func(t *testing.T) {
+		rep, store, counts := syncToS3(t, up, addr)
+		if !rep.OK() {
+			t.Fatalf("refused: %+v", rep.Refused)
+		}
+		checkPaged(t, rep, store, counts, 2*len(g.Versions))
+		if p := problemsAt(t, addr); len(p) > 0 {
+			t.Errorf("verify: %v", p)
+		}
+	})
+
+	gone := repo.DefaultDataDir + strings.TrimPrefix(g.DataFiles[0], repo.DefaultDataDir)
+	t.Run("a file removed from the mirror is copied again", func(t *testing.T) {
+		if _, err := client.DeleteObject(context.Background(), &awss3.DeleteObjectInput{Bucket: aws.String(bucket), Key: aws.String("mirror/" + gone)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := generate.AddVersion(context.Background(), up, 2, opts); err != nil {
+			t.Fatal(err)
+		}
+		rep, store, counts := syncToS3(t, up, addr)
+		if !rep.OK() {
+			t.Fatalf("refused: %+v", rep.Refused)
+		}
+		checkPaged(t, rep, store, counts, 2)
+		if _, ok := srv.Objects(bucket, "mirror")[gone]; !ok {
+			t.Errorf("%s, removed from the mirror, was not copied again", gone)
+		}
+		if p := problemsAt(t, addr); len(p) > 0 {
+			t.Errorf("verify: %v", p)
+		}
+	})
+
+	t.Run("a file of another size is refused and left alone", func(t *testing.T) {
+		bad := repo.DefaultDataDir + strings.TrimPrefix(g.DataFiles[1], repo.DefaultDataDir)
+		if _, err := client.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("mirror/" + bad), Body: bytes.NewReader([]byte("short"))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := generate.AddVersion(context.Background(), up, 2, opts); err != nil {
+			t.Fatal(err)
+		}
+		rep, store, counts := syncToS3(t, up, addr)
+		checkPaged(t, rep, store, counts, 2)
+		refused := false
+		for _, r := range rep.Refused {
+			refused = refused || (r.Reason == fdlsync.ReasonSizeMismatch && strings.Contains(r.Message, bad))
+		}
+		if !refused {
+			t.Errorf("no size refusal naming %s: %+v", bad, rep.Refused)
+		}
+		if size := srv.Objects(bucket, "mirror")[bad]; size != 5 {
+			t.Errorf("%s is %d bytes in the mirror; want the 5 it had, left alone", bad, size)
+		}
+	})
+}
