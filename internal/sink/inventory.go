@@ -113,13 +113,30 @@ type DataCursor struct {
 
 // DataCursor starts a pass over data_dir. Where the store lists no
 // pages, or is a local folder (which DataFile already asks file by
-// file), the pass answers as DataFile does with many.
-func (s *Sink) DataCursor(dataDir string) *DataCursor {
+// file), the pass answers as DataFile does with many; and so it does
+// where data_dir fitted one page of its listing when the run first
+// asked (a first mirror's empty data_dir, or the few files an
+// interrupted one left): that listing, a page's worth, then answers
+// every pass of the run, where passes would each list again the files
+// the run itself copies.
+func (s *Sink) DataCursor(ctx context.Context, dataDir string) *DataCursor {
 	d := &DataCursor{s: s, dir: dataDir}
-	if !s.b.Properties().LocalStat && backend.PageListerOf(s.b) != nil {
-		d.c = backend.NewCursor(s.b, dataDir)
+	l := backend.PageListerOf(s.b)
+	if s.b.Properties().LocalStat || l == nil || s.dataFitsAPage(ctx, l, dataDir) {
+		return d
 	}
+	d.c = backend.NewCursor(s.b, dataDir)
 	return d
+}
+
+// dataFitsAPage says whether data_dir's first page of names was all of
+// it, asked once a run (a request, the first time).
+func (s *Sink) dataFitsAPage(ctx context.Context, l backend.PageLister, dataDir string) bool {
+	s.fitsOnce.Do(func() {
+		_, more, err := l.ListPage(ctx, dataDir, "")
+		s.fits = err == nil && !more
+	})
+	return s.fits
 }
 
 // Paged says whether the pass merges with pages of the listing.

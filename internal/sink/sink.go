@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"go.uber.org/zap"
@@ -66,6 +67,10 @@ type Sink struct {
 	// held: the mirror held a complete version when its inventory was
 	// taken, so its data_dir may hold many files (see DataFile).
 	held bool
+	// fits: data_dir's names fitted one page of its listing when a pass
+	// first asked (see DataCursor); fitsOnce asks once.
+	fitsOnce sync.Once
+	fits     bool
 }
 
 // New is the mirror in b.

@@ -190,7 +190,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 	}
 	m := &batchMirror{e: e, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
 	if m.many {
-		m.sinkFiles = e.sink.DataCursor(e.src.Settings().DataDir)
+		m.sinkFiles = e.sink.DataCursor(ctx, e.src.Settings().DataDir)
 		ctx = e.withSourcePass(ctx)
 	}
 	batch := make([]catalog.File, 0, min(files.Len(), int64(dataBatch)))

@@ -78,7 +78,7 @@ func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, err
 		}
 		var pass *sink.DataCursor
 		if files.Len() > int64(maxStatChecks) {
-			pass = e.sink.DataCursor(dataDir)
+			pass = e.sink.DataCursor(ctx, dataDir)
 		}
 		err = files.Each(func(f catalog.File) error {
 			name := dataDir + f.Path
