@@ -11,8 +11,9 @@
 // The counts are of calls to the store, not of network requests: a List is
 // one call but may be several requests on a store that pages (1000 objects
 // per request on S3 and GCS), and a backend's own retries are not seen
-// here. A ListPage is one request, counted as a List. A store that pages may report its pages through Pager; Counts then
-// includes them as ListPages.
+// here. A ListPage is one request, counted as a List. A store that pages
+// may report its pages through Pager; Counts then includes them as
+// ListPages.
 package counting
 
 import (
