@@ -57,6 +57,7 @@ type config struct {
 	cache       string
 	wideFiles   int
 	rows        int
+	seed        string
 }
 
 // shape is versions × data files per version.
@@ -93,6 +94,7 @@ func run(args []string) int {
 	fs.StringVar(&repos, "repos", "small,medium,big,refs", "repositories to run: small, medium, big, refs (the small one with -tags tags), wide (-wide files in one version, then one of one file), rows10m (a dry run of a catalog of -rows rows)")
 	fs.StringVar(&cfg.cache, "cache", "bin/bench-cache", "folder the wide and rows10m repositories are generated into once, and reused from")
 	fs.IntVar(&cfg.wideFiles, "wide", 300_000, "data files of the wide repository's first version")
+	fs.StringVar(&cfg.seed, "seed", "files", "how upstream buckets are seeded (untimed): files (hard links, or copies, put in the gateway's bucket folder with the extended attributes the gateway would store) or rclone (rclone copy through the gateway)")
 	fs.IntVar(&cfg.rows, "rows", 10_000_000, "data file rows of the rows10m repository's catalog")
 	fs.StringVar(&stores, "stores", "local,tmpfs,s3", "store pairs to run: local (local→local), tmpfs (local→local on the -tmpfs folder, full mirror only), s3 (s3→s3)")
 	fs.StringVar(&cfg.tmpfs, "tmpfs", "/dev/shm", "a folder on a tmpfs, for -stores tmpfs")
@@ -109,6 +111,10 @@ func run(args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if cfg.seed != "files" && cfg.seed != "rclone" {
+		fmt.Fprintf(os.Stderr, "fdl-bench: -seed %q: want files or rclone\n", cfg.seed)
 		return 2
 	}
 	cfg.repos = splitList(repos)
