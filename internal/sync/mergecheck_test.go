@@ -16,6 +16,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -212,4 +213,96 @@ func TestAFirstS3MirrorListsItsDataDirOnce(t *testing.T) {
 	if p := problemsAt(t, addr); len(p) > 0 {
 		t.Errorf("verify: %v", p)
 	}
+}
+
+// sourcePages records what an upstream store was asked about its data_dir:
+// whole listings, pages, and sizes asked one by one.
+type sourcePages struct {
+	backend.Reader
+	mu                  sync.Mutex
+	lists, pages, stats int
+}
+
+func (s *sourcePages) Unwrap() backend.Reader { return s.Reader }
+
+func (s *sourcePages) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	if strings.HasPrefix(prefix, repo.DefaultDataDir) || prefix == "" {
+		s.mu.Lock()
+		s.lists++
+		s.mu.Unlock()
+	}
+	return s.Reader.List(ctx, prefix, fn)
+}
+
+func (s *sourcePages) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	if strings.HasPrefix(prefix, repo.DefaultDataDir) {
+		s.mu.Lock()
+		s.pages++
+		s.mu.Unlock()
+	}
+	return backend.PageListerOf(s.Reader).ListPage(ctx, prefix, from)
+}
+
+func (s *sourcePages) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
+	if strings.HasPrefix(name, repo.DefaultDataDir) {
+		s.mu.Lock()
+		s.stats++
+		s.mu.Unlock()
+	}
+	return s.Reader.Stat(ctx, name)
+}
+
+// A server-side copy checks the upstream file's size first. The copies of
+// a catalog of many files go in path order, so their sizes come from the
+// catalog's own pass over the upstream's data_dir, a page at a time:
+// neither a request per file nor a listing of the whole of data_dir.
+func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
+	defer fdlsync.SetMaxStatChecks(2)()
+	srv := testserver.S3(t)
+	ctx := context.Background()
+	up := t.TempDir()
+	g, err := generate.Generate(ctx, up, generate.Options{Versions: 2, FilesPerVersion: 6, FastParquet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, closeA, err := location.OpenWritable(ctx, srv.URL(srv.Bucket(t), "a"), location.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeA()
+	b, closeB, err := location.OpenWritable(ctx, srv.URL(srv.Bucket(t), "b"), location.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeB()
+	lsrc, err := local.Open(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lsrc.Close()
+	if rep, err := fdlsync.Run(ctx, lsrc, a, fdlsync.Options{}); err != nil || !rep.OK() {
+		t.Fatalf("local to s3: %v %+v", err, rep)
+	}
+
+	src := &sourcePages{Reader: a}
+	toB := counting.WrapBackend(b)
+	rep, err := fdlsync.Run(ctx, src, toB, fdlsync.Options{Concurrency: 4})
+	if err != nil || !rep.OK() {
+		t.Fatalf("s3 to s3: %v %+v", err, rep)
+	}
+	if c := toB.Counts(); c.Copy < int64(len(g.DataFiles)) {
+		t.Fatalf("%d server-side copies for %d data files; the sizes checked here are a server-side copy's", c.Copy, len(g.DataFiles))
+	}
+	if src.pages == 0 || src.lists != 0 {
+		t.Errorf("the upstream's data_dir: %d pages, %d whole listings; want the copies' sizes from pages, never a whole listing", src.pages, src.lists)
+	}
+	if src.stats > 1 {
+		t.Errorf("%d upstream sizes asked one by one for %d files copied; want them from the pages", src.stats, len(g.DataFiles))
+	}
+	back := t.TempDir()
+	lback, _ := local.Create(back)
+	if rep, err := fdlsync.Run(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
+		t.Fatalf("s3 back to local: %v %+v", err, rep)
+	}
+	fdltest.AssertMirrored(t, up, back, nil)
 }
