@@ -191,7 +191,14 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 	m := &batchMirror{e: e, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
 	if m.many {
 		m.sinkFiles = e.sink.DataCursor(ctx, e.src.Settings().DataDir)
-		ctx = e.withSourcePass(ctx)
+		// Where the sink's data_dir was listed whole (it fitted a page:
+		// a first mirror), source.Size lists the upstream's once for the
+		// run; a pass per version would list the pages that version's
+		// copies fall in, and a version's new files are spread across
+		// all of data_dir (a medium first mirror S3->S3: 4 % slower).
+		if m.sinkFiles.Paged() {
+			ctx = e.withSourcePass(ctx)
+		}
 	}
 	batch := make([]catalog.File, 0, min(files.Len(), int64(dataBatch)))
 	err := files.Each(func(f catalog.File) error {

@@ -99,23 +99,7 @@ func TestAVersionOfManyFilesIsCheckedInAnS3MirrorPageByPage(t *testing.T) {
 	// pages, which the check of a version of a few files never needs.
 	const padding = 1200
 	client := srv.Client()
-	slots := make(chan struct{}, 8)
-	var wg sync.WaitGroup
-	for i := range 2 * padding {
-		key := fmt.Sprintf("mirror/%saaa-other/%04d", repo.DefaultDataDir, i)
-		if i >= padding {
-			key = fmt.Sprintf("mirror/%szzz-other/%04d", repo.DefaultDataDir, i)
-		}
-		wg.Add(1)
-		slots <- struct{}{}
-		go func() {
-			defer func() { <-slots; wg.Done() }()
-			if _, err := client.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader([]byte("x"))}); err != nil {
-				t.Error(err)
-			}
-		}()
-	}
-	wg.Wait()
+	padDataDir(t, srv, bucket, "mirror/", padding)
 	if t.Failed() {
 		return
 	}
@@ -188,6 +172,31 @@ func TestAVersionOfManyFilesIsCheckedInAnS3MirrorPageByPage(t *testing.T) {
 			t.Errorf("%s is %d bytes in the mirror; want the 5 it had, left alone", bad, size)
 		}
 	})
+}
+
+// padDataDir puts 2×n one-byte objects in the data_dir of the mirror at
+// prefix in bucket, n named before any data file and n after: a data_dir
+// that takes pages to list, as a mirror of many files has.
+func padDataDir(t *testing.T, srv *testserver.S3Server, bucket, prefix string, n int) {
+	t.Helper()
+	client := srv.Client()
+	slots := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range 2 * n {
+		key := fmt.Sprintf("%s%saaa-other/%04d", prefix, repo.DefaultDataDir, i)
+		if i >= n {
+			key = fmt.Sprintf("%s%szzz-other/%04d", prefix, repo.DefaultDataDir, i)
+		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			if _, err := client.PutObject(context.Background(), &awss3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String(key), Body: bytes.NewReader([]byte("x"))}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // A first mirror's data_dir holds nothing yet (or what an interrupted run
@@ -270,7 +279,8 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeA()
-	b, closeB, err := location.OpenWritable(ctx, srv.URL(srv.Bucket(t), "b"), location.Options{})
+	bBucket := srv.Bucket(t)
+	b, closeB, err := location.OpenWritable(ctx, srv.URL(bBucket, "b"), location.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,6 +294,13 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		t.Fatalf("local to s3: %v %+v", err, rep)
 	}
 
+	// The sink's data_dir takes pages to list, as a mirror of many files'
+	// does: where it fits a page (a first mirror) it is listed whole, and
+	// the upstream's data_dir with it, once for the run (source.Size).
+	padDataDir(t, srv, bBucket, "b/", 1200)
+	if t.Failed() {
+		return
+	}
 	src := &sourcePages{Reader: a}
 	toB := counting.WrapBackend(b)
 	rep, err := fdlsync.Run(ctx, src, toB, fdlsync.Options{Concurrency: 4})
