@@ -20,3 +20,13 @@ func SetMaxStatChecks(n int) (restore func()) {
 	maxStatChecks = n
 	return func() { maxStatChecks = old }
 }
+
+// SetSourcePassFiles sets how many files a catalog lists before its
+// server-side copies take sizes from a pass over the upstream's data_dir
+// in a first mirror too, and returns a function that puts the old value
+// back.
+func SetSourcePassFiles(n int64) (restore func()) {
+	old := sourcePassFiles
+	sourcePassFiles = n
+	return func() { sourcePassFiles = old }
+}

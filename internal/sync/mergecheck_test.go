@@ -279,12 +279,6 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeA()
-	bBucket := srv.Bucket(t)
-	b, closeB, err := location.OpenWritable(ctx, srv.URL(bBucket, "b"), location.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeB()
 	lsrc, err := local.Open(up)
 	if err != nil {
 		t.Fatal(err)
@@ -294,32 +288,63 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		t.Fatalf("local to s3: %v %+v", err, rep)
 	}
 
+	// mirror syncs a into a new mirror in its own bucket (its data_dir
+	// first padded past a page with pad files) and says what a was asked.
+	mirror := func(t *testing.T, pad int) *sourcePages {
+		t.Helper()
+		bucket := srv.Bucket(t)
+		if pad > 0 {
+			padDataDir(t, srv, bucket, "m/", pad)
+		}
+		b, closeB, err := location.OpenWritable(ctx, srv.URL(bucket, "m"), location.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeB()
+		src := &sourcePages{Reader: a}
+		toB := counting.WrapBackend(b)
+		rep, err := fdlsync.Run(ctx, src, toB, fdlsync.Options{Concurrency: 4})
+		if err != nil || !rep.OK() {
+			t.Fatalf("s3 to s3: %v %+v", err, rep)
+		}
+		if c := toB.Counts(); c.Copy < int64(len(g.DataFiles)) {
+			t.Fatalf("%d server-side copies for %d data files; the sizes checked here are a server-side copy's", c.Copy, len(g.DataFiles))
+		}
+		back := t.TempDir()
+		lback, _ := local.Create(back)
+		if rep, err := fdlsync.Run(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
+			t.Fatalf("s3 back to local: %v %+v", err, rep)
+		}
+		fdltest.AssertMirrored(t, up, back, nil)
+		return src
+	}
+	fromPages := func(t *testing.T, src *sourcePages) {
+		t.Helper()
+		if src.pages == 0 || src.lists != 0 {
+			t.Errorf("the upstream's data_dir: %d pages, %d whole listings; want the copies' sizes from pages, never a whole listing", src.pages, src.lists)
+		}
+		if src.stats > 1 {
+			t.Errorf("%d upstream sizes asked one by one for %d files copied; want them from the pages", src.stats, len(g.DataFiles))
+		}
+	}
+
 	// The sink's data_dir takes pages to list, as a mirror of many files'
-	// does: where it fits a page (a first mirror) it is listed whole, and
-	// the upstream's data_dir with it, once for the run (source.Size).
-	padDataDir(t, srv, bBucket, "b/", 1200)
-	if t.Failed() {
-		return
-	}
-	src := &sourcePages{Reader: a}
-	toB := counting.WrapBackend(b)
-	rep, err := fdlsync.Run(ctx, src, toB, fdlsync.Options{Concurrency: 4})
-	if err != nil || !rep.OK() {
-		t.Fatalf("s3 to s3: %v %+v", err, rep)
-	}
-	if c := toB.Counts(); c.Copy < int64(len(g.DataFiles)) {
-		t.Fatalf("%d server-side copies for %d data files; the sizes checked here are a server-side copy's", c.Copy, len(g.DataFiles))
-	}
-	if src.pages == 0 || src.lists != 0 {
-		t.Errorf("the upstream's data_dir: %d pages, %d whole listings; want the copies' sizes from pages, never a whole listing", src.pages, src.lists)
-	}
-	if src.stats > 1 {
-		t.Errorf("%d upstream sizes asked one by one for %d files copied; want them from the pages", src.stats, len(g.DataFiles))
-	}
-	back := t.TempDir()
-	lback, _ := local.Create(back)
-	if rep, err := fdlsync.Run(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
-		t.Fatalf("s3 back to local: %v %+v", err, rep)
-	}
-	fdltest.AssertMirrored(t, up, back, nil)
+	// does.
+	t.Run("into a mirror of many files", func(t *testing.T) {
+		fromPages(t, mirror(t, 1200))
+	})
+	// A first mirror's data_dir fits a page and is listed whole, and the
+	// upstream's with it, once for the run (source.Size): a pass per
+	// version would list again the pages each version's copies fall in.
+	t.Run("a first mirror lists the upstream once", func(t *testing.T) {
+		src := mirror(t, 0)
+		if src.lists != 1 || src.pages != 0 {
+			t.Errorf("the upstream's data_dir: %d whole listings, %d pages; want the one listing", src.lists, src.pages)
+		}
+	})
+	// Unless a catalog lists more files than that listing should hold.
+	t.Run("a first mirror of a catalog past sourcePassFiles", func(t *testing.T) {
+		defer fdlsync.SetSourcePassFiles(3)()
+		fromPages(t, mirror(t, 0))
+	})
 }
