@@ -24,7 +24,10 @@ import (
 // asked for alone with Stat: a page the cursor cannot trust never
 // answers, and nothing makes it list again and again. A Cursor is safe
 // for concurrent use; asks from several goroutines that take names in
-// order answer from the page as long as they fall in it.
+// order answer from the page as long as they fall in it. Where asks went
+// through most of the page held, the next page is listed ahead while the
+// one after answers (two pages held at most): such a pass costs at most
+// one page more than it uses, and does not wait for a request a page.
 type Cursor struct {
 	r      Reader
 	l      PageLister // nil: every name is asked for with Stat
@@ -38,6 +41,22 @@ type Cursor struct {
 	held  bool       // a page is held
 	stats bool       // the store gave a page out of order: Stat from now on
 	pages int        // pages listed
+	// answered is how many asks the page held answered: a page most of
+	// whose names were asked about is followed by one listed ahead.
+	answered int
+	// ahead is the page after the one held, being listed: asks in order
+	// reach it while the page held answers, so a pass does not stop for
+	// a request at every page (0.44 s a page of 1,000 names on the test
+	// gateway, 300 pages for 300,000 names).
+	ahead chan aheadPage
+}
+
+// aheadPage is a page listed ahead, from from.
+type aheadPage struct {
+	from string
+	page []FileInfo
+	more bool
+	err  error
 }
 
 // NewCursor returns a cursor over the names under prefix in r, which
@@ -80,6 +99,7 @@ func (c *Cursor) fromPage(ctx context.Context, name string) (size int64, ok, ans
 			return 0, false, false, err
 		}
 	}
+	c.answered++
 	i, found := slices.BinarySearchFunc(c.page, name, func(fi FileInfo, name string) int { return strings.Compare(fi.Name, name) })
 	if !found {
 		return 0, false, true, nil
@@ -92,22 +112,59 @@ func (c *Cursor) covers(name string) bool {
 	return c.held && name >= c.from && (c.toEnd || name <= c.last)
 }
 
-// list replaces the page held with the store's page from name. A page
-// out of order turns the cursor to Stat for good; a name not under the
-// prefix is an error, as it is for LazyListing.
+// list replaces the page held with the store's page from name: the page
+// listed ahead where it holds name, else one listed from name; then it
+// lists the next page ahead. A page out of order turns the cursor to Stat
+// for good; a name not under the prefix is an error, as it is for
+// LazyListing.
 func (c *Cursor) list(ctx context.Context, name string) error {
-	page, more, err := c.l.ListPage(ctx, c.prefix, name)
-	if err != nil {
-		return err
+	// Asks that went through a quarter of the page held or more go in
+	// order through the folder (a first copy of every file): the next
+	// page is listed ahead. Asks far apart (a few files of a large
+	// folder) are not followed by a page no ask needs.
+	dense := c.held && len(c.page) > 0 && c.answered*4 >= len(c.page)
+	c.answered = 0
+	var got *aheadPage
+	if c.ahead != nil {
+		a := <-c.ahead
+		c.ahead = nil
+		// The page ahead starts right after the one held; it answers for
+		// name where name falls in it (or it is the last).
+		if a.err == nil && name >= a.from && (!a.more || (len(a.page) > 0 && name <= a.page[len(a.page)-1].Name)) {
+			got = &a
+		}
+	}
+	if got == nil {
+		page, more, err := c.l.ListPage(ctx, c.prefix, name)
+		if err != nil {
+			return err
+		}
+		got = &aheadPage{from: name, page: page, more: more}
 	}
 	c.pages++
+	if err := c.hold(got.from, got.page, got.more); err != nil || c.stats || !got.more || !dense {
+		return err
+	}
+	// The smallest name after the last held: the next page starts there.
+	next := c.last + "\x00"
+	ahead := make(chan aheadPage, 1)
+	c.ahead = ahead
+	go func() {
+		page, more, err := c.l.ListPage(ctx, c.prefix, next)
+		ahead <- aheadPage{from: next, page: page, more: more, err: err}
+	}()
+	return nil
+}
+
+// hold makes page, listed from from, the page held, checking its order.
+func (c *Cursor) hold(from string, page []FileInfo, more bool) error {
 	c.held = false
 	c.page = c.page[:0]
 	for i, fi := range page {
 		if !strings.HasPrefix(fi.Name, c.prefix) {
-			return fmt.Errorf("listing %s from %s gave %s", c.prefix, name, fi.Name)
+			return fmt.Errorf("listing %s from %s gave %s", c.prefix, from, fi.Name)
 		}
-		if fi.Name < name || (i > 0 && fi.Name <= page[i-1].Name) {
+		if fi.Name < from || (i > 0 && fi.Name <= page[i-1].Name) {
 			c.stats = true
 			c.page = nil
 			return nil
@@ -118,7 +175,7 @@ func (c *Cursor) list(ctx context.Context, name string) error {
 		c.stats = true
 		return nil
 	}
-	c.held, c.from, c.toEnd = true, name, !more
+	c.held, c.from, c.toEnd = true, from, !more
 	if len(page) > 0 {
 		c.last = page[len(page)-1].Name
 	}

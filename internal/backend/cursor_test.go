@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -18,7 +20,9 @@ import (
 type pages struct {
 	list  []string // sorted
 	sizes map[string]int64
-	pages int
+	pages atomic.Int64 // ListPage calls: the cursor lists a page ahead from a goroutine
+	mu    sync.Mutex
+	froms []string // the names ListPage was asked to list from
 	stats int
 	// bad rewrites the page listed from from; nil lists as S3 does.
 	bad func(from string, page []backend.FileInfo, more bool) ([]backend.FileInfo, bool)
@@ -36,7 +40,10 @@ func newPages(list ...string) *pages {
 }
 
 func (p *pages) ListPage(_ context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
-	p.pages++
+	p.pages.Add(1)
+	p.mu.Lock()
+	p.froms = append(p.froms, from)
+	p.mu.Unlock()
 	i, _ := slices.BinarySearch(p.list, max(prefix, from))
 	var page []backend.FileInfo
 	for ; i < len(p.list) && strings.HasPrefix(p.list[i], prefix) && len(page) < pageSize; i++ {
@@ -107,8 +114,8 @@ func TestCursorSparseAsksCostAPageEach(t *testing.T) {
 		asks = append(asks, fmt.Sprintf("d/t/ducklake-%06d.parquet", i*2), fmt.Sprintf("d/t/ducklake-%06d.parquet", i*2+1))
 	}
 	checkAnswers(t, c, p, asks...)
-	if p.pages != 8 || p.stats != 0 {
-		t.Errorf("%d asks in 8 places: %d pages, %d stats; want 8 pages, no stat", len(asks), p.pages, p.stats)
+	if p.pages.Load() != 8 || p.stats != 0 {
+		t.Errorf("%d asks in 8 places: %d pages, %d stats; want 8 pages, no stat", len(asks), p.pages.Load(), p.stats)
 	}
 }
 
@@ -124,8 +131,41 @@ func TestCursorDenseAsksCostAPagePerThousand(t *testing.T) {
 	}
 	checkAnswers(t, c, p, asks...)
 	checkAnswers(t, c, p, "d/u", "d/z/last") // past the end: no page more
-	if p.pages != 10 || p.stats != 0 {
-		t.Errorf("every name of a folder of 10,000: %d pages, %d stats; want 10 pages, as a listing", p.pages, p.stats)
+	if p.pages.Load() != 10 || p.stats != 0 {
+		t.Errorf("every name of a folder of 10,000: %d pages, %d stats; want 10 pages, as a listing", p.pages.Load(), p.stats)
+	}
+}
+
+// Asks that go through the pages in order have the next page listed
+// ahead, from just after the last name held, while the one held answers;
+// asks far apart never do (a page no ask needs would be a request more).
+func TestCursorListsThePageAheadOfAsksInOrder(t *testing.T) {
+	ahead := func(p *pages) (n int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, from := range p.froms {
+			if strings.HasSuffix(from, "\x00") {
+				n++
+			}
+		}
+		return n
+	}
+	p := newPages(dataNames(10_000)...)
+	c := backend.NewCursor(p, "d/")
+	checkAnswers(t, c, p, dataNames(10_000)...)
+	// The first page is listed from an ask, the second too (the first
+	// shows the asks are dense), the other eight ahead.
+	if n := ahead(p); n != 8 || p.pages.Load() != 10 {
+		t.Errorf("asks through 10 pages in order: %d pages, %d listed ahead; want 10, 8 of them ahead", p.pages.Load(), n)
+	}
+
+	p = newPages(dataNames(20_000)...)
+	c = backend.NewCursor(p, "d/")
+	for i := 0; i < 20_000; i += 2_500 {
+		checkAnswers(t, c, p, fmt.Sprintf("d/t/ducklake-%06d.parquet", i*2))
+	}
+	if n := ahead(p); n != 0 {
+		t.Errorf("asks far apart: %d pages listed ahead; want none", n)
 	}
 }
 
@@ -135,13 +175,13 @@ func TestCursorOutOfOrderAskIsAStat(t *testing.T) {
 	p := newPages(dataNames(3_000)...)
 	c := backend.NewCursor(p, "d/")
 	checkAnswers(t, c, p, "d/t/ducklake-002000.parquet", "d/t/ducklake-000004.parquet", "d/t/ducklake-000005.parquet", "d/t/ducklake-002002.parquet")
-	if p.pages != 1 || p.stats != 2 {
-		t.Errorf("one page, then two names below it, then one in it: %d pages, %d stats; want 1 and 2", p.pages, p.stats)
+	if p.pages.Load() != 1 || p.stats != 2 {
+		t.Errorf("one page, then two names below it, then one in it: %d pages, %d stats; want 1 and 2", p.pages.Load(), p.stats)
 	}
 	// Names not under the prefix are no one's page.
 	checkAnswers(t, c, p, "e/x", "d")
-	if p.pages != 1 || p.stats != 4 {
-		t.Errorf("names outside d/: %d pages, %d stats; want 1 and 4", p.pages, p.stats)
+	if p.pages.Load() != 1 || p.stats != 4 {
+		t.Errorf("names outside d/: %d pages, %d stats; want 1 and 4", p.pages.Load(), p.stats)
 	}
 }
 
@@ -150,8 +190,8 @@ func TestCursorWithoutPagesStatsEachName(t *testing.T) {
 	p := newPages(dataNames(10)...)
 	c := backend.NewCursor(statOnly{p}, "d/")
 	checkAnswers(t, c, p, dataNames(10)...)
-	if p.pages != 0 || p.stats != 10 {
-		t.Errorf("%d pages, %d stats; want none and 10", p.pages, p.stats)
+	if p.pages.Load() != 0 || p.stats != 10 {
+		t.Errorf("%d pages, %d stats; want none and 10", p.pages.Load(), p.stats)
 	}
 }
 
@@ -193,7 +233,7 @@ func TestCursorHostilePagesFallBackToStat(t *testing.T) {
 			p := newPages(names...)
 			if tc.bad == nil {
 				first, _, _ := p.ListPage(context.Background(), "d/", "")
-				p.pages = 0
+				p.pages.Store(0)
 				tc.bad = func(string, []backend.FileInfo, bool) ([]backend.FileInfo, bool) { return first, true }
 			}
 			p.bad = tc.bad
@@ -203,8 +243,8 @@ func TestCursorHostilePagesFallBackToStat(t *testing.T) {
 				asks = append(asks, fmt.Sprintf("d/t/ducklake-%06d.parquet", i))
 			}
 			checkAnswers(t, c, p, asks...)
-			if p.pages != 1 || !c.Stats() || p.stats != len(asks) {
-				t.Errorf("%d pages, %d stats for %d asks (turned to stats: %v); want one page, then a stat each", p.pages, p.stats, len(asks), c.Stats())
+			if p.pages.Load() != 1 || !c.Stats() || p.stats != len(asks) {
+				t.Errorf("%d pages, %d stats for %d asks (turned to stats: %v); want one page, then a stat each", p.pages.Load(), p.stats, len(asks), c.Stats())
 			}
 		})
 	}
@@ -268,7 +308,7 @@ func TestCursorHoldsAPageNotTheFolder(t *testing.T) {
 		}
 		return &l
 	})
-	t.Logf("%d names asked in order: LazyListing holds %d bytes, Cursor %d bytes (%d pages)", n, listing, cursor, p.pages)
+	t.Logf("%d names asked in order: LazyListing holds %d bytes, Cursor %d bytes (%d pages)", n, listing, cursor, p.pages.Load())
 	if cursor > 400_000 || listing < 5_000_000 {
 		t.Errorf("held after asking %d names: cursor %d bytes, listing %d; want the cursor under 400 kB (a page or two), the listing over 5 MB", n, cursor, listing)
 	}
