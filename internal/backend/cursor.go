@@ -40,7 +40,6 @@ type Cursor struct {
 	toEnd bool       // or to the end of the prefix
 	held  bool       // a page is held
 	stats bool       // the store gave a page out of order: Stat from now on
-	pages int        // pages listed
 	// answered is how many asks the page held answered: a page most of
 	// whose names were asked about is followed by one listed ahead.
 	answered int
@@ -141,7 +140,6 @@ func (c *Cursor) list(ctx context.Context, name string) error {
 		}
 		got = &aheadPage{from: name, page: page, more: more}
 	}
-	c.pages++
 	if err := c.hold(got.from, got.page, got.more); err != nil || c.stats || !got.more || !dense {
 		return err
 	}
@@ -180,13 +178,6 @@ func (c *Cursor) hold(from string, page []FileInfo, more bool) error {
 		c.last = page[len(page)-1].Name
 	}
 	return nil
-}
-
-// Pages is how many pages the cursor listed.
-func (c *Cursor) Pages() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pages
 }
 
 // Stats says whether the store gave a page out of order, so that every

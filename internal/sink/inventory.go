@@ -155,14 +155,6 @@ func (d *DataCursor) DataFile(ctx context.Context, name string) (int64, bool, er
 	return size, ok, nil
 }
 
-// Pages is how many pages of data_dir the pass listed.
-func (d *DataCursor) Pages() int {
-	if d.c == nil {
-		return 0
-	}
-	return d.c.Pages()
-}
-
 // StatFile says whether the mirror has a file, and its size, asking for
 // it alone.
 func (s *Sink) StatFile(ctx context.Context, name string) (int64, bool, error) {
