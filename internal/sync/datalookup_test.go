@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -21,38 +20,16 @@ import (
 
 // objectStore is a mirror in a folder that says its Stat is a request
 // (as an object store's is), and records how often data_dir is listed
-// and how many data files are asked for alone.
+// and how many data files are asked for alone (dataDirAsks; it lists no
+// pages, as the folder says).
 type objectStore struct {
-	backend.Backend
-	mu    sync.Mutex
-	lists int
-	stats int
+	dataDirAsks
 }
 
 func (o *objectStore) Properties() backend.Properties {
 	p := o.Backend.Properties()
 	p.LocalStat = false
 	return p
-}
-
-func (o *objectStore) Unwrap() backend.Reader { return o.Backend }
-
-func (o *objectStore) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
-	if strings.HasPrefix(name, repo.DefaultDataDir) {
-		o.mu.Lock()
-		o.stats++
-		o.mu.Unlock()
-	}
-	return o.Backend.Stat(ctx, name)
-}
-
-func (o *objectStore) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
-	if strings.HasPrefix(prefix, repo.DefaultDataDir) || prefix == "" {
-		o.mu.Lock()
-		o.lists++
-		o.mu.Unlock()
-	}
-	return o.Backend.List(ctx, prefix, fn)
 }
 
 // tagTip adds upstream a tag on the tip of main, a version the mirror
@@ -70,7 +47,7 @@ func syncObjectStore(t *testing.T, up, mirror string) (*fdlsync.Report, *objectS
 	t.Helper()
 	var store *objectStore
 	rep, err := runLocalThrough(t, up, mirror, fdlsync.Options{Concurrency: 4}, func(b backend.Backend) backend.Backend {
-		store = &objectStore{Backend: b}
+		store = &objectStore{dataDirAsks{Backend: b}}
 		return store
 	})
 	if err != nil {

@@ -28,38 +28,44 @@ import (
 // the files it asks about: what the check costs and holds follows the
 // version, not the mirror. data_dir is never listed whole.
 
-// pagedStore records the listings of data_dir asked of an S3 mirror:
-// whole (List) and a page at a time (ListPage).
-type pagedStore struct {
+// dataDirAsks records what a store is asked about data_dir: whole
+// listings (List, of data_dir or of everything), pages (ListPage) and
+// files asked for alone (Stat).
+type dataDirAsks struct {
 	backend.Backend
-	mu    sync.Mutex
-	lists int // List of data_dir, or of everything
-	pages int // ListPage under data_dir
+	mu                  sync.Mutex
+	lists, pages, stats int
 }
 
-func (p *pagedStore) Unwrap() backend.Reader { return p.Backend }
+func (d *dataDirAsks) Unwrap() backend.Reader { return d.Backend }
 
-func (p *pagedStore) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
-	if strings.HasPrefix(prefix, repo.DefaultDataDir) || prefix == "" {
-		p.mu.Lock()
-		p.lists++
-		p.mu.Unlock()
+// count adds one to n where under says the ask is about data_dir.
+func (d *dataDirAsks) count(n *int, under bool) {
+	if under {
+		d.mu.Lock()
+		*n++
+		d.mu.Unlock()
 	}
-	return p.Backend.List(ctx, prefix, fn)
 }
 
-func (p *pagedStore) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
-	if strings.HasPrefix(prefix, repo.DefaultDataDir) {
-		p.mu.Lock()
-		p.pages++
-		p.mu.Unlock()
-	}
-	return backend.PageListerOf(p.Backend).ListPage(ctx, prefix, from)
+func (d *dataDirAsks) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	d.count(&d.lists, strings.HasPrefix(prefix, repo.DefaultDataDir) || prefix == "")
+	return d.Backend.List(ctx, prefix, fn)
+}
+
+func (d *dataDirAsks) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
+	d.count(&d.pages, strings.HasPrefix(prefix, repo.DefaultDataDir))
+	return backend.PageListerOf(d.Backend).ListPage(ctx, prefix, from)
+}
+
+func (d *dataDirAsks) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
+	d.count(&d.stats, strings.HasPrefix(name, repo.DefaultDataDir))
+	return d.Backend.Stat(ctx, name)
 }
 
 // syncToS3 syncs the folder up into addr, an S3 mirror seen through the
-// counting wrapper and a pagedStore.
-func syncToS3(t *testing.T, up, addr string) (*fdlsync.Report, *pagedStore, counting.Counts) {
+// counting wrapper and a dataDirAsks.
+func syncToS3(t *testing.T, up, addr string) (*fdlsync.Report, *dataDirAsks, counting.Counts) {
 	t.Helper()
 	ctx := context.Background()
 	src, err := local.Open(up)
@@ -73,7 +79,7 @@ func syncToS3(t *testing.T, up, addr string) (*fdlsync.Report, *pagedStore, coun
 	}
 	defer closeDst()
 	counted := counting.WrapBackend(dst)
-	store := &pagedStore{Backend: counted}
+	store := &dataDirAsks{Backend: counted}
 	rep, err := fdlsync.Run(ctx, src, store, fdlsync.Options{Concurrency: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +110,7 @@ func TestAVersionOfManyFilesIsCheckedInAnS3MirrorPageByPage(t *testing.T) {
 		return
 	}
 
-	checkPaged := func(t *testing.T, rep *fdlsync.Report, store *pagedStore, counts counting.Counts, maxPages int) {
+	checkPaged := func(t *testing.T, rep *fdlsync.Report, store *dataDirAsks, counts counting.Counts, maxPages int) {
 		t.Helper()
 		if store.lists != 0 {
 			t.Errorf("data_dir listed whole %d times; want it merged a page at a time", store.lists)
@@ -224,43 +230,6 @@ func TestAFirstS3MirrorListsItsDataDirOnce(t *testing.T) {
 	}
 }
 
-// sourcePages records what an upstream store was asked about its data_dir:
-// whole listings, pages, and sizes asked one by one.
-type sourcePages struct {
-	backend.Reader
-	mu                  sync.Mutex
-	lists, pages, stats int
-}
-
-func (s *sourcePages) Unwrap() backend.Reader { return s.Reader }
-
-func (s *sourcePages) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
-	if strings.HasPrefix(prefix, repo.DefaultDataDir) || prefix == "" {
-		s.mu.Lock()
-		s.lists++
-		s.mu.Unlock()
-	}
-	return s.Reader.List(ctx, prefix, fn)
-}
-
-func (s *sourcePages) ListPage(ctx context.Context, prefix, from string) ([]backend.FileInfo, bool, error) {
-	if strings.HasPrefix(prefix, repo.DefaultDataDir) {
-		s.mu.Lock()
-		s.pages++
-		s.mu.Unlock()
-	}
-	return backend.PageListerOf(s.Reader).ListPage(ctx, prefix, from)
-}
-
-func (s *sourcePages) Stat(ctx context.Context, name string) (backend.FileInfo, error) {
-	if strings.HasPrefix(name, repo.DefaultDataDir) {
-		s.mu.Lock()
-		s.stats++
-		s.mu.Unlock()
-	}
-	return s.Reader.Stat(ctx, name)
-}
-
 // A server-side copy checks the upstream file's size first. The copies of
 // a catalog of many files go in path order, so their sizes come from the
 // catalog's own pass over the upstream's data_dir, a page at a time:
@@ -290,7 +259,7 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 
 	// mirror syncs a into a new mirror in its own bucket (its data_dir
 	// first padded past a page with pad files) and says what a was asked.
-	mirror := func(t *testing.T, pad int) *sourcePages {
+	mirror := func(t *testing.T, pad int) *dataDirAsks {
 		t.Helper()
 		bucket := srv.Bucket(t)
 		if pad > 0 {
@@ -301,7 +270,7 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer closeB()
-		src := &sourcePages{Reader: a}
+		src := &dataDirAsks{Backend: a}
 		toB := counting.WrapBackend(b)
 		rep, err := fdlsync.Run(ctx, src, toB, fdlsync.Options{Concurrency: 4})
 		if err != nil || !rep.OK() {
@@ -318,7 +287,7 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		fdltest.AssertMirrored(t, up, back, nil)
 		return src
 	}
-	fromPages := func(t *testing.T, src *sourcePages) {
+	fromPages := func(t *testing.T, src *dataDirAsks) {
 		t.Helper()
 		if src.pages == 0 || src.lists != 0 {
 			t.Errorf("the upstream's data_dir: %d pages, %d whole listings; want the copies' sizes from pages, never a whole listing", src.pages, src.lists)
