@@ -76,25 +76,31 @@ func (b *bench) localRun(ctx context.Context, repo, scenario, stores string, p l
 		r.syscalls, r.syscallOps = calls, detail
 	}
 	if strings.HasPrefix(scenario, "full") {
-		err := b.repeatFull(ctx, g, m, &r.measure,
-			func(i int) (*measure, error) { return b.runFDL(ctx, nil, p.up, fmt.Sprintf("%s-%d", p.fdl, i)) },
-			func(i int) (*measure, error) {
-				rr, err := b.runRclone(ctx, nil, p.up, fmt.Sprintf("%s-%d", p.rclone, i))
-				if err != nil {
-					return nil, err
-				}
-				return &rr.measure, nil
-			})
-		if err != nil {
+		if err := b.repeatFullLocal(ctx, g, m, &r.measure, p); err != nil {
 			return nil, err
-		}
-		for i := 2; i <= b.cfg.fullRuns; i++ {
-			b.discard(fmt.Sprintf("%s-%d", p.fdl, i))
-			b.discard(fmt.Sprintf("%s-%d", p.rclone, i))
 		}
 	}
 	g.rows = append(g.rows, m, &r.measure)
 	return g, nil
+}
+
+// repeatFullLocal is repeatFull for a local pair: the runs after the
+// first go into mirrors beside p's, removed when the bench ends.
+func (b *bench) repeatFullLocal(ctx context.Context, g *group, m, r *measure, p localPair) error {
+	err := b.repeatFull(ctx, g, m, r,
+		func(i int) (*measure, error) { return b.runFDL(ctx, nil, p.up, fmt.Sprintf("%s-%d", p.fdl, i)) },
+		func(i int) (*measure, error) {
+			rr, err := b.runRclone(ctx, nil, p.up, fmt.Sprintf("%s-%d", p.rclone, i))
+			if err != nil {
+				return nil, err
+			}
+			return &rr.measure, nil
+		})
+	for i := 2; i <= b.cfg.fullRuns; i++ {
+		b.discard(fmt.Sprintf("%s-%d", p.fdl, i))
+		b.discard(fmt.Sprintf("%s-%d", p.rclone, i))
+	}
+	return err
 }
 
 // repeatFull runs each tool's first full mirror again into mirrors of its

@@ -104,16 +104,7 @@ func (b *bench) wideRepo(ctx context.Context) error {
 				// Best of -full-runs, as the other full scenarios: one
 				// run of 300,000 files on this disk can take twice the
 				// next, for either tool.
-				err := b.repeatFull(ctx, g, m, &r.measure,
-					func(i int) (*measure, error) { return b.runFDL(ctx, nil, local.up, fmt.Sprintf("%s-%d", local.fdl, i)) },
-					func(i int) (*measure, error) {
-						rr, err := b.runRclone(ctx, nil, local.up, fmt.Sprintf("%s-%d", local.rclone, i))
-						if err != nil {
-							return nil, err
-						}
-						return &rr.measure, nil
-					})
-				if err != nil {
+				if err := b.repeatFullLocal(ctx, g, m, &r.measure, local); err != nil {
 					return fmt.Errorf("full local→local: %w", err)
 				}
 			}
