@@ -215,17 +215,58 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 		}
 	}
 	batch := make([]catalog.File, 0, min(files.Len(), int64(dataBatch)))
+	var barrier pendingBarrier
 	err := files.Each(func(f catalog.File) error {
 		if batch = append(batch, f); len(batch) < dataBatch {
 			return nil
 		}
-		err := m.mirror(ctx, batch, true)
+		copied, err := m.mirror(ctx, batch)
 		batch = batch[:0]
+		if err == nil && copied {
+			// More batches follow: this one's copies are made durable
+			// while the next is copied, so that the record of names
+			// written without a barrier stays two batches long.
+			err = barrier.start(ctx, e.sink)
+		}
 		return err
 	})
 	if err == nil && len(batch) > 0 {
-		err = m.mirror(ctx, batch, false)
+		_, err = m.mirror(ctx, batch)
 	}
+	if berr := barrier.wait(); err == nil {
+		err = berr
+	}
+	return err
+}
+
+// pendingBarrier is the barrier of a catalog's last batch, made while its
+// next batch is looked up, recorded and copied: on a disk the barrier is
+// a syncfs(2) that waits for write-back, which before took one core and
+// none of the copies; at most one runs at a time, so the record of names
+// written without a barrier holds at most the batch it covers and the
+// one being copied.
+type pendingBarrier struct {
+	done chan error // nil: none started, or its result taken
+}
+
+// start waits for the barrier before it, then starts one covering every
+// write returned so far.
+func (b *pendingBarrier) start(ctx context.Context, s *sink.Sink) error {
+	if err := b.wait(); err != nil {
+		return err
+	}
+	b.done = make(chan error, 1)
+	go func() { b.done <- s.Barrier(ctx) }()
+	return nil
+}
+
+// wait returns the result of the barrier started last, once it is done.
+func (b *pendingBarrier) wait() error {
+	if b.done == nil {
+		return nil
+	}
+	err := <-b.done
+	b.done = nil
 	return err
 }
 
@@ -279,10 +320,9 @@ type sinkFile struct {
 // per batch (see durability.go): look up the files this version is first
 // to need, record those the sink lacks, copy them; then wait for the
 // files other versions copy. No step waits on another version before
-// this one's copies are settled. more says batches follow: the batch's
-// copies are then made durable, so that the record of names written
-// without a barrier stays a batch long.
-func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more bool) error {
+// this one's copies are settled. copied says whether this version copied
+// any of the batch's files.
+func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied bool, err error) {
 	e := m.e
 	todo, parents := e.filesToCheck(batch, m.known)
 	byStat := m.known != nil && m.checked+len(todo) <= maxStatChecks
@@ -317,7 +357,7 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more boo
 	})
 	slices.Sort(mine) // in path order, for the source's pass (sourceSize)
 	if err := m.copyMine(ctx, batch, mine, calls, errs); err != nil {
-		return err
+		return false, err
 	}
 	for _, i := range todo {
 		if !owned[i] {
@@ -326,13 +366,10 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File, more boo
 	}
 	for i, err := range errs {
 		if err != nil {
-			return dataFileRefusal(m.id, e.src.Settings().DataDir+batch[i].Path, err)
+			return len(mine) > 0, dataFileRefusal(m.id, e.src.Settings().DataDir+batch[i].Path, err)
 		}
 	}
-	if more && len(mine) > 0 {
-		return e.sink.Barrier(ctx)
-	}
-	return nil
+	return len(mine) > 0, nil
 }
 
 // copyMine records the files of a batch this version copies (mine:

@@ -2,10 +2,16 @@ package sync_test
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -63,4 +69,83 @@ func mirrorInBatches(t *testing.T, opts generate.Options) {
 		t.Fatal(err)
 	}
 	check("the incremental run")
+}
+
+// overlapSink is a local sink whose Barrier first waits, up to a second,
+// for a write made without a sync to return after it started, and counts
+// the barriers that saw one.
+type overlapSink struct {
+	backend.Backend
+	mu                         sync.Mutex
+	puts, barriers, overlapped int
+}
+
+func (s *overlapSink) Unwrap() backend.Reader { return s.Backend }
+
+func (s *overlapSink) Put(ctx context.Context, name string, r io.Reader, size int64) error {
+	err := s.Backend.Put(ctx, name, r, size)
+	if err == nil && backend.SyncDeferred(ctx) {
+		s.mu.Lock()
+		s.puts++
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *overlapSink) Barrier(ctx context.Context) error {
+	s.mu.Lock()
+	start := s.puts
+	s.barriers++
+	s.mu.Unlock()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		n := s.puts
+		s.mu.Unlock()
+		if n > start {
+			s.mu.Lock()
+			s.overlapped++
+			s.mu.Unlock()
+			break
+		}
+	}
+	b, _ := backend.As[backend.Barrier](s.Backend)
+	return b.Barrier(ctx)
+}
+
+// A catalog's batches are copied while the barrier of the batch before
+// runs: on a disk that barrier is a syncfs waiting for write-back, which
+// kept the copies waiting. The mirror is still whole and the record of
+// unsynced files gone.
+func TestNextBatchIsCopiedWhileTheBarrierRuns(t *testing.T) {
+	defer fdlsync.SetDataBatch(2)()
+	up, mirror := filepath.Join(t.TempDir(), "up"), filepath.Join(t.TempDir(), "mirror")
+	ctx := context.Background()
+	if _, err := generate.Generate(ctx, up, generate.Options{Versions: 1, FilesPerVersion: 12, FastParquet: true}); err != nil {
+		t.Fatal(err)
+	}
+	src, err := local.Open(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := local.Create(mirror)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	sink := &overlapSink{Backend: dst}
+	rep, err := fdlsync.Run(ctx, src, sink, fdlsync.Options{Concurrency: 2})
+	if err != nil || !rep.OK() {
+		t.Fatalf("run: %v %+v", err, rep)
+	}
+	t.Logf("%d barriers, %d of them while copies went on", sink.barriers, sink.overlapped)
+	if sink.overlapped == 0 {
+		t.Errorf("no copy returned while any of %d barriers ran: each batch waited for the barrier before it", sink.barriers)
+	}
+	if wrong := checkMirror(t, up, mirror); len(wrong) > 0 {
+		t.Fatalf("the mirror is wrong:\n%s", strings.Join(wrong, "\n"))
+	}
+	if _, err := os.Stat(filepath.Join(mirror, ".fdl-mirror", fdlsync.UnsyncedFile)); !os.IsNotExist(err) {
+		t.Errorf("the record of unsynced files is still there after the run: %v", err)
+	}
 }

@@ -102,12 +102,22 @@ func TestPowerCutBeforeABarrierIsRepairedByTheNextRun(t *testing.T) {
 	for _, c := range []struct {
 		cutAt int
 		ways  []string
-	}{{5, nil}, {9, nil}, {14, nil}, {9, []string{powercut.Zeroed}}} {
+		batch int // files a batch (SetDataBatch), 0: the default
+	}{{5, nil, 0}, {9, nil, 0}, {14, nil, 0}, {9, []string{powercut.Zeroed}, 0},
+		// Batches of two files: each batch's barrier runs while the
+		// next batch is recorded and copied, so a cut finds writes of
+		// two batches not covered.
+		{5, nil, 2}, {11, nil, 2}} {
 		if testing.Short() && (c.cutAt != 9 || c.ways != nil) {
 			continue // -short: one cut, not four (each is two generated runs)
 		}
 		cutAt := c.cutAt
+		restore := func() {}
+		if c.batch > 0 {
+			restore = fdlsync.SetDataBatch(c.batch)
+		}
 		up, mirror, damage := cutRun(t, cutAt, c.ways...)
+		restore()
 		rep, _ := syncInto(t, up, mirror)
 		if !rep.OK() {
 			t.Fatalf("cut at %d: second run refused: %+v", cutAt, rep.Refused)
