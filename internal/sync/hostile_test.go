@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,6 +168,69 @@ func TestCatalogPastALimitIsRefused(t *testing.T) {
 			fdltest.AssertNotPublished(t, mirror, r.Versions[0])
 			if fdltest.ReadRef(t, mirror, "refs/heads/main") != "" {
 				t.Error("main was published to a version past a limit")
+			}
+		})
+	}
+}
+
+// A FIFO planted upstream where a data file or a catalog belongs is
+// refused as not a regular file, and the run ends: opened for reading
+// like a file, it held the run in open(2) until something wrote to it,
+// past SIGTERM. Nothing of the version it belongs to is published. A
+// listing passes over a FIFO where a ref file belongs: the ref is absent.
+func TestFIFOUpstreamIsRefusedNotWaitedOn(t *testing.T) {
+	for _, tc := range []struct {
+		what   string
+		plant  func(r *generate.Repo) string // the FIFO's name in the repository
+		reason string
+	}{
+		{"a data file", func(r *generate.Repo) string { return r.DataFiles[0] }, fdlsync.ReasonCopy},
+		{"a catalog", func(r *generate.Repo) string { return "versions/" + r.Versions[0] + "/ducklake.duckdb" }, fdlsync.ReasonCopy},
+		{"a ref", func(r *generate.Repo) string { return "refs/heads/main" }, ""},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			parent, up, mirror := fdltest.Layout(t)
+			r := fdltest.Generate(t, up, generate.Options{Versions: 1, FilesPerVersion: 3, FastParquet: true})
+			name := tc.plant(r)
+			path := filepath.Join(up, filepath.FromSlash(name))
+			if err := os.Remove(path); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mkfifo(path, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			type result struct {
+				rep *fdlsync.Report
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				rep, err := runLocal(t, up, mirror, fdlsync.Options{})
+				done <- result{rep, err}
+			}()
+			var res result
+			select {
+			case res = <-done:
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the run still waits on the FIFO at %s after a minute", name)
+			}
+			if res.err != nil {
+				t.Logf("run: %v", res.err)
+			}
+			if res.rep == nil {
+				t.Fatalf("no report: %v", res.err)
+			}
+			if tc.reason != "" {
+				assertRefused(t, res.rep, tc.reason, name, "not a regular file")
+			} else if len(res.rep.Refused) > 0 {
+				t.Errorf("refused %+v; want the ref passed over as absent", res.rep.Refused)
+			}
+			fdltest.AssertNotPublished(t, mirror, r.Versions[0])
+			if got := fdltest.ReadRef(t, mirror, "refs/heads/main"); got != "" {
+				t.Errorf("main was published: %q", got)
+			}
+			if extra := fdltest.Outside(t, parent, "upstream", "mirror"); len(extra) > 0 {
+				t.Errorf("written outside the mirror: %v", extra)
 			}
 		})
 	}

@@ -214,23 +214,71 @@ func (l *Local) err(op, name string, err error) error {
 }
 
 func (l *Local) Open(ctx context.Context, name string) (io.ReadCloser, error) {
-	if err := backend.CheckName(name); err != nil {
-		return nil, err
-	}
-	f, err := inFolder(l, name, func(d *folder, base string) (*os.File, error) {
-		return openIn(d.root, d.fd, base, os.O_RDONLY, 0, filepath.Join(l.dir, filepath.FromSlash(name)))
-	},
-		func() (*os.File, error) { return l.root.Open(filepath.FromSlash(name)) })
+	f, err := l.openRegular(name)
 	if err != nil {
-		return nil, l.err("open", name, err)
-	}
-	if st, err := f.Stat(); err != nil || st.IsDir() {
-		f.Close()
-		return nil, l.err("open", name, fs.ErrNotExist)
+		return nil, err
 	}
 	// The *os.File itself is returned so that io.Copy into another file
 	// can use copy_file_range.
 	return f, nil
+}
+
+// openRegular opens name for reading, if it is a regular file. It is
+// opened with O_NONBLOCK: a FIFO planted where a store's reader expects a
+// file (a data file, a catalog, a ref) would otherwise hold open(2) until
+// something wrote to it, and the run with it, past any cancellation. The
+// flag is cleared once the file is known to be regular, so that no file
+// system takes it as "do not wait for the disk". A folder is absent, as
+// on an object store; a FIFO, a socket or a device is refused for good.
+func (l *Local) openRegular(name string) (*os.File, error) {
+	if err := backend.CheckName(name); err != nil {
+		return nil, err
+	}
+	full := filepath.Join(l.dir, filepath.FromSlash(name))
+	f, err := inFolder(l, name, func(d *folder, base string) (*os.File, error) {
+		return openRegularIn(d.root, d.fd, base, full)
+	}, func() (*os.File, error) {
+		f, err := l.root.OpenFile(filepath.FromSlash(name), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return nil, err
+		}
+		return f, regularOnly(f)
+	})
+	var notRegular *notRegularError
+	switch {
+	case errors.As(err, &notRegular):
+		return nil, backend.Permanent(l.err("open", name, err))
+	case err != nil:
+		return nil, l.err("open", name, err)
+	}
+	return f, nil
+}
+
+// notRegularError is a FIFO, a socket or a device where a file was to be
+// read.
+type notRegularError struct{ mode fs.FileMode }
+
+func (e *notRegularError) Error() string {
+	return fmt.Sprintf("not a regular file (%s)", e.mode.Type())
+}
+
+// regularOnly checks that f, opened with O_NONBLOCK, is a regular file,
+// and clears the flag; otherwise it closes f. A folder is fs.ErrNotExist.
+func regularOnly(f *os.File) error {
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+	case st.IsDir():
+		err = fs.ErrNotExist
+	case !st.Mode().IsRegular():
+		err = &notRegularError{st.Mode()}
+	default:
+		err = clearNonblock(f)
+	}
+	if err != nil {
+		f.Close()
+	}
+	return err
 }
 
 // inFolder calls fn with the open folder of name and its last component,
