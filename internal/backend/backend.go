@@ -450,6 +450,19 @@ type Barrier interface {
 	Barrier(ctx context.Context) error
 }
 
+// ReadAheader is implemented by stores whose reads go faster when they are
+// announced: a local disk, where copies of many small files otherwise wait
+// for each file's read in turn, as many at once as there are copies (a
+// 300,000-file first mirror whose files were not in the page cache:
+// 20-25 s, against 9-14 s announced).
+type ReadAheader interface {
+	// ReadAhead starts reading the named files, in order, without
+	// waiting for their bytes, and returns when it has gone through
+	// them or ctx is done. A hint: a name it cannot open is skipped,
+	// and nothing read is checked or kept.
+	ReadAhead(ctx context.Context, names []string)
+}
+
 type withoutSyncKey struct{}
 
 // WithoutSync returns a context under which writes and removals may leave

@@ -388,6 +388,7 @@ func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, mine [
 		return err
 	}
 	dctx := e.sink.WithoutSync(ctx)
+	defer e.readAhead(ctx, names, sizes)()
 	e.each(len(mine), func(k int) {
 		i, name := mine[k], names[k]
 		err := e.copyFile(dctx, name, batch[i].Size)
@@ -396,6 +397,47 @@ func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, mine [
 		errs[i] = err
 	})
 	return nil
+}
+
+// Read-ahead of a batch's copies from a store that takes it (a local
+// folder): files of at most readAheadFile bytes, until readAheadBatch
+// bytes are announced. Larger files are read ahead by the kernel as they
+// are read; the bound keeps what is announced from pushing out of the
+// page cache what the copies have not read yet.
+const (
+	readAheadFile  = 1 << 20
+	readAheadBatch = 64 << 20
+)
+
+// readAhead announces the small files among the batch's copies (names,
+// of sizes) to the source, in the order they are copied, while they are
+// copied; stop ends it and waits for it.
+func (e *engine) readAhead(ctx context.Context, names []string, sizes []int64) (stop func()) {
+	ra, ok := backend.As[backend.ReadAheader](e.src.Reader())
+	if !ok || e.opts.DryRun {
+		return func() {}
+	}
+	var small []string
+	var total int64
+	for k, name := range names {
+		if sizes[k] >= 0 && sizes[k] <= readAheadFile && total+sizes[k] <= readAheadBatch {
+			small = append(small, name)
+			total += sizes[k]
+		}
+	}
+	if len(small) < 2 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ra.ReadAhead(ctx, small)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // filesToCheck returns the indexes into batch of the data files to check

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -147,5 +148,73 @@ func TestNextBatchIsCopiedWhileTheBarrierRuns(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(mirror, ".fdl-mirror", fdlsync.UnsyncedFile)); !os.IsNotExist(err) {
 		t.Errorf("the record of unsynced files is still there after the run: %v", err)
+	}
+}
+
+// announcingSource is a local upstream that records what the run
+// announces it will read (backend.ReadAheader), call by call.
+type announcingSource struct {
+	backend.Reader
+	mu    sync.Mutex
+	calls [][]string
+}
+
+func (s *announcingSource) Unwrap() backend.Reader { return s.Reader }
+
+func (s *announcingSource) ReadAhead(ctx context.Context, names []string) {
+	s.mu.Lock()
+	s.calls = append(s.calls, append([]string(nil), names...))
+	s.mu.Unlock()
+	s.Reader.(backend.ReadAheader).ReadAhead(ctx, names)
+}
+
+// The data files a batch copies from a local upstream are announced to it
+// first (read ahead), in the order they are copied, so that their reads
+// do not wait one by one; every file the run copies is announced once.
+func TestBatchCopiesAreReadAheadInOrder(t *testing.T) {
+	defer fdlsync.SetDataBatch(4)()
+	up, mirror := filepath.Join(t.TempDir(), "up"), filepath.Join(t.TempDir(), "mirror")
+	ctx := context.Background()
+	r, err := generate.Generate(ctx, up, generate.Options{Versions: 1, FilesPerVersion: 12, FastParquet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := local.Open(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	src := &announcingSource{Reader: l}
+	dst, err := local.Create(mirror)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	rep, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Concurrency: 2})
+	if err != nil || !rep.OK() {
+		t.Fatalf("run: %v %+v", err, rep)
+	}
+	announced := map[string]int{}
+	for _, call := range src.calls {
+		if len(call) > 4 {
+			t.Errorf("one announcement of %d files, for batches of 4", len(call))
+		}
+		if !slices.IsSorted(call) {
+			t.Errorf("announced out of path order: %v", call)
+		}
+		for _, n := range call {
+			announced[n]++
+		}
+	}
+	for _, f := range r.DataFiles {
+		if announced[f] != 1 {
+			t.Errorf("%s announced %d times, want once", f, announced[f])
+		}
+	}
+	if len(announced) != len(r.DataFiles) {
+		t.Errorf("announced %d files, the run copied %d data files: %v", len(announced), len(r.DataFiles), announced)
+	}
+	if wrong := checkMirror(t, up, mirror); len(wrong) > 0 {
+		t.Fatalf("the mirror is wrong:\n%s", strings.Join(wrong, "\n"))
 	}
 }

