@@ -1,0 +1,53 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Issue 29's targets are checked from the wide and rows runs' figures:
+// the full copy at 2× rclone and under 150 MiB, the one new version in
+// 0.5 s, under 150 MiB and at 10× rclone, the dry run under 300 MiB.
+func TestTargetsCheckIssue29(t *testing.T) {
+	const mb = 1 << 20
+	run := func(wideFull, rcFull, wideInc, rcInc time.Duration, incRSS, rowsRSS int64) string {
+		b := &bench{cfg: config{wideFiles: 300_000, rows: 10_000_000}}
+		b.groups = []*group{
+			{repo: "wide", scenario: "full (best of 2)", stores: "local→local", rows: []*measure{
+				{tool: "fdl-mirror", wall: wideFull, rss: 110 * mb}, {tool: "rclone copy", wall: rcFull, rss: 550 * mb}}},
+			{repo: "wide", scenario: "incremental (+1 version, 1 file)", stores: "local→local", rows: []*measure{
+				{tool: "fdl-mirror", wall: wideInc, rss: incRSS}, {tool: "rclone copy", wall: rcInc, rss: 450 * mb}}},
+			{repo: "rows10m", scenario: "dry run, empty mirror", stores: "local→local", rows: []*measure{
+				{tool: "fdl-mirror sync --dry-run", wall: time.Minute, rss: rowsRSS}}},
+		}
+		return b.targets()
+	}
+	line := func(out, prefix string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no target line with %q in:\n%s", prefix, out)
+		return ""
+	}
+	met := run(13*time.Second, 33*time.Second, 300*time.Millisecond, 5*time.Second, 120*mb, 220*mb)
+	for _, p := range []string{"full copy of 300000 files", "one new version of one file", "catalog of 10000000 rows"} {
+		if l := line(met, p); !strings.HasSuffix(l, ": met") {
+			t.Errorf("want met: %s", l)
+		}
+	}
+	missed := run(20*time.Second, 33*time.Second, 600*time.Millisecond, 5*time.Second, 120*mb, 320*mb)
+	for _, p := range []string{"full copy of 300000 files", "one new version of one file", "catalog of 10000000 rows"} {
+		if l := line(missed, p); !strings.HasSuffix(l, "**MISSED**") {
+			t.Errorf("want missed: %s", l)
+		}
+	}
+	if l := line(run(13*time.Second, 33*time.Second, 300*time.Millisecond, 2*time.Second, 120*mb, 220*mb), "one new version"); !strings.HasSuffix(l, "**MISSED**") {
+		t.Errorf("6.7× rclone is not 10×: %s", l)
+	}
+	if l := line(run(13*time.Second, 33*time.Second, 300*time.Millisecond, 5*time.Second, 160*mb, 220*mb), "one new version"); !strings.HasSuffix(l, "**MISSED**") {
+		t.Errorf("160 MiB is not under 150: %s", l)
+	}
+}
