@@ -103,8 +103,9 @@ type Store struct {
 	opts      Options
 	checksums bool // ask for CRC32 checksums on multipart uploads
 	parts     *partPool
-	// bucketFound is set once a listing answered: a later 404 to HEAD is
-	// an absent object, not a missing bucket (see headNotFound).
+	// bucketFound is set once the bucket answered a request with an
+	// object or a listing: a later 404 to HEAD is an absent object, not a
+	// missing bucket or an unknown key (see headNotFound).
 	bucketFound atomic.Bool
 }
 
@@ -438,6 +439,7 @@ func (s *Store) OpenVersion(ctx context.Context, name string) (io.ReadCloser, ba
 			}
 			return backend.Response{}, s.err("open", name, err)
 		}
+		s.bucketFound.Store(true)
 		if off == 0 {
 			etag, size = aws.ToString(out.ETag), aws.ToInt64(out.ContentLength)
 			resp := backend.Response{Body: out.Body, Size: size, Pinned: etag != ""}
@@ -486,15 +488,19 @@ func (s *Store) Stat(ctx context.Context, name string) (backend.FileInfo, error)
 		}
 		return backend.FileInfo{}, s.err("stat", name, err)
 	}
+	s.bucketFound.Store(true)
 	return backend.FileInfo{Name: name, Size: aws.ToInt64(out.ContentLength), Version: aws.ToString(out.ETag)}, nil
 }
 
 // headNotFound says what a 404 to HEAD means. A HEAD answer has no body,
 // so its error code is only "NotFound" whether the object, the bucket or
-// (on Versity) the access key is unknown. Until one such probe found the
-// bucket there, a one-key listing of the bucket asks: its answer has a
-// body and so a code. A listing refused for want of rights (403
-// AccessDenied) tells nothing: the 404 then stays an absent object.
+// (on Versity) the access key is unknown. Until the bucket has answered
+// a request with an object or a listing, a one-key listing of the bucket
+// asks: its answer has a body and so a code. A listing refused for want
+// of rights (403 AccessDenied) tells nothing: the 404 then stays an
+// absent object. After an answer it is not asked again: on Versity's
+// posix store a listing from a name in a folder of 300,000 files took
+// 0.33 s, most of a run that mirrors one new version.
 func (s *Store) headNotFound(ctx context.Context, op, name string, headErr error) error {
 	if !s.bucketFound.Load() {
 		_, err := s.client.ListObjectsV2(ctx, &awss3.ListObjectsV2Input{
@@ -637,6 +643,7 @@ func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrd
 			}
 			return fmt.Errorf("%s: listing: %w", s.addr(prefix), err)
 		}
+		s.bucketFound.Store(true)
 		for _, obj := range page.Contents {
 			key := aws.ToString(obj.Key)
 			if inOrder && prev != "" && key <= prev {
@@ -698,6 +705,7 @@ func (s *Store) ListPage(ctx context.Context, prefix, from string) ([]backend.Fi
 			}
 			return nil, false, fmt.Errorf("%s: listing: %w", s.addr(prefix), err)
 		}
+		s.bucketFound.Store(true)
 		last := after
 		for _, obj := range out.Contents {
 			key := aws.ToString(obj.Key)

@@ -535,3 +535,58 @@ func TestCheckedReadLeavesTheTransferCheckToTheCaller(t *testing.T) {
 		t.Fatalf("checked read returned %d bytes, equal to what was written: %v; want the damaged body", len(got), bytes.Equal(got, content))
 	}
 }
+
+// A 404 to HEAD is asked about with a one-key listing (is it the bucket,
+// or the key, that is unknown?) only until the bucket has answered: after
+// a listing, an object read or a HEAD that found one, an absent object is
+// absent with no listing more.
+func TestAbsentObjectAfterAnAnswerAsksNoListing(t *testing.T) {
+	srv := startS3(t)
+	bucket := srv.Bucket(t)
+	u, _ := url.Parse(srv.Endpoint)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	var lists atomic.Int32
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("list-type") == "2" {
+			lists.Add(1)
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	addr := strings.Replace(srv.URL(bucket, "p"), url.QueryEscape(srv.Endpoint), url.QueryEscape(proxy.URL), 1)
+	ctx := context.Background()
+	if err := open(t, addr, s3.Options{}).Put(ctx, "there", strings.NewReader("x"), 1); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		first string
+		do    func(st *s3.Store) error
+		want  int32 // listings made in all
+	}{
+		{"nothing", func(*s3.Store) error { return nil }, 1},
+		{"a listing", func(st *s3.Store) error { return st.List(ctx, "", func(backend.FileInfo) error { return nil }) }, 1},
+		{"a read", func(st *s3.Store) error {
+			rc, err := st.Open(ctx, "there")
+			if err == nil {
+				rc.Close()
+			}
+			return err
+		}, 0},
+		{"a HEAD that found the object", func(st *s3.Store) error { _, err := st.Stat(ctx, "there"); return err }, 0},
+	} {
+		st := open(t, addr, s3.Options{})
+		if err := c.do(st); err != nil {
+			t.Fatal(err)
+		}
+		lists.Store(0)
+		if c.first == "a listing" {
+			lists.Store(1) // the listing itself
+		}
+		if _, err := st.Stat(ctx, "absent"); !backend.IsNotExist(err) {
+			t.Fatalf("after %s: Stat of an absent object: %v", c.first, err)
+		}
+		if got := lists.Load(); got != c.want {
+			t.Errorf("after %s: %d listings in all, want %d", c.first, got, c.want)
+		}
+	}
+}
