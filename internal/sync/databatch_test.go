@@ -124,18 +124,11 @@ func TestNextBatchIsCopiedWhileTheBarrierRuns(t *testing.T) {
 	if _, err := generate.Generate(ctx, up, generate.Options{Versions: 1, FilesPerVersion: 12, FastParquet: true}); err != nil {
 		t.Fatal(err)
 	}
-	src, err := local.Open(up)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := local.Create(mirror)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer dst.Close()
-	sink := &overlapSink{Backend: dst}
-	rep, err := fdlsync.Run(ctx, src, sink, fdlsync.Options{Concurrency: 2})
+	var sink *overlapSink
+	rep, err := runLocalThrough(t, up, mirror, fdlsync.Options{Concurrency: 2}, func(b backend.Backend) backend.Backend {
+		sink = &overlapSink{Backend: b}
+		return sink
+	})
 	if err != nil || !rep.OK() {
 		t.Fatalf("run: %v %+v", err, rep)
 	}
