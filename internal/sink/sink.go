@@ -59,6 +59,7 @@ type Options struct {
 // Sink is a mirror being written by one run.
 type Sink struct {
 	b      backend.Backend // behind the write guard when Options.Guarded
+	copier backend.Copier  // b's server-side copies; nil where it has none
 	opts   Options
 	log    *zap.Logger
 	locked atomic.Bool // the run holds the mirror's lock (see guard.go)
@@ -89,6 +90,7 @@ func New(b backend.Backend, opts Options) *Sink {
 	if opts.Guarded {
 		s.b = guarded{b, &s.locked}
 	}
+	s.copier, _ = backend.As[backend.Copier](s.b)
 	return s
 }
 
