@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
 )
 
 // root is the repository, seen from this package's folder.
