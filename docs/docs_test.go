@@ -1,5 +1,6 @@
-// Tests that keep the documentation true to the program: every metric the
-// daemon exports is documented, nothing documented is gone, and every
+// Tests that keep the documentation true to the program: every refusal
+// reason the engine reports and every metric the daemon exports is
+// documented, nothing documented is gone, and every
 // relative link resolves. Each list is taken from the program itself
 // (its syntax trees, its parser, its registry), never kept here by hand; a
 // command's flags are checked the same way in cmd/fdl-mirror
@@ -170,6 +171,53 @@ func diff(want, got []string) []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// --- refusal reasons ---
+
+// refusalReasons returns the engine's refusal reasons: the values of the
+// Reason* constants of internal/sync, which TestEveryRefusalReasonIsAsserted
+// holds to be the whole list, by constant.
+func refusalReasons(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for name, v := range stringConsts(t, "internal/sync") {
+		if strings.HasPrefix(name, "Reason") && ast.IsExported(name) {
+			out[name] = v
+		}
+	}
+	if len(out) < 10 || out["ReasonSHA256"] != "sha256-mismatch" {
+		t.Fatalf("the refusal reasons found look wrong: %v", out)
+	}
+	return out
+}
+
+// reasonHeading is a reason's section in docs/refusals.md; its anchor is
+// the reason itself (#sha256-mismatch), which the alert rules link to.
+var reasonHeading = regexp.MustCompile("(?m)^### `([a-z0-9-]+)`$")
+
+// docs/refusals.md has a section for each refusal reason the engine
+// reports, and none for a reason it does not.
+func TestRefusalsDocCoversEveryReason(t *testing.T) {
+	var reasons []string
+	for _, v := range refusalReasons(t) {
+		reasons = append(reasons, v)
+	}
+	doc := readText(t, "docs/refusals.md")
+	var documented []string
+	for _, m := range reasonHeading.FindAllStringSubmatch(doc, -1) {
+		documented = append(documented, m[1])
+	}
+	for _, r := range diff(reasons, documented) {
+		t.Errorf("docs/refusals.md: no section \"### `%s`\"", r)
+	}
+	for _, r := range diff(documented, reasons) {
+		t.Errorf("docs/refusals.md: a section for %q, which is no refusal reason of the engine", r)
+	}
+	// Teeth: without its first section, the doc fails.
+	if len(diff(reasons, documented[1:])) == 0 && !slices.Contains(documented[1:], documented[0]) {
+		t.Error("docs/refusals.md without its first section passes")
+	}
 }
 
 // --- metrics ---
