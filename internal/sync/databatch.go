@@ -171,7 +171,7 @@ func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Sorte
 // readSinkSorted reads one catalog of a version in the sink.
 func (e *engine) readSinkSorted(ctx context.Context, id, file string) (*catalog.Sorted, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := e.catalogs.Fetch(ctx, e.sink.Backend(), name)
+	fetched, err := e.sink.FetchCatalog(ctx, e.catalogs, name)
 	if err != nil {
 		return nil, err
 	}
