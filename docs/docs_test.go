@@ -1,5 +1,5 @@
-// Tests that keep the documentation true to the program: every refusal
-// reason the engine reports and every metric the daemon exports is
+// Tests that keep the documentation true to the program: every config key
+// the parser accepts, every refusal reason the engine reports and every metric the daemon exports is
 // documented, nothing documented is gone, and every
 // relative link resolves. Each list is taken from the program itself
 // (its syntax trees, its parser, its registry), never kept here by hand; a
@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
 )
 
 // root is the repository, seen from this package's folder.
@@ -171,6 +173,116 @@ func diff(want, got []string) []string {
 	}
 	sort.Strings(out)
 	return slices.Compact(out)
+}
+
+// --- config keys ---
+
+// configKeys returns every key the config parser knows: the string cases
+// of each `switch key` in internal/config, by the function holding it
+// (parse: the top level, mirror: an entry of mirrors:, notifyTargets: an
+// entry of a notify: list).
+func configKeys(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, f := range parseDir(t, "internal/config") {
+		for _, decl := range f.Decls {
+			fn, ok := decl.(*ast.FuncDecl)
+			if !ok || fn.Body == nil {
+				continue
+			}
+			ast.Inspect(fn.Body, func(n ast.Node) bool {
+				sw, ok := n.(*ast.SwitchStmt)
+				if !ok {
+					return true
+				}
+				if tag, ok := sw.Tag.(*ast.Ident); !ok || tag.Name != "key" {
+					return true
+				}
+				for _, stmt := range sw.Body.List {
+					for _, e := range stmt.(*ast.CaseClause).List {
+						if lit, ok := e.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							s, _ := strconv.Unquote(lit.Value)
+							out[fn.Name.Name] = append(out[fn.Name.Name], s)
+						}
+					}
+				}
+				return true
+			})
+		}
+	}
+	return out
+}
+
+// acceptedSomewhere says whether the parser takes key at the top level, in
+// a mirror or in a notify entry: whatever it says of the value, it does not
+// call the key unknown.
+func acceptedSomewhere(key string) bool {
+	docs := []string{
+		fmt.Sprintf("mirrors: [{name: a, source: /a, sink: /b}]\n%s: null\n", key),
+		fmt.Sprintf("mirrors: [{name: a, source: /a, sink: /b, %s: null}]\n", key),
+		fmt.Sprintf("mirrors: [{name: a, source: /a, sink: /b}]\nnotify: [{%s: null}]\n", key),
+	}
+	for _, doc := range docs {
+		_, err := config.Parse([]byte(doc), "", func(string) (string, bool) { return "", false })
+		if err == nil || !strings.Contains(err.Error(), "unknown key "+strconv.Quote(key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// keyLine is a key in config.example.yaml, set or commented out.
+func keyInExample(example, key string) bool {
+	return regexp.MustCompile(`(?m)^[ \t#-]*` + regexp.QuoteMeta(key) + `:`).MatchString(example)
+}
+
+// Every key the config parser accepts has a row in docs/config.md and
+// appears in config.example.yaml (set, or commented out); every key
+// docs/config.md lists is one the parser accepts.
+func TestConfigDocsListEveryKey(t *testing.T) {
+	byFunc := configKeys(t)
+	var keys []string
+	for _, ks := range byFunc {
+		keys = append(keys, ks...)
+	}
+	sort.Strings(keys)
+	keys = slices.Compact(keys)
+	if len(keys) < 30 || !slices.Contains(keys, "catalog_timeout") || !slices.Contains(byFunc["parse"], "mirrors") {
+		t.Fatalf("the config keys found look wrong: %v", byFunc)
+	}
+	// What the syntax trees say, the parser confirms; and it refuses a
+	// key it does not know, so the confirmation can fail.
+	for _, k := range keys {
+		if !acceptedSomewhere(k) {
+			t.Errorf("%q is a case of a key switch in internal/config, yet the parser calls it unknown everywhere", k)
+		}
+	}
+	if acceptedSomewhere("catalog_timout") {
+		t.Fatal("the parser accepts a misspelt key; the probe is broken")
+	}
+
+	doc := readText(t, "docs/config.md")
+	rows := tableRows(doc)
+	for _, k := range diff(keys, rows) {
+		t.Errorf("docs/config.md: no row for the key %s (a row starts \"| `%s`\")", k, k)
+	}
+	for _, k := range diff(rows, keys) {
+		t.Errorf("docs/config.md: a row for %q, which the parser does not accept", k)
+	}
+	example := readText(t, "config.example.yaml")
+	for _, k := range keys {
+		if !keyInExample(example, k) {
+			t.Errorf("config.example.yaml: no %s: (set it, or show it commented out)", k)
+		}
+	}
+
+	// The checks have teeth.
+	if len(diff(keys, rows[1:])) == 0 && !slices.Contains(rows[1:], rows[0]) {
+		t.Error("docs/config.md without its first row passes")
+	}
+	if keyInExample(strings.ReplaceAll(example, "catalog_timeout:", "catalog_tmeout:"), "catalog_timeout") {
+		t.Error("an example without catalog_timeout passes")
+	}
 }
 
 // --- refusal reasons ---
