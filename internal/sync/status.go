@@ -24,7 +24,7 @@ func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection
 	var seen sink.UpstreamState
 	if dst != nil {
 		var err error
-		if mine, _, err = repo.ReadRefs(ctx, dst); err != nil {
+		if mine, _, err = sink.ReadRefs(ctx, dst); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
 		if seen, _, err = sink.ReadUpstreamState(ctx, dst); err != nil {
