@@ -22,6 +22,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"gopkg.in/yaml.v3"
 )
 
 // root is the repository, seen from this package's folder.
@@ -585,5 +586,65 @@ func TestRelativeLinksResolve(t *testing.T) {
 	// Teeth: a link to a missing file, and to a missing heading, fail.
 	if b := brokenLinks(t, "README.md", "[a](docs/nothing.md) [b](docs/deploy.md#nothing-here) [c](docs/deploy.md#secrets)"); len(b) != 2 {
 		t.Errorf("broken links found in a made-up text: %v, want 2", b)
+	}
+}
+
+// --- alert rules ---
+
+// runbookBase is where the rules' runbook_url annotations point: the
+// repository's docs as GitHub shows them.
+const runbookBase = "https://github.com/fdl-mirror/fdl-mirror/blob/main/"
+
+// Every alert rule has a runbook_url into docs/refusals.md or
+// docs/deploy.md, at a heading that is there; the refusal alert's URL
+// names the reason's own section, for every reason.
+func TestAlertsLinkToTheirRunbooks(t *testing.T) {
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(readText(t, "deploy/prometheus/alerts.yaml")), &file); err != nil {
+		t.Fatal(err)
+	}
+	reasons := refusalReasons(t)
+	alerts := 0
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts++
+			url := r.Annotations["runbook_url"]
+			rel, ok := strings.CutPrefix(url, runbookBase)
+			if !ok {
+				t.Errorf("alert %s: runbook_url %q does not start with %s", r.Alert, url, runbookBase)
+				continue
+			}
+			path, anchor, _ := strings.Cut(rel, "#")
+			if path != "docs/refusals.md" && path != "docs/deploy.md" {
+				t.Errorf("alert %s: runbook_url %q points outside docs/refusals.md and docs/deploy.md", r.Alert, url)
+				continue
+			}
+			have := anchors(readText(t, path))
+			targets := []string{anchor}
+			if strings.Contains(anchor, "{{ $labels.reason }}") {
+				targets = nil
+				for _, v := range reasons {
+					targets = append(targets, strings.ReplaceAll(anchor, "{{ $labels.reason }}", v))
+				}
+			}
+			for _, a := range targets {
+				if a == "" || !have[a] {
+					t.Errorf("alert %s: runbook_url %q: no heading #%s in %s", r.Alert, url, a, path)
+				}
+			}
+		}
+	}
+	if alerts < 5 {
+		t.Fatalf("found %d alerts; the parse is wrong", alerts)
 	}
 }
