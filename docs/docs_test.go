@@ -13,6 +13,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -646,5 +647,69 @@ func TestAlertsLinkToTheirRunbooks(t *testing.T) {
 	}
 	if alerts < 5 {
 		t.Fatalf("found %d alerts; the parse is wrong", alerts)
+	}
+}
+
+// --- the benchmarks' current table ---
+
+// scripts/bench-doc, which a full `make bench` runs, makes the current
+// table of BENCHMARKS.md from fdl-bench's report: given the report its
+// table was made from (the heading a level up, no command line, and
+// requests by kind, which it leaves out), it writes that section back as
+// it is, over a stale one, and leaves the rest of the file alone.
+func TestBenchDocRewritesTheCurrentTable(t *testing.T) {
+	const begin, end = "<!-- make bench: begin", "<!-- make bench: end -->"
+	doc := readText(t, "BENCHMARKS.md")
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("BENCHMARKS.md: no %q ... %q section", begin, end)
+	}
+	i += strings.IndexByte(doc[i:], '\n') + 1
+	section := doc[i:j]
+	var report strings.Builder
+	command := ""
+	for _, line := range strings.SplitAfter(section, "\n") {
+		if c, ok := strings.CutPrefix(line, "- command: `"); ok {
+			command = strings.TrimSuffix(strings.TrimSpace(c), "`")
+			continue
+		}
+		if strings.HasPrefix(line, "Targets") {
+			report.WriteString("Requests by kind:\n\n- small, no-op, local→local, fdl-mirror: source open 3\n- medium, no-op, s3→s3, rclone copy: source ListObjects 77\n\n")
+		}
+		if h, ok := strings.CutPrefix(line, "### Results"); ok {
+			line = "## Results" + h
+		}
+		report.WriteString(line)
+	}
+	if command == "" || !strings.Contains(report.String(), "Requests by kind") {
+		t.Fatalf("the current table has no command line or no targets:\n%s", section)
+	}
+	dir := t.TempDir()
+	reportPath, docPath := filepath.Join(dir, "bench.md"), filepath.Join(dir, "BENCHMARKS.md")
+	stale := doc[:i] + "| stale | table |\n" + doc[j:]
+	if err := os.WriteFile(reportPath, []byte(report.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(docPath, []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", filepath.Join(root, "scripts", "bench-doc"), reportPath, docPath, command)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/bench-doc: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != doc {
+		t.Errorf("scripts/bench-doc did not give back BENCHMARKS.md from the report of its own table; got:\n%s", got)
+	}
+
+	// A document without the marks is refused, not rewritten.
+	if err := os.WriteFile(docPath, []byte("# no marks\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("sh", filepath.Join(root, "scripts", "bench-doc"), reportPath, docPath).Run(); err == nil {
+		t.Error("scripts/bench-doc rewrote a document without its marks")
 	}
 }
