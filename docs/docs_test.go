@@ -13,6 +13,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -22,6 +23,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"gopkg.in/yaml.v3"
 )
 
 // root is the repository, seen from this package's folder.
@@ -585,5 +587,129 @@ func TestRelativeLinksResolve(t *testing.T) {
 	// Teeth: a link to a missing file, and to a missing heading, fail.
 	if b := brokenLinks(t, "README.md", "[a](docs/nothing.md) [b](docs/deploy.md#nothing-here) [c](docs/deploy.md#secrets)"); len(b) != 2 {
 		t.Errorf("broken links found in a made-up text: %v, want 2", b)
+	}
+}
+
+// --- alert rules ---
+
+// runbookBase is where the rules' runbook_url annotations point: the
+// repository's docs as GitHub shows them.
+const runbookBase = "https://github.com/fdl-mirror/fdl-mirror/blob/main/"
+
+// Every alert rule has a runbook_url into docs/refusals.md or
+// docs/deploy.md, at a heading that is there; the refusal alert's URL
+// names the reason's own section, for every reason.
+func TestAlertsLinkToTheirRunbooks(t *testing.T) {
+	var file struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `yaml:"alert"`
+				Annotations map[string]string `yaml:"annotations"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal([]byte(readText(t, "deploy/prometheus/alerts.yaml")), &file); err != nil {
+		t.Fatal(err)
+	}
+	reasons := refusalReasons(t)
+	alerts := 0
+	for _, g := range file.Groups {
+		for _, r := range g.Rules {
+			if r.Alert == "" {
+				continue
+			}
+			alerts++
+			url := r.Annotations["runbook_url"]
+			rel, ok := strings.CutPrefix(url, runbookBase)
+			if !ok {
+				t.Errorf("alert %s: runbook_url %q does not start with %s", r.Alert, url, runbookBase)
+				continue
+			}
+			path, anchor, _ := strings.Cut(rel, "#")
+			if path != "docs/refusals.md" && path != "docs/deploy.md" {
+				t.Errorf("alert %s: runbook_url %q points outside docs/refusals.md and docs/deploy.md", r.Alert, url)
+				continue
+			}
+			have := anchors(readText(t, path))
+			targets := []string{anchor}
+			if strings.Contains(anchor, "{{ $labels.reason }}") {
+				targets = nil
+				for _, v := range reasons {
+					targets = append(targets, strings.ReplaceAll(anchor, "{{ $labels.reason }}", v))
+				}
+			}
+			for _, a := range targets {
+				if a == "" || !have[a] {
+					t.Errorf("alert %s: runbook_url %q: no heading #%s in %s", r.Alert, url, a, path)
+				}
+			}
+		}
+	}
+	if alerts < 5 {
+		t.Fatalf("found %d alerts; the parse is wrong", alerts)
+	}
+}
+
+// --- the benchmarks' current table ---
+
+// scripts/bench-doc, which a full `make bench` runs, makes the current
+// table of BENCHMARKS.md from fdl-bench's report: given the report its
+// table was made from (the heading a level up, no command line, and
+// requests by kind, which it leaves out), it writes that section back as
+// it is, over a stale one, and leaves the rest of the file alone.
+func TestBenchDocRewritesTheCurrentTable(t *testing.T) {
+	const begin, end = "<!-- make bench: begin", "<!-- make bench: end -->"
+	doc := readText(t, "BENCHMARKS.md")
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		t.Fatalf("BENCHMARKS.md: no %q ... %q section", begin, end)
+	}
+	i += strings.IndexByte(doc[i:], '\n') + 1
+	section := doc[i:j]
+	var report strings.Builder
+	command := ""
+	for _, line := range strings.SplitAfter(section, "\n") {
+		if c, ok := strings.CutPrefix(line, "- command: `"); ok {
+			command = strings.TrimSuffix(strings.TrimSpace(c), "`")
+			continue
+		}
+		if strings.HasPrefix(line, "Targets") {
+			report.WriteString("Requests by kind:\n\n- small, no-op, local→local, fdl-mirror: source open 3\n- medium, no-op, s3→s3, rclone copy: source ListObjects 77\n\n")
+		}
+		if h, ok := strings.CutPrefix(line, "### Results"); ok {
+			line = "## Results" + h
+		}
+		report.WriteString(line)
+	}
+	if command == "" || !strings.Contains(report.String(), "Requests by kind") {
+		t.Fatalf("the current table has no command line or no targets:\n%s", section)
+	}
+	dir := t.TempDir()
+	reportPath, docPath := filepath.Join(dir, "bench.md"), filepath.Join(dir, "BENCHMARKS.md")
+	stale := doc[:i] + "| stale | table |\n" + doc[j:]
+	if err := os.WriteFile(reportPath, []byte(report.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(docPath, []byte(stale), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", filepath.Join(root, "scripts", "bench-doc"), reportPath, docPath, command)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("scripts/bench-doc: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(docPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != doc {
+		t.Errorf("scripts/bench-doc did not give back BENCHMARKS.md from the report of its own table; got:\n%s", got)
+	}
+
+	// A document without the marks is refused, not rewritten.
+	if err := os.WriteFile(docPath, []byte("# no marks\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := exec.Command("sh", filepath.Join(root, "scripts", "bench-doc"), reportPath, docPath).Run(); err == nil {
+		t.Error("scripts/bench-doc rewrote a document without its marks")
 	}
 }
