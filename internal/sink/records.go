@@ -37,12 +37,6 @@ func (s *Sink) ReadSignature(ctx context.Context, id string) ([]byte, error) {
 	return ReadSignature(ctx, s.b, id)
 }
 
-// SourceRecord reads the source on record in the mirror
-// (ReadSourceRecord); nil where there is none.
-func (s *Sink) SourceRecord(ctx context.Context) (*SourceRecord, error) {
-	return ReadSourceRecord(ctx, s.b)
-}
-
 // ReadRefs reads the refs of the mirror r as a reader of it finds them
 // (repo.ReadRefs): refs that break the rules are left out, with their
 // reasons in bad; the error is for refs that cannot be read at all.
