@@ -49,6 +49,7 @@ type Metrics struct {
 	prunes        *prometheus.CounterVec
 	pruned        *prometheus.CounterVec
 	sandbox       *prometheus.GaugeVec
+	landlockABI   prometheus.Gauge
 }
 
 // NewMetrics makes the metrics and registers them, with the Go runtime and
@@ -142,9 +143,13 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "catalog_sandbox",
 			Help: "1 when catalog readers are confined by the layer (landlock, seccomp), 0 when the kernel does not give it.",
 		}, []string{"layer"}),
+		landlockABI: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "catalog_sandbox_landlock_abi",
+			Help: "The Landlock ABI catalog readers are confined with (0: none). Landlock counts as a layer from ABI 1 with seccomp, from 6 without.",
+		}),
 	}
 	m.Registry.MustRegister(
-		m.sandbox,
+		m.sandbox, m.landlockABI,
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
@@ -160,6 +165,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) CatalogSandbox(l catalog.Layers) {
 	m.sandbox.WithLabelValues("landlock").Set(b2f(l.Landlock()))
 	m.sandbox.WithLabelValues("seccomp").Set(b2f(l.Seccomp))
+	m.landlockABI.Set(float64(l.LandlockABI))
 }
 
 func b2f(b bool) float64 {
