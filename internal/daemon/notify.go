@@ -5,11 +5,14 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +45,16 @@ const (
 // SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the body,
 // keyed with the receiver's secret.
 const SignatureHeader = "X-Fdl-Mirror-Signature"
+
+// Standard Webhooks (standardwebhooks.com) headers: the event's id, the
+// Unix time of the attempt, and "v1," and the base64 HMAC-SHA256 of
+// id.timestamp.body, which receivers' libraries check, the timestamp
+// within a tolerance so that an old event cannot be replayed.
+const (
+	WebhookIDHeader        = "webhook-id"
+	WebhookTimestampHeader = "webhook-timestamp"
+	WebhookSignatureHeader = "webhook-signature"
+)
 
 // Notification results, the values of notifications_total's "result" label.
 const (
@@ -208,6 +221,8 @@ func NewNotifier(log *zap.Logger, reg prometheus.Registerer, opts NotifyOptions)
 		// DefaultBackoff honours a Retry-After of any length: bound it.
 		return minDuration(retryablehttp.DefaultBackoff(min, max, attempt, resp), max)
 	}
+	// A retry is signed afresh: its webhook-timestamp is its own time.
+	c.PrepareRetry = signAttempt
 	c.HTTPClient = &http.Client{
 		Timeout: opts.AttemptTimeout,
 		// A receiver answers where it was configured: a redirect is a
@@ -495,6 +510,50 @@ func Sign(body []byte, secret string) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
+// WebhookKey is the HMAC key of a Standard Webhooks signature: a secret
+// written as the spec serializes one ("whsec_" and base64) is the bytes it
+// encodes; any other secret is its own bytes.
+func WebhookKey(secret string) []byte {
+	if rest, ok := strings.CutPrefix(secret, "whsec_"); ok {
+		if key, err := base64.StdEncoding.DecodeString(rest); err == nil {
+			return key
+		}
+	}
+	return []byte(secret)
+}
+
+// SignWebhook returns the webhook-signature value of an event: "v1," and
+// the base64 HMAC-SHA256 of id.timestamp.body keyed with WebhookKey(secret).
+func SignWebhook(id string, timestamp int64, body []byte, secret string) string {
+	mac := hmac.New(sha256.New, WebhookKey(secret))
+	fmt.Fprintf(mac, "%s.%d.", id, timestamp)
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// signing is what re-signs an attempt: each carries its own timestamp.
+type signing struct {
+	id     string
+	body   []byte
+	secret string
+}
+
+type signingKey struct{}
+
+// signAttempt sets the headers of one attempt of a delivery.
+func signAttempt(req *http.Request) error {
+	s, ok := req.Context().Value(signingKey{}).(signing)
+	if !ok {
+		return nil
+	}
+	now := time.Now().Unix()
+	req.Header.Set(SignatureHeader, Sign(s.body, s.secret))
+	req.Header.Set(WebhookIDHeader, s.id)
+	req.Header.Set(WebhookTimestampHeader, strconv.FormatInt(now, 10))
+	req.Header.Set(WebhookSignatureHeader, SignWebhook(s.id, now, s.body, s.secret))
+	return nil
+}
+
 // deliver posts one event to one receiver, with retries.
 func (n *Notifier) deliver(d delivery) {
 	label := targetLabel(d.target.URL)
@@ -502,6 +561,7 @@ func (n *Notifier) deliver(d delivery) {
 	// Every retry included: a receiver cannot hold a worker longer.
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.DeliveryTimeout)
 	defer cancel()
+	ctx = context.WithValue(ctx, signingKey{}, signing{id: d.id, body: d.body, secret: d.target.Secret.Reveal()})
 	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, d.target.URL, d.body)
 	if err != nil {
 		n.total.WithLabelValues(label, NotifyFailed).Inc()
@@ -509,8 +569,8 @@ func (n *Notifier) deliver(d delivery) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/cloudevents+json")
-	req.Header.Set(SignatureHeader, Sign(d.body, d.target.Secret.Reveal()))
 	req.Header.Set("User-Agent", "fdl-mirror")
+	signAttempt(req.Request)
 	resp, err := n.client.Do(req)
 	if err != nil {
 		if n.ctx.Err() != nil {
