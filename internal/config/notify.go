@@ -185,6 +185,9 @@ func (p *parser) finishNotify(cfg *Config) {
 	if cfg.TriggerTokenFile != "" && cfg.Listen == "" {
 		p.addf(p.triggerLine, "trigger_token_file: the trigger is served on the listen address; set listen too")
 	}
+	if cfg.TriggerSecretFile != "" && cfg.Listen == "" {
+		p.addf(p.triggerSecretLine, "trigger_secret_file: the trigger is served on the listen address; set listen too")
+	}
 }
 
 // spoolFile reads notify_spool: a file in a folder that exists, relative

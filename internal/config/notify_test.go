@@ -221,3 +221,20 @@ mirrors:
 		t.Errorf("want 2 problems, got:\n%v", ps)
 	}
 }
+
+func TestTriggerSecretFileIsReadAndNeedsListen(t *testing.T) {
+	dir := t.TempDir()
+	secret := writeSecret(t, dir, "s", "trigger-secret-0123456789")
+	cfg, err := Parse([]byte("listen: 127.0.0.1:0\ntrigger_secret_file: s\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n"), filepath.Join(dir, "c.yaml"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TriggerSecret.Reveal() != "trigger-secret-0123456789" || cfg.TriggerSecretFile != secret {
+		t.Errorf("trigger secret %q from %q", cfg.TriggerSecret.Reveal(), cfg.TriggerSecretFile)
+	}
+	ps := problems(t, "trigger_secret_file: "+secret+"\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n", nil)
+	wantProblem(t, ps, 1, "trigger_secret_file", "set listen too")
+	bad := writeSecret(t, dir, "bad", "whsec_not*base64*at*all*0123")
+	ps = problems(t, "listen: 127.0.0.1:0\ntrigger_secret_file: "+bad+"\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n", nil)
+	wantProblem(t, ps, 2, "trigger_secret_file", "not standard base64")
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -525,10 +526,41 @@ func WebhookKey(secret string) []byte {
 // SignWebhook returns the webhook-signature value of an event: "v1," and
 // the base64 HMAC-SHA256 of id.timestamp.body keyed with WebhookKey(secret).
 func SignWebhook(id string, timestamp int64, body []byte, secret string) string {
+	return signWebhook(id, strconv.FormatInt(timestamp, 10), body, secret)
+}
+
+// signWebhook signs the timestamp as written in the header.
+func signWebhook(id, timestamp string, body []byte, secret string) string {
 	mac := hmac.New(sha256.New, WebhookKey(secret))
-	fmt.Fprintf(mac, "%s.%d.", id, timestamp)
+	mac.Write([]byte(id + "." + timestamp + "."))
 	mac.Write(body)
 	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// WebhookTolerance is how far a webhook-timestamp may be from the
+// receiver's clock, as Standard Webhooks' libraries allow.
+const WebhookTolerance = 5 * time.Minute
+
+// VerifyWebhook checks a request's Standard Webhooks headers as a receiver
+// does: a webhook-id, a webhook-timestamp within WebhookTolerance of now,
+// and a v1 signature of id.timestamp.body with secret. It returns the id;
+// refusing one seen before is the caller's part.
+func VerifyWebhook(h http.Header, body []byte, secret string, now time.Time) (string, error) {
+	id, ts := h.Get(WebhookIDHeader), h.Get(WebhookTimestampHeader)
+	sent, err := strconv.ParseInt(ts, 10, 64)
+	if id == "" || err != nil {
+		return "", errors.New("no webhook-id or webhook-timestamp")
+	}
+	if age := now.Sub(time.Unix(sent, 0)); age > WebhookTolerance || age < -WebhookTolerance {
+		return "", fmt.Errorf("webhook-timestamp %s from now; the tolerance is %s", age.Round(time.Second), WebhookTolerance)
+	}
+	want := signWebhook(id, ts, body, secret)
+	for _, sig := range strings.Fields(h.Get(WebhookSignatureHeader)) {
+		if hmac.Equal([]byte(sig), []byte(want)) {
+			return id, nil
+		}
+	}
+	return "", errors.New("no webhook-signature made with the secret")
 }
 
 // signing is what re-signs an attempt: each carries its own timestamp.

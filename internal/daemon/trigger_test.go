@@ -16,8 +16,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -321,5 +323,79 @@ func TestAuthLogReportsTheFailuresSinceItsLastLine(t *testing.T) {
 	}
 	if len(a.addrs) > authLogAddresses+1 {
 		t.Errorf("%d addresses remembered, bound %d", len(a.addrs), authLogAddresses)
+	}
+}
+
+func TestASignedRefsUpdatedEventTriggersAMirrorAndAReplayDoesNot(t *testing.T) {
+	dir := t.TempDir()
+	secretPath := filepath.Join(dir, "trigger.secret")
+	if err := os.WriteFile(secretPath, []byte(whsecSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	var calls atomic.Int32
+	h := start(t, "trigger_secret_file: "+secretPath+"\n"+strings.ReplaceAll(mirrorsConfig(addr, "towns"), "@every 1s", "@every 1h"),
+		func(ctx context.Context, job mirror.Job, _ *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+			calls.Add(1)
+			return okReport(job), nil
+		})
+	waitFor(t, "the listener", 5*time.Second, func() bool { c, _ := get(t, "http://"+addr+"/readyz"); return c == 200 })
+	// The upstream mirror's notifier, its receiver this daemon's trigger;
+	// a receiver beside it keeps a copy of what was sent.
+	copyOf := newReceiver(t, accept)
+	n := NewNotifier(nil, prometheus.NewRegistry(), fastRetries)
+	up := testMirror(mirrorWithRecords(t, nil), "http://"+addr+"/mirrors/towns/sync", copyOf.URL)
+	for i := range up.Notify {
+		up.Notify[i].Secret = config.Secret(whsecSecret)
+	}
+	n.AfterRun(up, refMove("v1"))
+	n.Close(10 * time.Second)
+	waitFor(t, "the run the event triggered", 5*time.Second, func() bool { return calls.Load() == 1 })
+	if got := testutil.ToFloat64(h.d.trig.total.WithLabelValues("towns", TriggerStarted)); got != 1 {
+		t.Errorf("triggers started %v", got)
+	}
+
+	// The same request again: refused, nothing run.
+	sent := copyOf.requests()[0]
+	replay := func(hdr http.Header) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/mirrors/towns/sync", bytes.NewReader(sent.body))
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := replay(sent.header); code != http.StatusUnauthorized {
+		t.Errorf("a replayed event: %d, want 401", code)
+	}
+	// With a timestamp made fresh by the replayer: the signature fails.
+	forged := sent.header.Clone()
+	forged.Set(WebhookTimestampHeader, fmt.Sprint(time.Now().Unix()+1))
+	forged.Set(WebhookIDHeader, "another-id")
+	if code := replay(forged); code != http.StatusUnauthorized {
+		t.Errorf("a replay with a new id and timestamp: %d, want 401", code)
+	}
+	// An old event, never seen: refused for its time.
+	body := sent.body
+	old := time.Now().Add(-6 * time.Minute).Unix()
+	var ev CloudEvent
+	json.Unmarshal(body, &ev)
+	stale := http.Header{}
+	stale.Set(WebhookIDHeader, ev.ID+"x")
+	stale.Set(WebhookTimestampHeader, fmt.Sprint(old))
+	stale.Set(WebhookSignatureHeader, SignWebhook(ev.ID+"x", old, body, whsecSecret))
+	if code := replay(stale); code != http.StatusUnauthorized {
+		t.Errorf("an event signed 6 min ago: %d, want 401", code)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if calls.Load() != 1 {
+		t.Errorf("%d runs; replays started some", calls.Load())
+	}
+	if got := testutil.ToFloat64(h.d.trig.authFail); got != 3 {
+		t.Errorf("auth_failures_total %v, want 3", got)
 	}
 }
