@@ -2,25 +2,32 @@
 // written (the inventory, returned whole as a value), its state files
 // under .fdl-mirror/, the write guard of a run that locks lazily,
 // durability (barriers and the record of files written without one),
-// publishing a version folder (version.json last, behind a barrier), and
-// writing refs in the mirror's order: the refs-moving marker, the ref
-// files, refs.json, HEAD. It judges nothing of the upstream: its errors
-// are plain, and internal/sync, which plans a run, classifies them.
+// data files written from the source's streams or copied server-side,
+// publishing a version folder (version.json last, behind a barrier),
+// writing refs in the mirror's order (the refs-moving marker, the ref
+// files, refs.json, HEAD), and a prune's removals. Every write of a file
+// another run may change is fenced in one place (fence.go). It judges
+// nothing of the upstream: its errors are plain, and internal/sync, which
+// plans a run, classifies them.
 //
 // In a run (see internal/sync): TakeInventory while the source's refs
 // are read; Locked once the run holds the lock; then, version by
-// version, data files and folder files through Backend (each recorded
-// with RecordUnsynced where a barrier will cover it), PublishVersion;
-// SettleUnsynced at the end of stage one; WriteRefs for stage two; the
-// state files last.
+// version, data files (PutDataFile, CopyDataFile; each recorded with
+// RecordUnsynced where a barrier will cover it), the folder's files,
+// PublishVersion; SettleUnsynced at the end of stage one; WriteRefs for
+// stage two; the state files last. A prune: Replace (refs.json) and
+// Remove, each step made durable by Barrier.
 //
 // Files: sink.go (Sink, writing small files and catalogs), inventory.go
 // (the inventory, the data_dir listing), guard.go (the write guard),
-// durability.go (barriers, the unsynced record), versions.go (publishing
-// a version folder), refs.go (reading and writing refs, the marker),
-// state.go (pending.json, source.json, upstream.json), same.go (whether
-// the mirror holds the upstream's repository), lock/ (the mirror's lock,
-// and the state files' reading and writing).
+// datafiles.go (data files from the source), fence.go (writes and
+// removals conditional on what the run read), durability.go (barriers,
+// the unsynced record), versions.go (publishing a version folder),
+// refs.go (reading and writing refs, the marker), reads.go (catalogs and
+// state read back), state.go (pending.json, source.json, upstream.json),
+// same.go (whether the mirror holds the upstream's repository), runs.go
+// (scratch folder, stale uploads), lock/ (the mirror's lock, and the
+// state files' reading and writing).
 package sink
 
 import (
