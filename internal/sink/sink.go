@@ -48,7 +48,8 @@ import (
 
 // Options tune a Sink.
 type Options struct {
-	// DryRun writes nothing: every write is planned instead.
+	// DryRun writes nothing: every write is planned instead (see
+	// dryrun.go).
 	DryRun bool
 	// Guarded makes every write fail until Locked is called: the sink of
 	// a run that takes the mirror's lock only once it has work.
@@ -86,7 +87,7 @@ func New(b backend.Backend, opts Options) *Sink {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	if opts.Copied == nil {
+	if opts.Copied == nil || opts.DryRun {
 		opts.Copied = func(int64) {}
 	}
 	if opts.Planned == nil {
@@ -96,6 +97,10 @@ func New(b backend.Backend, opts Options) *Sink {
 	s.dur.barrier, _ = backend.As[backend.Barrier](b)
 	if opts.Guarded {
 		s.b = guarded{b, &s.locked}
+	}
+	if opts.DryRun {
+		// Outside the guard: a dry run's writes go nowhere, locked or not.
+		s.b = planned{s.b, opts.Planned}
 	}
 	s.copier, _ = backend.As[backend.Copier](s.b)
 	return s
@@ -119,10 +124,6 @@ func (s *Sink) IsLocked() bool { return s.locked.Load() }
 
 // PutBytes writes a small file (a ref, a record, refs.json).
 func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	if err := s.b.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
 		return err
 	}
@@ -134,10 +135,6 @@ func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
 // SHA-256 of the bytes that were read: a store that can check a write
 // against it (S3) stores those bytes or nothing.
 func (s *Sink) PutCatalog(ctx context.Context, name string, cat *catalog.Fetched) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	f, err := os.Open(cat.Path)
 	if err != nil {
 		return err
@@ -189,10 +186,6 @@ func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byt
 // published by another run, which is fine when it holds these bytes, and
 // means this run lost the mirror to another when it does not.
 func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	err := s.b.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
 	if errors.Is(err, backend.ErrExist) {
 		there, rerr := backend.ReadAll(ctx, s.b, name, int64(len(b))+1)
@@ -221,10 +214,6 @@ func zapErr(err error) zap.Field    { return zap.Error(err) }
 // the inventory and this create, or by our own create whose answer was
 // lost and retried), it returns that one for the caller to judge.
 func (s *Sink) CreateSettings(ctx context.Context, raw []byte) (existing []byte, err error) {
-	if s.opts.DryRun {
-		s.opts.Planned(repo.SettingsFile)
-		return nil, nil
-	}
 	err = s.b.Create(ctx, repo.SettingsFile, strings.NewReader(string(raw)), int64(len(raw)))
 	if errors.Is(err, backend.ErrExist) {
 		have, err := s.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile)
