@@ -43,8 +43,16 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 		fmt.Fprintf(fs.Output(), "usage: fdl-mirror %s\n\nflags:\n", synopsis)
 		fs.PrintDefaults()
 	}
+	if flagSetMade != nil {
+		flagSetMade(fs)
+	}
 	return fs
 }
+
+// flagSetMade, when set, is given each command's FlagSet as it is made:
+// the docs test collects the flags from it rather than from a list of its
+// own, so that a flag added to a command and not to docs/usage.md fails.
+var flagSetMade func(*flag.FlagSet)
 
 // stringList is a repeatable flag (--http-header A --http-header B).
 type stringList []string
@@ -185,6 +193,6 @@ func refuseUnreadWithConfig(fs *flag.FlagSet, read ...string) bool {
 	if len(unread) == 0 {
 		return false
 	}
-	fmt.Fprintf(os.Stderr, "fdl-mirror %s: not read with --config: %s; set it in the config file (its key is named beside the flag in README), or run without --config\n", fs.Name(), strings.Join(unread, ", "))
+	fmt.Fprintf(os.Stderr, "fdl-mirror %s: not read with --config: %s; set it in the config file (docs/usage.md names its key beside the flag), or run without --config\n", fs.Name(), strings.Join(unread, ", "))
 	return true
 }

@@ -37,6 +37,16 @@ Run 'fdl-mirror COMMAND -h' for a command's flags.
 Exit codes: 0 all good, 1 something refused, failed or behind, 2 usage or configuration error.
 `
 
+// commands are the commands that take flags, by name. docs/usage.md has a
+// section for each, naming every flag (TestUsageDocumentsEveryFlag).
+var commands = map[string]func(args []string) int{
+	"sync":   cmdSync,
+	"prune":  cmdPrune,
+	"verify": cmdVerify,
+	"status": cmdStatus,
+	"daemon": cmdDaemon,
+}
+
 // defaultMemoryLimit is a soft limit on the Go heap (GOMEMLIMIT overrides
 // it): the garbage collector works harder near it rather than let a long
 // run's heap double. DuckDB's own memory is bounded per catalog apart, in
@@ -60,17 +70,10 @@ func main() {
 	}
 	cmd, args := os.Args[1], os.Args[2:]
 	var code int
+	if run, ok := commands[cmd]; ok {
+		os.Exit(run(args))
+	}
 	switch cmd {
-	case "sync":
-		code = cmdSync(args)
-	case "prune":
-		code = cmdPrune(args)
-	case "verify":
-		code = cmdVerify(args)
-	case "status":
-		code = cmdStatus(args)
-	case "daemon":
-		code = cmdDaemon(args)
 	case "version", "--version", "-version":
 		fmt.Println("fdl-mirror", versionString())
 	case "help", "-h", "--help":
