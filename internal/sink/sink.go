@@ -106,10 +106,6 @@ func New(b backend.Backend, opts Options) *Sink {
 	return s
 }
 
-// Backend is the mirror's store, behind the write guard: data files are
-// copied into it from the source.
-func (s *Sink) Backend() backend.Backend { return s.b }
-
 // Location is the mirror's address, for messages.
 func (s *Sink) Location() string { return s.b.Location() }
 
