@@ -22,10 +22,6 @@ type DataStream interface {
 // of its bytes or none). The caller makes it durable (WithoutSync, then
 // a barrier) as it does the version's other files.
 func (s *Sink) PutDataFile(ctx context.Context, name string, f DataStream) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	if err := s.b.Put(ctx, name, f.Body(), f.Size()); err != nil {
 		if m := f.Mismatch(); m != nil {
 			return m
@@ -55,10 +51,6 @@ func (s *Sink) CanCopyFrom(o Origin) bool {
 // guard. ok false: the store declined (a file past its copy size), and
 // the caller streams it (PutDataFile).
 func (s *Sink) CopyDataFile(ctx context.Context, o Origin, name string, size int64) (ok bool, err error) {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return true, nil
-	}
 	if s.copier == nil {
 		return false, nil
 	}

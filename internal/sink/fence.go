@@ -21,10 +21,6 @@ import (
 // (version: its token as a read or listing gave it; "" where it was
 // absent, or the store has none). It is durable when it returns.
 func (s *Sink) Replace(ctx context.Context, name string, b []byte, version string) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	err := backend.ReplaceIfUnchanged(ctx, s.b, name, b, version)
 	if backend.IsPreconditionFailed(err) {
 		return fenced(name, err)
@@ -40,10 +36,6 @@ func (s *Sink) Replace(ctx context.Context, name string, b []byte, version strin
 // listed (version as for Replace; "" removes it whatever it holds). A
 // removal made under WithoutSync is durable at the next Barrier.
 func (s *Sink) Remove(ctx context.Context, name, version string) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	err := backend.RemoveIfUnchanged(ctx, s.b, name, version)
 	if backend.IsPreconditionFailed(err) {
 		return fenced(name, err)

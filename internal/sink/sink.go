@@ -2,25 +2,32 @@
 // written (the inventory, returned whole as a value), its state files
 // under .fdl-mirror/, the write guard of a run that locks lazily,
 // durability (barriers and the record of files written without one),
-// publishing a version folder (version.json last, behind a barrier), and
-// writing refs in the mirror's order: the refs-moving marker, the ref
-// files, refs.json, HEAD. It judges nothing of the upstream: its errors
-// are plain, and internal/sync, which plans a run, classifies them.
+// data files written from the source's streams or copied server-side,
+// publishing a version folder (version.json last, behind a barrier),
+// writing refs in the mirror's order (the refs-moving marker, the ref
+// files, refs.json, HEAD), and a prune's removals. Every write of a file
+// another run may change is fenced in one place (fence.go). It judges
+// nothing of the upstream: its errors are plain, and internal/sync, which
+// plans a run, classifies them.
 //
 // In a run (see internal/sync): TakeInventory while the source's refs
 // are read; Locked once the run holds the lock; then, version by
-// version, data files and folder files through Backend (each recorded
-// with RecordUnsynced where a barrier will cover it), PublishVersion;
-// SettleUnsynced at the end of stage one; WriteRefs for stage two; the
-// state files last.
+// version, data files (PutDataFile, CopyDataFile; each recorded with
+// RecordUnsynced where a barrier will cover it), the folder's files,
+// PublishVersion; SettleUnsynced at the end of stage one; WriteRefs for
+// stage two; the state files last. A prune: Replace (refs.json) and
+// Remove, each step made durable by Barrier.
 //
 // Files: sink.go (Sink, writing small files and catalogs), inventory.go
 // (the inventory, the data_dir listing), guard.go (the write guard),
-// durability.go (barriers, the unsynced record), versions.go (publishing
-// a version folder), refs.go (reading and writing refs, the marker),
-// state.go (pending.json, source.json, upstream.json), same.go (whether
-// the mirror holds the upstream's repository), lock/ (the mirror's lock,
-// and the state files' reading and writing).
+// datafiles.go (data files from the source), fence.go (writes and
+// removals conditional on what the run read), durability.go (barriers,
+// the unsynced record), versions.go (publishing a version folder),
+// refs.go (reading and writing refs, the marker), reads.go (catalogs and
+// state read back), state.go (pending.json, source.json, upstream.json),
+// same.go (whether the mirror holds the upstream's repository), runs.go
+// (scratch folder, stale uploads), lock/ (the mirror's lock, and the
+// state files' reading and writing).
 package sink
 
 import (
@@ -41,7 +48,8 @@ import (
 
 // Options tune a Sink.
 type Options struct {
-	// DryRun writes nothing: every write is planned instead.
+	// DryRun writes nothing: every write is planned instead (see
+	// dryrun.go).
 	DryRun bool
 	// Guarded makes every write fail until Locked is called: the sink of
 	// a run that takes the mirror's lock only once it has work.
@@ -84,7 +92,7 @@ func New(b backend.Backend, opts Options) *Sink {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	if opts.Copied == nil {
+	if opts.Copied == nil || opts.DryRun {
 		opts.Copied = func(int64) {}
 	}
 	if opts.Planned == nil {
@@ -98,13 +106,13 @@ func New(b backend.Backend, opts Options) *Sink {
 	case opts.Lease != nil:
 		s.b = guarded{b, nil, opts.Lease} // the caller holds the lock already
 	}
+	if opts.DryRun {
+		// Outside the guard: a dry run's writes go nowhere, locked or not.
+		s.b = planned{s.b, opts.Planned}
+	}
 	s.copier, _ = backend.As[backend.Copier](s.b)
 	return s
 }
-
-// Backend is the mirror's store, behind the write guard: data files are
-// copied into it from the source.
-func (s *Sink) Backend() backend.Backend { return s.b }
 
 // Location is the mirror's address, for messages.
 func (s *Sink) Location() string { return s.b.Location() }
@@ -120,10 +128,6 @@ func (s *Sink) IsLocked() bool { return s.locked.Load() }
 
 // PutBytes writes a small file (a ref, a record, refs.json).
 func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	if err := s.b.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
 		return err
 	}
@@ -135,10 +139,6 @@ func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
 // SHA-256 of the bytes that were read: a store that can check a write
 // against it (S3) stores those bytes or nothing.
 func (s *Sink) PutCatalog(ctx context.Context, name string, cat *catalog.Fetched) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	f, err := os.Open(cat.Path)
 	if err != nil {
 		return err
@@ -190,10 +190,6 @@ func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byt
 // published by another run, which is fine when it holds these bytes, and
 // means this run lost the mirror to another when it does not.
 func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
 	err := s.b.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
 	if errors.Is(err, backend.ErrExist) {
 		there, rerr := backend.ReadAll(ctx, s.b, name, int64(len(b))+1)
@@ -222,10 +218,6 @@ func zapErr(err error) zap.Field    { return zap.Error(err) }
 // the inventory and this create, or by our own create whose answer was
 // lost and retried), it returns that one for the caller to judge.
 func (s *Sink) CreateSettings(ctx context.Context, raw []byte) (existing []byte, err error) {
-	if s.opts.DryRun {
-		s.opts.Planned(repo.SettingsFile)
-		return nil, nil
-	}
 	err = s.b.Create(ctx, repo.SettingsFile, strings.NewReader(string(raw)), int64(len(raw)))
 	if errors.Is(err, backend.ErrExist) {
 		have, err := s.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile)
