@@ -405,8 +405,12 @@ func TestKubernetesDeployment(t *testing.T) {
 	if port["name"] != "metrics" || get(t, c, "livenessProbe", "httpGet", "port") != "metrics" {
 		t.Errorf("port %v, probes on %v", port, get(t, c, "livenessProbe", "httpGet", "port"))
 	}
-	if !strings.HasSuffix(cfg.Listen, ":"+itoa(port["containerPort"])) || strings.HasPrefix(cfg.Listen, "127.") {
-		t.Errorf("config listens on %s, the pod exposes %v", cfg.Listen, port["containerPort"])
+	// The probes' port is metrics_listen's, a listener of their own.
+	if !strings.HasSuffix(cfg.MetricsListen, ":"+itoa(port["containerPort"])) || strings.HasPrefix(cfg.MetricsListen, "127.") {
+		t.Errorf("config serves probes (metrics_listen) on %q, the pod exposes %v", cfg.MetricsListen, port["containerPort"])
+	}
+	if cfg.Listen == "" || cfg.Listen == cfg.MetricsListen {
+		t.Errorf("config listens on %q beside metrics_listen %q", cfg.Listen, cfg.MetricsListen)
 	}
 }
 

@@ -34,9 +34,14 @@ import (
 type Config struct {
 	// Path is the file it was read from ("" when parsed from memory).
 	Path string
-	// Listen is the host:port of /metrics, /healthz and /readyz; "" serves none.
-	Listen  string
-	Mirrors []Mirror
+	// Listen is the host:port of the status page, the trigger, and (unless
+	// MetricsListen is set) /metrics, /healthz and /readyz; "" serves none.
+	Listen string
+	// MetricsListen, when set, is a host:port of its own for /metrics,
+	// /healthz and /readyz, so that probes and scrapes never wait behind
+	// the clients of Listen.
+	MetricsListen string
+	Mirrors       []Mirror
 	// LiteralSecrets says where the file itself holds a credential (a
 	// password or token in an address, a header value) rather than a
 	// ${VAR} or an http_headers_file: one "line N: what" each. See
@@ -216,6 +221,7 @@ type parser struct {
 	problems    Problems
 	literal     []string // Config.LiteralSecrets
 	triggerLine int
+	metricsLine int
 }
 
 func (p *parser) addf(line int, format string, args ...any) {
@@ -259,7 +265,11 @@ func (p *parser) parse(data []byte, cfg *Config) {
 		switch key {
 		case "listen":
 			cfg.Listen = p.str(v, key)
-			p.checkListen(v, cfg.Listen)
+			p.checkListen(v, key, cfg.Listen)
+		case "metrics_listen":
+			cfg.MetricsListen = p.str(v, key)
+			p.checkListen(v, key, cfg.MetricsListen)
+			p.metricsLine = v.Line
 		case "mirrors":
 			sawMirrors = true
 			p.mirrors(v, cfg)
@@ -276,6 +286,7 @@ func (p *parser) parse(data []byte, cfg *Config) {
 		p.addf(root.Line, "no mirrors: list")
 	}
 	p.finishNotify(cfg)
+	p.finishListen(cfg)
 }
 
 // fields walks a mapping, reporting duplicate keys, and unknown ones (those
@@ -621,17 +632,25 @@ func (p *parser) checkAddress(v *yaml.Node, where, addr string, sink bool) {
 	}
 }
 
-func (p *parser) checkListen(v *yaml.Node, listen string) {
+func (p *parser) checkListen(v *yaml.Node, key, listen string) {
 	if listen == "" {
 		return
 	}
 	_, port, err := net.SplitHostPort(listen)
 	if err != nil {
-		p.addf(v.Line, "listen: %q: %v (want host:port, e.g. 127.0.0.1:9464)", listen, unwrapAddrErr(err))
+		p.addf(v.Line, "%s: %q: %v (want host:port, e.g. 127.0.0.1:9464)", key, listen, unwrapAddrErr(err))
 		return
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
-		p.addf(v.Line, "listen: %q: port %q is not a number from 0 to 65535", listen, port)
+		p.addf(v.Line, "%s: %q: port %q is not a number from 0 to 65535", key, listen, port)
+	}
+}
+
+// finishListen refuses a metrics_listen that is the listen address itself:
+// the point of it is a listener of its own.
+func (p *parser) finishListen(cfg *Config) {
+	if cfg.MetricsListen != "" && cfg.MetricsListen == cfg.Listen && !strings.HasSuffix(cfg.Listen, ":0") {
+		p.addf(p.metricsLine, "metrics_listen: %q is the listen address too; give it a port of its own, or leave it out to serve /metrics and /healthz on listen", cfg.MetricsListen)
 	}
 }
 

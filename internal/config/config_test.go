@@ -393,6 +393,9 @@ func TestStructuralErrors(t *testing.T) {
 		{"empty mirrors", "mirrors: []\n", 1, []string{"mirrors", "empty"}},
 		{"null mirrors", "mirrors:\n", 1, []string{"mirrors", "empty"}},
 		{"listen port", "listen: 127.0.0.1:99999\nmirrors: []\n", 1, []string{"port", "99999"}},
+		{"metrics_listen port", "metrics_listen: 127.0.0.1:99999\nmirrors: []\n", 1, []string{"metrics_listen", "port", "99999"}},
+		{"metrics_listen no port", "metrics_listen: localhost\nmirrors: []\n", 1, []string{"metrics_listen", "missing port"}},
+		{"metrics_listen is listen", "listen: 127.0.0.1:9464\nmetrics_listen: 127.0.0.1:9464\nmirrors: []\n", 2, []string{"metrics_listen", "port of its own"}},
 		{"value is a mapping", "mirrors:\n  - name: a\n    source: {x: 1}\n    sink: /d\n", 3, []string{"source", "single value"}},
 	}
 	for _, c := range cases {

@@ -24,7 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/robfig/cron/v3"
 	"go.uber.org/zap"
-	"golang.org/x/net/netutil"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
@@ -69,6 +68,13 @@ type Options struct {
 	// HTTPMaxConnections bounds the connections the status server holds
 	// at once; 0 means DefaultHTTPMaxConnections.
 	HTTPMaxConnections int
+	// HTTPMaxPerAddress bounds the connections of one client address;
+	// 0 means DefaultHTTPMaxPerAddress.
+	HTTPMaxPerAddress int
+	// HTTPHealthReserve connections past HTTPMaxConnections serve
+	// /healthz, /readyz and /metrics only; 0 means
+	// DefaultHTTPHealthReserve, a negative value none.
+	HTTPHealthReserve int
 	// Notify tunes the delivery of notifications; the zero value is the
 	// production default.
 	Notify NotifyOptions
@@ -79,17 +85,25 @@ type Options struct {
 // hostile, and each connection it holds is a descriptor the daemon needs
 // for its stores.
 const (
+	// DefaultHTTPReadHeaderTimeout bounds reading a request's headers:
+	// a client sends them in one packet, so a connection dripping them
+	// is closed after this.
+	DefaultHTTPReadHeaderTimeout = 3 * time.Second
 	// DefaultHTTPReadTimeout bounds reading one request, headers and
-	// body (the endpoints take none).
+	// body (a CloudEvent trigger's, at most 1 MiB).
 	DefaultHTTPReadTimeout = 10 * time.Second
 	// DefaultHTTPWriteTimeout bounds a response from the end of its
 	// request: far above the largest page (the status page of a
 	// thousand mirrors, /metrics of as many) on a slow link.
 	DefaultHTTPWriteTimeout = 60 * time.Second
-	// DefaultHTTPIdleTimeout closes a kept-alive connection left idle.
-	DefaultHTTPIdleTimeout = 60 * time.Second
+	// DefaultHTTPIdleTimeout closes a kept-alive connection left idle:
+	// no longer than the shortest probe period of deploy/kubernetes
+	// (10 s), so that a connection a client keeps is not held between
+	// two probes.
+	DefaultHTTPIdleTimeout = 10 * time.Second
 	// DefaultHTTPMaxConnections: a Prometheus, a few browsers and probes
-	// need a handful; connections above the bound wait to be accepted.
+	// need a handful; connections above the bound (and the health
+	// reserve) are closed at accept.
 	DefaultHTTPMaxConnections = 64
 )
 
@@ -139,6 +153,15 @@ func New(opts Options) (*Daemon, error) {
 	}
 	if opts.HTTPMaxConnections <= 0 {
 		opts.HTTPMaxConnections = DefaultHTTPMaxConnections
+	}
+	if opts.HTTPMaxPerAddress <= 0 {
+		opts.HTTPMaxPerAddress = DefaultHTTPMaxPerAddress
+	}
+	switch {
+	case opts.HTTPHealthReserve == 0:
+		opts.HTTPHealthReserve = DefaultHTTPHealthReserve
+	case opts.HTTPHealthReserve < 0:
+		opts.HTTPHealthReserve = 0
 	}
 	cfg, err := load(opts.ConfigPath, opts.Shard)
 	if err != nil {
@@ -217,29 +240,84 @@ func (d *Daemon) Config() *config.Config {
 }
 
 // Handler serves the status page on / and as JSON on /status.json,
-// /metrics, /healthz (200 while the process serves) and /readyz (200 once
-// the config is loaded and the mirrors scheduled, 503 before and while
-// stopping). Each takes GET (and HEAD); another method is 405.
-func (d *Daemon) Handler() http.Handler {
+// the trigger, /metrics, /healthz (200 while the process serves) and
+// /readyz (200 once the config is loaded and the mirrors scheduled, 503
+// before and while stopping). Each takes GET (and HEAD); another method
+// is 405.
+func (d *Daemon) Handler() http.Handler { return d.handler(true, true) }
+
+// handler serves the public endpoints (status page, trigger) and the
+// health ones (/metrics, /healthz, /readyz), either or both.
+func (d *Daemon) handler(public, health bool) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", d.servePage)
-	mux.HandleFunc("GET /status.json", d.serveStatusJSON)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{
-		Registry:          d.metrics.Registry,
-		EnableOpenMetrics: true,
-	}))
-	d.handleTriggers(mux)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !d.ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ready")
-	})
+	if public {
+		mux.HandleFunc("GET /{$}", d.servePage)
+		mux.HandleFunc("GET /status.json", d.serveStatusJSON)
+		d.handleTriggers(mux)
+	}
+	if health {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.Registry, promhttp.HandlerOpts{
+			Registry:          d.metrics.Registry,
+			EnableOpenMetrics: true,
+		}))
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintln(w, "ok")
+		})
+		mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+			if !d.ready.Load() {
+				http.Error(w, "not ready", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+	}
 	return mux
+}
+
+// server is one listener and its HTTP server.
+type server struct {
+	srv  *http.Server
+	done chan struct{}
+}
+
+// listen serves h on addr, admitting connections as admitListener says.
+func (d *Daemon) listen(addr, what string, h http.Handler, reserve int) (*server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	al := newAdmitListener(ln, d.opts.HTTPMaxConnections, d.opts.HTTPMaxPerAddress, reserve, d.metrics.connRefused)
+	s := &server{done: make(chan struct{}), srv: &http.Server{
+		Handler:           reserveOnly(h),
+		ConnContext:       connContext,
+		ReadHeaderTimeout: DefaultHTTPReadHeaderTimeout,
+		ReadTimeout:       DefaultHTTPReadTimeout,
+		WriteTimeout:      DefaultHTTPWriteTimeout,
+		IdleTimeout:       d.opts.HTTPIdleTimeout,
+		// The server's own errors (a bad TLS hello, a client gone)
+		// are the client's business, not the operator's.
+		ErrorLog: zap.NewStdLog(d.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel))),
+	}}
+	d.log.Info("serving "+what, zap.String("address", ln.Addr().String()))
+	go func() {
+		defer close(s.done)
+		if err := s.srv.Serve(al); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			d.log.Error("HTTP server stopped", zap.String("address", addr), zap.Error(err))
+		}
+	}()
+	return s, nil
+}
+
+func (s *server) shutdown() {
+	if s == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := s.srv.Shutdown(ctx); err != nil {
+		s.srv.Close()
+	}
+	<-s.done
 }
 
 // Serve schedules the mirrors and serves HTTP on the config's listen address
@@ -247,33 +325,25 @@ func (d *Daemon) Handler() http.Handler {
 // it stops scheduling, cancels running syncs and waits for them (at most
 // StopTimeout). The error is for what kept it from starting.
 func (d *Daemon) Serve(ctx context.Context, reload <-chan struct{}) error {
-	var srv *http.Server
-	srvDone := make(chan struct{})
-	if listen := d.Config().Listen; listen != "" {
-		ln, err := net.Listen("tcp", listen)
+	cfg := d.Config()
+	var public, health *server
+	var err error
+	if cfg.MetricsListen != "" {
+		health, err = d.listen(cfg.MetricsListen, "/metrics, /healthz, /readyz", d.handler(false, true), 0)
 		if err != nil {
-			return fmt.Errorf("listen %s: %w", listen, err)
+			return err
 		}
-		ln = netutil.LimitListener(ln, d.opts.HTTPMaxConnections)
-		srv = &http.Server{
-			Handler:           d.Handler(),
-			ReadHeaderTimeout: DefaultHTTPReadTimeout,
-			ReadTimeout:       DefaultHTTPReadTimeout,
-			WriteTimeout:      DefaultHTTPWriteTimeout,
-			IdleTimeout:       d.opts.HTTPIdleTimeout,
-			// The server's own errors (a bad TLS hello, a client gone)
-			// are the client's business, not the operator's.
-			ErrorLog: zap.NewStdLog(d.log.WithOptions(zap.IncreaseLevel(zap.ErrorLevel))),
+	}
+	if cfg.Listen != "" {
+		what, withHealth, reserve := "the status page (/, /status.json), /metrics, /healthz, /readyz", true, d.opts.HTTPHealthReserve
+		if health != nil {
+			what, withHealth, reserve = "the status page (/, /status.json)", false, 0
 		}
-		d.log.Info("serving the status page (/, /status.json), /metrics, /healthz, /readyz", zap.String("address", ln.Addr().String()))
-		go func() {
-			defer close(srvDone)
-			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				d.log.Error("HTTP server stopped", zap.String("address", listen), zap.Error(err))
-			}
-		}()
-	} else {
-		close(srvDone)
+		public, err = d.listen(cfg.Listen, what, d.handler(true, withHealth), reserve)
+		if err != nil {
+			health.shutdown()
+			return err
+		}
 	}
 
 	d.mu.Lock()
@@ -300,14 +370,8 @@ wait:
 		d.notify.Close(NotifyWaitAtStop)
 	}()
 	defer func() { <-notified }()
-	if srv != nil {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shutdownCtx); err != nil {
-			srv.Close()
-		}
-		<-srvDone
-	}
+	public.shutdown()
+	health.shutdown()
 	return nil
 }
 
@@ -370,6 +434,10 @@ func (d *Daemon) Reload() error {
 	if cfg.Listen != old.Listen {
 		d.log.Warn("listen changed; it takes effect at the next restart", zap.String("in_use", old.Listen), zap.String("new", cfg.Listen))
 		cfg.Listen = old.Listen
+	}
+	if cfg.MetricsListen != old.MetricsListen {
+		d.log.Warn("metrics_listen changed; it takes effect at the next restart", zap.String("in_use", old.MetricsListen), zap.String("new", cfg.MetricsListen))
+		cfg.MetricsListen = old.MetricsListen
 	}
 	for _, m := range old.Mirrors {
 		if _, ok := cfg.Mirror(m.Name); !ok && !d.running[m.Name] {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,9 +25,14 @@ import (
 // config and the engine are filled in) and returns its address.
 func serveWith(t *testing.T, opts Options) string {
 	t.Helper()
-	addr := freePort(t)
+	return serveWithConfig(t, opts, freePort(t), "")
+}
+
+// serveWithConfig is serveWith on addr, with extra config lines on top.
+func serveWithConfig(t *testing.T, opts Options, addr, extra string) string {
+	t.Helper()
 	opts.ConfigPath = filepath.Join(t.TempDir(), "config.yaml")
-	writeConfig(t, opts.ConfigPath, mirrorsConfig(addr, "towns"))
+	writeConfig(t, opts.ConfigPath, extra+mirrorsConfig(addr, "towns"))
 	opts.Logger = zap.NewNop()
 	opts.Run = func(ctx context.Context, job mirror.Job, _ *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
 		return okReport(job), nil
@@ -34,6 +40,10 @@ func serveWith(t *testing.T, opts Options) string {
 	d, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	healthAddr := addr
+	if m := d.Config().MetricsListen; m != "" {
+		healthAddr = m
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -45,7 +55,7 @@ func serveWith(t *testing.T, opts Options) string {
 		cancel()
 		<-done
 	})
-	waitFor(t, "/healthz", 5*time.Second, func() bool { c, _ := get(t, "http://"+addr+"/healthz"); return c == 200 })
+	waitFor(t, "/readyz", 5*time.Second, func() bool { c, _ := get(t, "http://"+healthAddr+"/readyz"); return c == 200 })
 	// The client keeps the connection it asked on: let it go, so that it
 	// holds none of the server's connections.
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
@@ -56,7 +66,20 @@ func serveWith(t *testing.T, opts Options) string {
 // answer, leaving the connection open and idle.
 func keptAlive(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
 	t.Helper()
-	c, err := net.Dial("tcp", addr)
+	return keptAliveFrom(t, "127.0.0.1", addr)
+}
+
+// dialFrom connects to addr from the loopback address from (any of
+// 127.0.0.0/8 on Linux), so that a test has many client addresses.
+func dialFrom(from, addr string) (net.Conn, error) {
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 2 * time.Second}
+	return d.Dial("tcp", addr)
+}
+
+// keptAliveFrom is keptAlive from a loopback address of its own.
+func keptAliveFrom(t *testing.T, from, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := dialFrom(from, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,32 +127,162 @@ func TestIdleConnectionsAreClosedWithinIdleTimeout(t *testing.T) {
 	}
 }
 
-func TestConnectionsAboveTheCapWaitForOneToClose(t *testing.T) {
-	addr := serveWith(t, Options{HTTPMaxConnections: 2, HTTPIdleTimeout: time.Minute})
-	first, _ := keptAlive(t, addr)
-	keptAlive(t, addr)
-	// A third connection is made by the kernel but not served while the
-	// two others are held.
-	third, err := net.Dial("tcp", addr)
+func TestOneAddressCannotHoldEveryConnection(t *testing.T) {
+	addr := serveWith(t, Options{HTTPMaxPerAddress: 3, HTTPIdleTimeout: time.Minute})
+	for range 3 {
+		keptAliveFrom(t, "127.0.0.2", addr)
+	}
+	// A fourth from the same address is closed at once, unserved.
+	c, err := dialFrom("127.0.0.2", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer third.Close()
-	io.WriteString(third, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	r := bufio.NewReader(third)
-	third.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := r.ReadByte(); err == nil {
-		t.Fatal("a third connection was served while the cap of 2 was held")
+	defer c.Close()
+	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := bufio.NewReader(c).ReadByte(); err == nil {
+		t.Fatalf("a fourth connection from one address was served (%q) past a cap of 3", b)
+	} else if nerr, ok := err.(net.Error); ok && nerr.Timeout() {
+		t.Fatal("a fourth connection from one address was held open, not closed")
 	}
-	first.Close()
-	third.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(r, nil)
-	if err != nil {
-		t.Fatalf("the third connection was not served once one closed: %v", err)
+	// Another address is served.
+	keptAliveFrom(t, "127.0.0.3", addr)
+}
+
+func TestHealthReserveServesProbesWhenEveryConnectionIsHeld(t *testing.T) {
+	addr := serveWith(t, Options{HTTPMaxConnections: 4, HTTPMaxPerAddress: 2, HTTPIdleTimeout: time.Minute})
+	keptAliveFrom(t, "127.0.0.2", addr)
+	keptAliveFrom(t, "127.0.0.2", addr)
+	keptAliveFrom(t, "127.0.0.3", addr)
+	keptAliveFrom(t, "127.0.0.3", addr)
+	// Every public slot is held: a probe is served from the reserve, and
+	// its connection closed after the answer; the status page is not.
+	for _, tc := range []struct {
+		path string
+		code int
+	}{{"/healthz", 200}, {"/metrics", 200}, {"/readyz", 200}, {"/", 503}, {"/status.json", 503}} {
+		c := http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get("http://" + addr + tc.path)
+		if err != nil {
+			t.Fatalf("GET %s with every public connection held: %v", tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.code {
+			t.Errorf("GET %s from the reserve: %d, want %d", tc.path, resp.StatusCode, tc.code)
+		}
 	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Errorf("GET /healthz on the third connection: %d", resp.StatusCode)
+}
+
+// attack holds idle keep-alive connections from idleFrom and drips
+// request headers, one byte a second, from dripFrom, opening a new
+// dripping connection whenever the server closes one, until the test ends.
+func attack(t *testing.T, addr string, idle int, idleFrom []string, drip int, dripFrom []string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for i := range idle {
+		// Keep-alives the server closes are opened again.
+		from := idleFrom[i%len(idleFrom)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, err := dialFrom(from, addr)
+				if err != nil {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+				go func() { <-ctx.Done(); c.Close() }()
+				io.Copy(io.Discard, c) // until the server closes it
+				c.Close()
+			}
+		}()
+	}
+	for i := range drip {
+		from := dripFrom[i%len(dripFrom)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, err := dialFrom(from, addr)
+				if err != nil {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				go func() { <-ctx.Done(); c.Close() }()
+				req := "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 1000)
+				for j := 0; j < len(req) && ctx.Err() == nil; j++ {
+					if _, err := c.Write([]byte{req[j]}); err != nil {
+						break
+					}
+					select {
+					case <-ctx.Done():
+					case <-time.After(time.Second):
+					}
+				}
+				c.Close()
+			}
+		}()
+	}
+	// Let the attack take hold.
+	time.Sleep(1500 * time.Millisecond)
+}
+
+// probeEverySecond probes url as a kubelet does (a new connection each,
+// a 1 s timeout) n times, a second apart, and reports each failure.
+func probeEverySecond(t *testing.T, url string, n int) {
+	t.Helper()
+	c := http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range n {
+		began := time.Now()
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Errorf("probe %d of %d: %v", i+1, n, err)
+		} else {
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("probe %d of %d: %d", i+1, n, resp.StatusCode)
+			}
+		}
+		time.Sleep(time.Second - time.Since(began))
+	}
+}
+
+func loopbacks(first, n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("127.0.0.%d", first+i))
+	}
+	return out
+}
+
+// TestHealthAnswersEveryProbeUnderIdleAndSlowConnections: 64 idle
+// keep-alive connections and 200 dripping headers, from two addresses,
+// against the listener shared with the status page and the trigger; the
+// per-address cap keeps slots for everyone else.
+func TestHealthAnswersEveryProbeUnderIdleAndSlowConnections(t *testing.T) {
+	addr := serveWith(t, Options{})
+	attack(t, addr, 64, []string{"127.0.0.2"}, 200, []string{"127.0.0.3"})
+	probeEverySecond(t, "http://"+addr+"/healthz", 6)
+}
+
+// TestMetricsListenAnswersProbesWhenThePublicListenerIsFull: the same
+// attack from 40 addresses fills every slot of the public listener, the
+// reserve too; probes on metrics_listen do not notice.
+func TestMetricsListenAnswersProbesWhenThePublicListenerIsFull(t *testing.T) {
+	addr, health := freePort(t), freePort(t)
+	serveWithConfig(t, Options{}, addr, "metrics_listen: "+health+"\n")
+	attack(t, addr, 64, loopbacks(2, 20), 200, loopbacks(30, 20))
+	probeEverySecond(t, "http://"+health+"/healthz", 6)
+	if c, _ := get(t, "http://"+health+"/metrics"); c != 200 {
+		t.Errorf("GET /metrics on metrics_listen: %d", c)
+	}
+	// The status page is not on the health listener, and the health
+	// endpoints not on the public one.
+	if c, _ := get(t, "http://"+health+"/status.json"); c != 404 {
+		t.Errorf("GET /status.json on metrics_listen: %d, want 404", c)
 	}
 }
 

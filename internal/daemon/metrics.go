@@ -49,6 +49,7 @@ type Metrics struct {
 	prunes        *prometheus.CounterVec
 	pruned        *prometheus.CounterVec
 	sandbox       *prometheus.GaugeVec
+	connRefused   *prometheus.CounterVec
 }
 
 // NewMetrics makes the metrics and registers them, with the Go runtime and
@@ -142,9 +143,15 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "catalog_sandbox",
 			Help: "1 when catalog readers are confined by the layer (landlock, seccomp), 0 when the kernel does not give it.",
 		}, []string{"layer"}),
+		connRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "http_connections_refused_total",
+			Help: "HTTP connections closed at accept, by reason: per-address (the client address holds its share), full (every slot, the health reserve too, is held).",
+		}, []string{"reason"}),
 	}
+	m.connRefused.WithLabelValues(refusedPerAddress)
+	m.connRefused.WithLabelValues(refusedFull)
 	m.Registry.MustRegister(
-		m.sandbox,
+		m.sandbox, m.connRefused,
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,

@@ -21,11 +21,9 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
-	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -125,7 +123,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// limit there counts each byte of every transfer once.
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
-	tmp, err := scratchFor(st.dst, job.DryRun)
+	tmp, err := sink.Scratch(st.dst, job.DryRun)
 	if err != nil {
 		return nil, err
 	}
@@ -147,21 +145,10 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// Uploads older than the lock's lifetime were started by runs
 		// that no longer hold it (killed mid-upload): nothing else
 		// removes them.
-		lock.AbortStaleUploads(locked, st.dst, job.LockTTL, log)
+		sink.AbortStaleUploads(locked, st.dst, job.LockTTL, log)
 		return locked, release, nil
 	}
 	return fdlsync.Run(ctx, src, st.dst, opts)
-}
-
-// scratchFor makes the run's folder for the catalogs it reads: in a local
-// mirror it writes, on the mirror's disk (.fdl-mirror/scratch/);
-// otherwise in $TMPDIR/fdl-mirror-<uid>/. Either way the next run in the
-// same place removes it if this one is killed.
-func scratchFor(dst backend.Reader, dryRun bool) (*scratch.Dir, error) {
-	if l, ok := backend.As[*local.Local](dst); ok && !dryRun {
-		return scratch.InMirror(l.Dir())
-	}
-	return scratch.Private()
 }
 
 // Status reads the refs upstream and in the mirror, copying nothing.

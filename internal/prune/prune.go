@@ -108,7 +108,8 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		Removed: []string{}, Unnamed: []string{},
 	}
 	defer func() { rep.Duration = time.Since(rep.Started) }()
-	p := &pruner{src: src, dst: dst, opts: opts, log: opts.Logger, report: rep}
+	p := &pruner{src: src, dst: dst, opts: opts, log: opts.Logger, report: rep,
+		sink: sink.New(dst, sink.Options{DryRun: opts.DryRun, Logger: opts.Logger})}
 
 	// Read and plan; nothing is deleted before the plan is whole.
 	up, err := readUpstream(ctx, src, opts.Logger)
@@ -156,16 +157,9 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 // fsynced): a power cut must not bring back a ref whose version is gone,
 // or a version.json whose files are.
 func (p *pruner) execute(ctx context.Context, pl *plan) error {
-	dctx := ctx
-	barrier, _ := backend.As[backend.Barrier](p.dst)
-	if barrier != nil {
-		dctx = backend.WithoutSync(ctx)
-	}
+	dctx := p.sink.WithoutSync(ctx)
 	settle := func() error {
-		if barrier == nil {
-			return nil
-		}
-		if err := barrier.Barrier(ctx); err != nil {
+		if err := p.sink.Barrier(ctx); err != nil {
 			return fmt.Errorf("sink %s: making removals durable: %w", p.dst.Location(), err)
 		}
 		return nil
@@ -219,7 +213,8 @@ type pruner struct {
 	// versionOf: see mirror.versionOf.
 	versionOf map[string]string
 	src       backend.Reader
-	dst       backend.Backend
+	dst       backend.Reader // read to plan; written only through sink
+	sink      *sink.Sink
 	opts      Options
 	log       *zap.Logger
 	report    *Report
@@ -494,8 +489,8 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 		return err
 	}
 	if pl.refsJSON != nil {
-		if err := backend.ReplaceIfUnchanged(ctx, p.dst, repo.RefsFile, pl.refsJSON, p.versionOf[repo.RefsFile]); err != nil {
-			return fmt.Errorf("sink %s: writing %s: %w", p.dst.Location(), repo.RefsFile, p.fenced(repo.RefsFile, err))
+		if err := p.sink.Replace(ctx, repo.RefsFile, pl.refsJSON, p.versionOf[repo.RefsFile]); err != nil {
+			return fmt.Errorf("sink %s: writing %s: %w", p.dst.Location(), repo.RefsFile, err)
 		}
 	}
 	if pl.head {
@@ -546,21 +541,11 @@ func (p *pruner) remove(ctx context.Context, name string) error {
 	// run wrote since. (A file another run relies on without rewriting it
 	// keeps its version: that window is the lock's, checked before the
 	// removals begin.)
-	if err := backend.RemoveIfUnchanged(ctx, p.dst, name, p.versionOf[name]); err != nil {
-		return fmt.Errorf("sink %s: removing %s: %w", p.dst.Location(), name, p.fenced(name, err))
+	if err := p.sink.Remove(ctx, name, p.versionOf[name]); err != nil {
+		return fmt.Errorf("sink %s: removing %s: %w", p.dst.Location(), name, err)
 	}
 	p.report.Removed = append(p.report.Removed, name)
 	return nil
-}
-
-// fenced says, of a write or removal the store refused because the object
-// changed since the prune read it, that another run has the mirror: the
-// prune lost its lock (a pause past its lifetime) and stops.
-func (p *pruner) fenced(name string, err error) error {
-	if backend.IsPreconditionFailed(err) {
-		return fmt.Errorf("%s was changed by another run since the prune read it; this prune lost the mirror's lock and stops: %w", name, err)
-	}
-	return err
 }
 
 // sameRepository refuses to prune a mirror of another repository against

@@ -59,6 +59,7 @@ type Options struct {
 // Sink is a mirror being written by one run.
 type Sink struct {
 	b      backend.Backend // behind the write guard when Options.Guarded
+	copier backend.Copier  // b's server-side copies; nil where it has none
 	opts   Options
 	log    *zap.Logger
 	locked atomic.Bool // the run holds the mirror's lock (see guard.go)
@@ -89,6 +90,7 @@ func New(b backend.Backend, opts Options) *Sink {
 	if opts.Guarded {
 		s.b = guarded{b, &s.locked}
 	}
+	s.copier, _ = backend.As[backend.Copier](s.b)
 	return s
 }
 
@@ -170,28 +172,9 @@ func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, l
 }
 
 // putRead writes a ref file, refs.json or HEAD only if it is still what
-// the inventory read (If-Match its version token, or If-None-Match: *
-// where it was absent), on a store that can make writes conditional. A
-// run paused past its lock's lifetime (a GC pause, a frozen VM) may
-// check its lock, be paused, and write after another run took the
-// mirror over: only the store can refuse that write (see
-// backend.Conditional). A local folder needs no condition: its flock is
-// held by the kernel through any pause. A refused write is an error
-// wrapping backend.ErrPreconditionFailed (see fenced).
+// the inventory read (see Replace).
 func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byte) error {
-	if s.opts.DryRun {
-		s.opts.Planned(name)
-		return nil
-	}
-	err := backend.ReplaceIfUnchanged(ctx, s.b, name, b, inv.Tokens[name])
-	if backend.IsPreconditionFailed(err) {
-		return fenced(name, err)
-	}
-	if err != nil {
-		return err
-	}
-	s.opts.Copied(int64(len(b)))
-	return nil
+	return s.Replace(ctx, name, b, inv.Tokens[name])
 }
 
 // createRecord writes a version's version.json only where there is none
@@ -216,15 +199,6 @@ func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
 	}
 	s.opts.Copied(int64(len(b)))
 	return nil
-}
-
-// fenced is the error of a write the store refused because another run
-// changed name since this run read it: the run lost the mirror's lock,
-// whatever its renewal has seen so far, and must stop before it writes
-// more. It wraps backend.ErrPreconditionFailed, by which the caller
-// tells it from a failed write.
-func fenced(name string, err error) error {
-	return fmt.Errorf("%s was changed by another run since this run read it; the store refused the write: %w", name, err)
 }
 
 // errorf is an error about the mirror, naming it.

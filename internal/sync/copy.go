@@ -3,15 +3,12 @@ package sync
 import (
 	"context"
 	"errors"
-	"io"
-	"io/fs"
-	"os"
 	"time"
 
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // CopyAttempts bounds the tries of one file's copy, and CopyRetryWait
@@ -41,10 +38,7 @@ func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 	}
 	var err error
 	for attempt := 1; attempt <= CopyAttempts; attempt++ {
-		var n int64
-		n, err = e.copyOnce(ctx, name, size)
-		if err == nil {
-			e.copied(n)
+		if err = e.copyOnce(ctx, name, size); err == nil {
 			return nil
 		}
 		if err := e.waitToRetry(ctx, "copy failed; retrying", name, attempt, err); err != nil {
@@ -71,82 +65,32 @@ func (e *engine) waitToRetry(ctx context.Context, msg, name string, attempt int,
 	}
 }
 
-func (e *engine) copyOnce(ctx context.Context, name string, size int64) (int64, error) {
-	if c, ok := backend.As[backend.Copier](e.sink.Backend()); ok && c.CanCopyFrom(e.src.Reader()) {
+// copyOnce is one try of copyFile: server-side where the sink's store
+// copies from the upstream's (the size checked upstream first), else the
+// source's stream of the file into the sink.
+func (e *engine) copyOnce(ctx context.Context, name string, size int64) error {
+	if origin := e.src.Origin(); e.sink.CanCopyFrom(origin) {
 		have, err := e.sourceSize(ctx, name)
 		if err != nil {
-			return 0, &sourceError{err}
+			return &sourceError{err}
 		}
 		if size >= 0 && have != size {
-			return 0, sizeRefusal(name, have, size)
+			return source.SizeRefusal(name, have, size)
 		}
-		if ok, err := c.CopyFrom(ctx, backend.Innermost(e.src.Reader()), name, name, have); ok || err != nil {
-			return have, err
+		if ok, err := e.sink.CopyDataFile(ctx, origin, name, have); ok || err != nil {
+			return err
 		}
 	}
-	rc, err := e.src.Reader().Open(ctx, name)
+	f, err := e.src.OpenFile(ctx, name, size, source.Spool{Dir: e.opts.TempDir, MaxSize: e.opts.CatalogLimits.MaxSize})
 	if err != nil {
-		return 0, &sourceError{err}
-	}
-	defer rc.Close()
-	var body io.Reader = rc
-	if st, ok := rc.(interface{ Stat() (fs.FileInfo, error) }); ok {
-		// A local file: its size is known without reading it, and passing
-		// the *os.File on lets the kernel copy it (copy_file_range).
-		fi, err := st.Stat()
-		if err != nil {
-			return 0, err
-		}
-		if size >= 0 && fi.Size() != size {
-			return 0, sizeRefusal(name, fi.Size(), size)
-		}
-		size = fi.Size()
-	} else {
-		if size < 0 {
-			fi, err := e.src.Reader().Stat(ctx, name)
-			if err != nil {
-				return 0, &sourceError{err}
-			}
-			size = fi.Size
-		}
-		if size < 0 {
-			// The source cannot say the size before the bytes (HTTP
-			// without Content-Length), and a store's Put needs it: the
-			// file goes through a local copy, as catalogs do.
-			return e.copyUnsized(ctx, name)
-		}
-		body = &exactReader{r: rc, left: size, name: name, want: size}
-	}
-	if err := e.sink.Backend().Put(ctx, name, body, size); err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
-			return 0, r
+			return r
 		}
-		if x, ok := body.(*exactReader); ok && x.mismatch != nil {
-			return 0, x.mismatch
-		}
-		return 0, err
-	}
-	return size, nil
-}
-
-// copyUnsized copies a file whose size the source does not say through a
-// local temporary copy, under the catalog download's limits.
-func (e *engine) copyUnsized(ctx context.Context, name string) (int64, error) {
-	fetched, err := catalog.Fetch(ctx, e.src.Reader(), name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
-	if err != nil {
-		return 0, &sourceError{err}
-	}
-	defer fetched.Remove()
-	f, err := os.Open(fetched.Path)
-	if err != nil {
-		return 0, err
+		return &sourceError{err}
 	}
 	defer f.Close()
-	if err := e.sink.Backend().Put(ctx, name, f, fetched.Size); err != nil {
-		return 0, err
-	}
-	return fetched.Size, nil
+	return e.sink.PutDataFile(ctx, name, f)
 }
 
 // sourceError is a request to the source that failed after the backend's
@@ -183,52 +127,12 @@ type sourcePassKey struct{}
 // from the source server-side and the source lists pages; a size asked
 // out of order is a Stat.
 func (e *engine) withSourcePass(ctx context.Context) context.Context {
-	c, ok := backend.As[backend.Copier](e.sink.Backend())
-	if !ok || !c.CanCopyFrom(e.src.Reader()) || backend.PageListerOf(e.src.Reader()) == nil {
+	if !e.sink.CanCopyFrom(e.src.Origin()) {
 		return ctx
 	}
-	return context.WithValue(ctx, sourcePassKey{}, backend.NewCursor(e.src.Reader(), e.src.Settings().DataDir))
-}
-
-func sizeRefusal(name string, got, want int64) *refusal {
-	return refuse(ReasonSizeMismatch, "", name, "data file %s has %d bytes upstream, the catalog records %d", name, got, want)
-}
-
-// exactReader passes on exactly want bytes and fails the stream when the
-// source has more or fewer, so that a Put never publishes a file of the
-// wrong size.
-type exactReader struct {
-	r        io.Reader
-	left     int64
-	name     string
-	want     int64
-	mismatch *refusal
-}
-
-func (x *exactReader) Read(p []byte) (int, error) {
-	if x.left <= 0 {
-		var one [1]byte
-		n, err := io.ReadFull(x.r, one[:])
-		if n > 0 {
-			x.mismatch = refuse(ReasonSizeMismatch, "", x.name, "data file %s is larger upstream than the %d bytes the catalog records", x.name, x.want)
-			return 0, x.mismatch
-		}
-		if err == io.ErrUnexpectedEOF {
-			err = io.EOF
-		}
-		return 0, err
+	pass := e.src.DataPass()
+	if pass == nil {
+		return ctx
 	}
-	if int64(len(p)) > x.left {
-		p = p[:x.left]
-	}
-	n, err := x.r.Read(p)
-	x.left -= int64(n)
-	if err == io.EOF && x.left > 0 {
-		x.mismatch = sizeRefusal(x.name, x.want-x.left, x.want)
-		return n, x.mismatch
-	}
-	if err == io.EOF {
-		err = nil
-	}
-	return n, err
+	return context.WithValue(ctx, sourcePassKey{}, pass)
 }

@@ -171,7 +171,7 @@ func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Sorte
 // readSinkSorted reads one catalog of a version in the sink.
 func (e *engine) readSinkSorted(ctx context.Context, id, file string) (*catalog.Sorted, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := e.catalogs.Fetch(ctx, e.sink.Backend(), name)
+	fetched, err := e.sink.FetchCatalog(ctx, e.catalogs, name)
 	if err != nil {
 		return nil, err
 	}
@@ -324,10 +324,14 @@ type sinkFile struct {
 // any of the batch's files.
 func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied bool, err error) {
 	e := m.e
-	todo, parents := e.filesToCheck(batch, m.known)
+	names := make([]string, len(batch)) // each file's name in both stores
+	for i, f := range batch {
+		names[i] = e.src.DataFileName(f.Path)
+	}
+	todo, parents := e.filesToCheck(batch, names, m.known)
 	byStat := m.known != nil && m.checked+len(todo) <= maxStatChecks
-	found := m.lookUp(ctx, batch, todo, parents, byStat)
-	todo = append(todo, m.gone(ctx, batch, parents, found)...)
+	found := m.lookUp(ctx, batch, names, todo, parents, byStat)
+	todo = append(todo, m.gone(ctx, batch, names, parents, found)...)
 	m.checked += len(todo)
 	errs := make([]error, len(batch))
 	var mu sync.Mutex
@@ -336,7 +340,7 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied 
 	owned := make([]bool, len(batch))
 	e.each(len(todo), func(k int) {
 		i := todo[k]
-		name := e.src.Settings().DataDir + batch[i].Path
+		name := names[i]
 		calls[i], owned[i] = e.claimDataFile(name, batch[i].Size)
 		if !owned[i] {
 			return
@@ -356,30 +360,31 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied 
 		mu.Unlock()
 	})
 	slices.Sort(mine) // in path order, for the source's pass (sourceSize)
-	if err := m.copyMine(ctx, batch, mine, calls, errs); err != nil {
+	if err := m.copyMine(ctx, batch, names, mine, calls, errs); err != nil {
 		return false, err
 	}
 	for _, i := range todo {
 		if !owned[i] {
-			errs[i] = e.awaitDataFile(ctx, calls[i], e.src.Settings().DataDir+batch[i].Path, batch[i].Size)
+			errs[i] = e.awaitDataFile(ctx, calls[i], names[i], batch[i].Size)
 		}
 	}
 	for i, err := range errs {
 		if err != nil {
-			return len(mine) > 0, dataFileRefusal(m.id, e.src.Settings().DataDir+batch[i].Path, err)
+			return len(mine) > 0, dataFileRefusal(m.id, names[i], err)
 		}
 	}
 	return len(mine) > 0, nil
 }
 
 // copyMine records the files of a batch this version copies (mine:
-// indexes into batch) as written without a barrier, and copies them.
-func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, mine []int, calls []*dataFileCall, errs []error) error {
+// indexes into batch and batchNames) as written without a barrier, and
+// copies them.
+func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, batchNames []string, mine []int, calls []*dataFileCall, errs []error) error {
 	e := m.e
 	names := make([]string, len(mine))
 	sizes := make([]int64, len(mine))
 	for k, i := range mine {
-		names[k], sizes[k] = e.src.Settings().DataDir+batch[i].Path, batch[i].Size
+		names[k], sizes[k] = batchNames[i], batch[i].Size
 	}
 	if err := e.sink.RecordUnsynced(ctx, names, sizes); err != nil {
 		for k, i := range mine {
@@ -413,8 +418,7 @@ const (
 // of sizes) to the source, in the order they are copied, while they are
 // copied; stop ends it and waits for it.
 func (e *engine) readAhead(ctx context.Context, names []string, sizes []int64) (stop func()) {
-	ra, ok := backend.As[backend.ReadAheader](e.src.Reader())
-	if !ok || e.opts.DryRun {
+	if !e.src.CanReadAhead() || e.opts.DryRun {
 		return func() {}
 	}
 	var small []string
@@ -432,7 +436,7 @@ func (e *engine) readAhead(ctx context.Context, names []string, sizes []int64) (
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		ra.ReadAhead(ctx, small)
+		e.src.ReadAhead(ctx, small)
 	}()
 	return func() {
 		cancel()
@@ -445,9 +449,9 @@ func (e *engine) readAhead(ctx context.Context, names []string, sizes []int64) (
 // at the recorded size; and of those a parent lists, the ones only to be
 // confirmed there (parents: not those of a parent this run published,
 // which it copied or confirmed).
-func (e *engine) filesToCheck(batch []catalog.File, known *parentFiles) (todo, parents []int) {
+func (e *engine) filesToCheck(batch []catalog.File, names []string, known *parentFiles) (todo, parents []int) {
 	for i, f := range batch {
-		name := e.src.Settings().DataDir + f.Path
+		name := names[i]
 		listed, now := known.has(f.Path, f.Size)
 		switch {
 		case !listed || f.Size < 0 || e.sink.IsDistrusted(name):
@@ -466,7 +470,7 @@ func (e *engine) filesToCheck(batch []catalog.File, known *parentFiles) (todo, p
 // asks, in order, as a merge with the listing needs; the answers are
 // then used by the checks made at once. nil where the pass lists no
 // pages: each file is then asked for as it is checked.
-func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, todo, parents []int, byStat bool) []sinkFile {
+func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, names []string, todo, parents []int, byStat bool) []sinkFile {
 	if m.sinkFiles == nil || !m.sinkFiles.Paged() {
 		return nil
 	}
@@ -477,13 +481,13 @@ func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, todo, pa
 	}
 	if !byStat {
 		for _, i := range todo {
-			ask[i] = !e.sink.IsDistrusted(e.src.Settings().DataDir + batch[i].Path)
+			ask[i] = !e.sink.IsDistrusted(names[i])
 		}
 	}
 	found := make([]sinkFile, len(batch))
-	for i, f := range batch {
+	for i := range batch {
 		if ask[i] {
-			size, ok, err := m.sinkFiles.DataFile(ctx, e.src.Settings().DataDir+f.Path)
+			size, ok, err := m.sinkFiles.DataFile(ctx, names[i])
 			found[i] = sinkFile{asked: true, size: size, ok: ok, err: err}
 		}
 	}
@@ -497,7 +501,7 @@ func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, todo, pa
 // and copied as the version's own. From lookUp's answers (found) where
 // it asked; otherwise several at a time: on a disk, or for a catalog of
 // few files, each is a stat.
-func (m *batchMirror) gone(ctx context.Context, batch []catalog.File, parents []int, found []sinkFile) []int {
+func (m *batchMirror) gone(ctx context.Context, batch []catalog.File, names []string, parents []int, found []sinkFile) []int {
 	e := m.e
 	lost := make([]bool, len(parents))
 	if found != nil {
@@ -507,8 +511,8 @@ func (m *batchMirror) gone(ctx context.Context, batch []catalog.File, parents []
 		}
 	} else {
 		e.each(len(parents), func(k int) {
-			f := batch[parents[k]]
-			lost[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, e.src.Settings().DataDir+f.Path, f.Size, m.many)
+			i := parents[k]
+			lost[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, names[i], batch[i].Size, m.many)
 		})
 	}
 	var todo []int

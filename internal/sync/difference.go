@@ -52,7 +52,7 @@ func (e *engine) readDifference(ctx context.Context, id, mainFile string, fetche
 		return nil, false, nil
 	}
 	parentName := repo.VersionFile(p, repo.CatalogFile)
-	pf, err := e.catalogs.Fetch(ctx, e.sink.Backend(), parentName)
+	pf, err := e.sink.FetchCatalog(ctx, e.catalogs, parentName)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()

@@ -72,7 +72,7 @@ func (e *engine) repair(ctx context.Context) {
 // sinkCatalogIs says whether the catalog an interrupted run left in a
 // version's folder (name) has the record's sha256: its size proves nothing.
 func (e *engine) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
-	fetched, err := catalog.Fetch(ctx, e.sink.Backend(), name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
+	fetched, err := e.sink.FetchFile(ctx, name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return false
 	}

@@ -22,7 +22,7 @@ type upstreamState struct {
 // loadUpstreamState reads the state; a run whose state does not match the
 // selected upstream refs has something to write (see hasWork).
 func (e *engine) loadUpstreamState(ctx context.Context) {
-	s, raw, err := sink.ReadUpstreamState(ctx, e.sink.Backend())
+	s, raw, err := e.sink.UpstreamState(ctx)
 	if err != nil {
 		e.log.Warn("reading the mirror's upstream state; starting a new one",
 			zap.String("file", backend.ReservedPrefix+sink.UpstreamStateFile), zap.Error(err))

@@ -66,6 +66,14 @@ type Held struct {
 	lost  chan struct{}
 	lose  sync.Once
 	freed sync.Once
+
+	// The lease as this process's own clock sees it: leaseFrom is when
+	// the expiry the store holds was computed (before the write that
+	// carried it), so leaseFrom+ttl is never later than the expiry a
+	// taker reads. It keeps Go's monotonic reading; see CheckLease.
+	leaseMu   sync.Mutex
+	leaseFrom time.Time
+	ttl       time.Duration
 }
 
 // Lock takes the mirror's lock so that two runs (a CronJob that ran long,
@@ -244,7 +252,9 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 	// contended: a Create found a lock there. Ours is then read back after
 	// settle (see Lock): a rival may have read the same expired lock.
 	contended := false
+	h.ttl = opts.TTL
 	for {
+		h.setLeaseFrom(time.Now())
 		h.rec.Expires = time.Now().Add(opts.TTL).UTC()
 		err := b.Create(ctx, Name, bytes.NewReader(h.rec.encode()), int64(len(h.rec.encode())))
 		if errors.Is(err, backend.ErrExist) {
@@ -257,11 +267,13 @@ func lockObject(ctx context.Context, b backend.Backend, opts Options) (*Held, er
 				return nil, rerr
 			case cur.Token == h.rec.Token:
 				// Our Create went through but its answer was lost, and
-				// the retry found our own lock.
+				// the retry found our own lock. Its expiry was computed
+				// after leaseFrom was set: leaseFrom stays, the earlier.
 				h.rec.Expires = cur.Expires
 				err = nil
 			case time.Now().After(cur.Expires):
 				log.Warn("taking over an expired lock", zap.String("owner", cur.Owner), zap.Time("expired", cur.Expires))
+				h.setLeaseFrom(time.Now())
 				h.rec.Expires = time.Now().Add(opts.TTL).UTC()
 				// Over the expired lock as read, where the store can: of
 				// two runs taking it over at once, one wins outright.
@@ -369,7 +381,8 @@ func (h *Held) renewOnce(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("%w: lock %s was taken over by %s", ErrLocked, Name, cur.Owner)
 	}
 	rec := h.rec
-	rec.Expires = time.Now().Add(ttl).UTC()
+	started := time.Now()
+	rec.Expires = started.Add(ttl).UTC()
 	// Renewed only as read: a renewal paused between its read and its
 	// write must not overwrite the lock of a run that took it over.
 	if err := backend.ReplaceIfUnchanged(ctx, h.b, Name, rec.encode(), version); backend.IsPreconditionFailed(err) {
@@ -378,7 +391,56 @@ func (h *Held) renewOnce(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	h.rec.Expires = rec.Expires
+	h.setLeaseFrom(started)
 	return nil
+}
+
+// leaseMargin is how much of a lease CheckLease gives up: the clocks of
+// this run and of a taker (which judges expiry by its wall clock against
+// ours) must agree to within it, and a request sent just before the
+// check must land within it.
+func leaseMargin(ttl time.Duration) time.Duration { return ttl / 10 }
+
+// ErrLeaseRanOut is wrapped (with ErrLost) by CheckLease's error.
+var ErrLeaseRanOut = errors.New("the lock's lease may have run out")
+
+// CheckLease fails, wrapping ErrLost and ErrLeaseRanOut, when by this
+// process's own clocks the lease may have run out: more than TTL less a
+// margin since the expiry the store holds was computed, by the monotonic
+// clock or by the wall clock. It reads nothing, so a run calls it before
+// each removal and each publishing write. The renewal goroutine and the
+// store's conditions cannot do this alone: a process paused past its
+// lease (SIGSTOP, a frozen VM) wakes with its next request already
+// decided, and may send it before the renewal goroutine has run and seen
+// that another run took over. Once it fails the lock counts as lost
+// (Lost is closed) even if a renewal later finds no other taker: the run
+// stops and the next one starts clean. A local folder's flock has no
+// lease.
+func (h *Held) CheckLease() error {
+	if h.file != nil {
+		return nil
+	}
+	h.leaseMu.Lock()
+	from, ttl := h.leaseFrom, h.ttl
+	h.leaseMu.Unlock()
+	limit := ttl - leaseMargin(ttl)
+	now := time.Now()
+	// now.Sub uses the monotonic readings (a pause counts in full); the
+	// wall clock is checked too, for a VM whose monotonic clock stood
+	// still while it was frozen.
+	elapsed, wall := now.Sub(from), now.Round(0).Sub(from.Round(0))
+	if elapsed < limit && wall < limit {
+		return nil
+	}
+	h.lose.Do(func() { close(h.lost) })
+	return fmt.Errorf("%w: %s: %w: %v since it was last renewed (%v by the wall clock), its lease is %v less a margin of %v",
+		ErrLost, h.b.Location(), ErrLeaseRanOut, elapsed.Round(time.Millisecond), wall.Round(time.Millisecond), ttl, leaseMargin(ttl))
+}
+
+func (h *Held) setLeaseFrom(t time.Time) {
+	h.leaseMu.Lock()
+	h.leaseFrom = t
+	h.leaseMu.Unlock()
 }
 
 func (r lockRecord) encode() []byte {
