@@ -54,6 +54,9 @@ type Config struct {
 	// Notify are the receivers of every mirror's notifications; each
 	// mirror's Notify starts with them.
 	Notify []NotifyTarget
+	// NotifySpool is the file where a stopping daemon keeps the
+	// notifications it could not send, for the next start; "" drops them.
+	NotifySpool string
 }
 
 // Mirror is one upstream repository and where to mirror it.
@@ -277,6 +280,8 @@ func (p *parser) parse(data []byte, cfg *Config) {
 			p.triggerToken(v, cfg)
 		case "notify":
 			cfg.Notify = p.notifyTargets(v, "notify")
+		case "notify_spool":
+			cfg.NotifySpool = p.spoolFile(v, key)
 		default:
 			return false
 		}

@@ -184,3 +184,22 @@ func (p *parser) finishNotify(cfg *Config) {
 		p.addf(p.triggerLine, "trigger_token_file: the trigger is served on the listen address; set listen too")
 	}
 }
+
+// spoolFile reads notify_spool: a file in a folder that exists, relative
+// paths taken from the config file's folder.
+func (p *parser) spoolFile(v *yaml.Node, where string) string {
+	path := p.str(v, where)
+	if path == "" {
+		p.addf(v.Line, "%s: empty; give the path of a file to keep unsent notifications in, or leave it out", where)
+		return ""
+	}
+	if !filepath.IsAbs(path) && p.file != "" {
+		path = filepath.Join(filepath.Dir(p.file), path)
+	}
+	if fi, err := os.Stat(filepath.Dir(path)); err != nil || !fi.IsDir() {
+		p.addf(v.Line, "%s: %s: its folder %s is not a folder that exists", where, path, filepath.Dir(path))
+	} else if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		p.addf(v.Line, "%s: %s: not a regular file", where, path)
+	}
+	return path
+}

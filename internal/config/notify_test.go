@@ -182,3 +182,18 @@ mirrors:
 		t.Errorf("a problem quotes a URL's credentials:\n%v", ps)
 	}
 }
+
+func TestNotifySpoolNeedsAFolderThatExists(t *testing.T) {
+	dir := t.TempDir()
+	cfg, err := Parse([]byte("notify_spool: notify.spool\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n"), filepath.Join(dir, "c.yaml"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NotifySpool != filepath.Join(dir, "notify.spool") {
+		t.Errorf("notify_spool = %q, want it beside the config", cfg.NotifySpool)
+	}
+	ps := problems(t, "notify_spool: /nonexistent-folder/notify.spool\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n", nil)
+	wantProblem(t, ps, 1, "notify_spool", "/nonexistent-folder", "not a folder that exists")
+	ps = problems(t, "notify_spool: "+dir+"\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n", nil)
+	wantProblem(t, ps, 1, "notify_spool", "not a regular file")
+}

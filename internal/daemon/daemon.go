@@ -177,7 +177,11 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.runCtx, d.cancelRun = context.WithCancel(context.Background())
 	d.trig = newTriggers(d.metrics.Registry)
-	d.notify = NewNotifier(d.log, d.metrics.Registry, opts.Notify)
+	nopts := opts.Notify
+	if nopts.SpoolFile == "" {
+		nopts.SpoolFile = cfg.NotifySpool
+	}
+	d.notify = NewNotifier(d.log, d.metrics.Registry, nopts)
 	for _, m := range cfg.Mirrors {
 		d.track(m)
 	}
@@ -210,6 +214,15 @@ func load(path string, shard config.Shard) (*config.Config, error) {
 		return nil, ps
 	}
 	return cfg.InShard(shard), nil
+}
+
+// notifyTargets are every receiver of cfg's mirrors.
+func notifyTargets(cfg *config.Config) []config.NotifyTarget {
+	var out []config.NotifyTarget
+	for _, m := range cfg.Mirrors {
+		out = append(out, m.Notify...)
+	}
+	return out
 }
 
 // warnExposed warns when the config file holds a credential itself and
@@ -346,6 +359,8 @@ func (d *Daemon) Serve(ctx context.Context, reload <-chan struct{}) error {
 		}
 	}
 
+	// Serve, not New: daemon --check must leave the spool alone.
+	d.notify.LoadSpool(notifyTargets(cfg))
 	d.mu.Lock()
 	d.scheduleLocked(d.cfg)
 	d.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -60,13 +59,17 @@ const (
 
 // NotifyOptions tune delivery; zero fields take the defaults.
 type NotifyOptions struct {
-	QueueSize      int           // events waiting to be sent; default 1000
-	Workers        int           // requests in flight; default 4
-	RetryMax       int           // retries after the first attempt; default 8
-	RetryWaitMin   time.Duration // first backoff; default 1s, doubling
-	RetryWaitMax   time.Duration // longest backoff, a receiver's Retry-After too; default 1m
-	AttemptTimeout time.Duration // one attempt, answer included; default 10s
-	RecordTimeout  time.Duration // reading the moved versions' records from the sink; default 30s
+	QueueSize       int           // events waiting to be sent, per receiver; default 100
+	Workers         int           // requests in flight, per receiver; default 2
+	RetryMax        int           // retries after the first attempt; default 8
+	RetryWaitMin    time.Duration // first backoff; default 1s, doubling
+	RetryWaitMax    time.Duration // longest backoff, a receiver's Retry-After too; default 30s
+	AttemptTimeout  time.Duration // one attempt, answer included; default 10s
+	DeliveryTimeout time.Duration // one event to one receiver, every retry included; default 2m
+	RecordTimeout   time.Duration // reading the moved versions' records from the sink; default 30s
+	// SpoolFile, when set, is where events still queued at Close are
+	// kept, to be sent by the next Notifier that loads it (LoadSpool).
+	SpoolFile string
 }
 
 func (o NotifyOptions) withDefaults() NotifyOptions {
@@ -76,17 +79,18 @@ func (o NotifyOptions) withDefaults() NotifyOptions {
 		}
 	}
 	if o.QueueSize <= 0 {
-		o.QueueSize = 1000
+		o.QueueSize = 100
 	}
 	if o.Workers <= 0 {
-		o.Workers = 4
+		o.Workers = 2
 	}
 	if o.RetryMax <= 0 {
 		o.RetryMax = 8
 	}
 	def(&o.RetryWaitMin, time.Second)
-	def(&o.RetryWaitMax, time.Minute)
+	def(&o.RetryWaitMax, 30*time.Second)
 	def(&o.AttemptTimeout, 10*time.Second)
+	def(&o.DeliveryTimeout, 2*time.Minute)
 	def(&o.RecordTimeout, 30*time.Second)
 	return o
 }
@@ -129,23 +133,28 @@ type VersionRefused struct {
 	Message string   `json:"message"`
 }
 
-// Notifier makes and sends the notifications of runs.
+// Notifier makes and sends the notifications of runs. Each receiver has
+// a queue and workers of its own (a lane): one that hangs or fails holds
+// only its own events, and one whose queue is full loses only its own.
 type Notifier struct {
-	opts   NotifyOptions
-	log    *zap.Logger
-	total  *prometheus.CounterVec
-	client *retryablehttp.Client
+	opts    NotifyOptions
+	log     *zap.Logger
+	total   *prometheus.CounterVec
+	dropped *prometheus.CounterVec
+	client  *retryablehttp.Client
 
 	start sync.Once
 	// ctx ends the requests in flight when Close gives up waiting.
 	ctx    context.Context
 	cancel context.CancelFunc
 	runs   chan runEvents // runs whose events are still to be made
-	sends  chan delivery
-	done   sync.WaitGroup
+	made   chan struct{}  // closed once every run's events are made
+	lanes  sync.Map       // receiver URL -> *lane
+	done   sync.WaitGroup // the lanes' workers
 
 	mu     sync.Mutex
 	closed bool
+	spill  []spooled // deliveries cut by Close, for the spool
 	// refused holds, per mirror, the refusals its last run notified: a
 	// version refused upstream is refused at every run, and its
 	// receivers hear of it once.
@@ -163,6 +172,7 @@ type delivery struct {
 	body   []byte
 	event  string // type, for logs
 	id     string
+	queued time.Time
 }
 
 // NewNotifier makes a Notifier whose counter is registered on reg. It
@@ -179,12 +189,16 @@ func NewNotifier(log *zap.Logger, reg prometheus.Registerer, opts NotifyOptions)
 			Namespace: "fdl_mirror", Name: "notifications_total",
 			Help: "Notifications by receiver (scheme and host only) and result: delivered, failed (no 2xx after the retries), dropped (queue full, or the process exited first).",
 		}, []string{"target", "result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "fdl_mirror", Name: "notify_dropped_total",
+			Help: "Events dropped, by receiver (scheme and host only): its own queue was full, the spool was, or the process exited without a spool.",
+		}, []string{"receiver"}),
 		refused: map[string]map[string]bool{},
 	}
-	reg.MustRegister(n.total)
+	reg.MustRegister(n.total, n.dropped)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.runs = make(chan runEvents, opts.QueueSize)
-	n.sends = make(chan delivery, opts.QueueSize)
+	n.runs = make(chan runEvents, runQueueSize)
+	n.made = make(chan struct{})
 
 	c := retryablehttp.NewClient()
 	c.Logger = nil // its logs quote URLs, which may carry credentials
@@ -211,25 +225,73 @@ func minDuration(a, b time.Duration) time.Duration {
 	return b
 }
 
+// runQueueSize bounds the runs whose events are still to be made; a run
+// past it has its events dropped, for every receiver.
+const runQueueSize = 100
+
 func (n *Notifier) startWorkers() {
 	n.start.Do(func() {
-		n.done.Add(1 + n.opts.Workers)
 		go func() {
-			defer n.done.Done()
+			defer close(n.made)
 			for r := range n.runs {
 				n.makeEvents(r)
 			}
-			close(n.sends)
 		}()
-		for i := 0; i < n.opts.Workers; i++ {
+	})
+}
+
+// lane is one receiver's queue and workers.
+type lane struct {
+	queue chan delivery
+}
+
+// laneOf returns the receiver's lane, starting it at its first event.
+func (n *Notifier) laneOf(t config.NotifyTarget) *lane {
+	if l, ok := n.lanes.Load(t.URL); ok {
+		return l.(*lane)
+	}
+	l, loaded := n.lanes.LoadOrStore(t.URL, &lane{queue: make(chan delivery, n.opts.QueueSize)})
+	ln := l.(*lane)
+	if !loaded {
+		n.done.Add(n.opts.Workers)
+		for range n.opts.Workers {
 			go func() {
 				defer n.done.Done()
-				for d := range n.sends {
-					n.deliver(d)
+				for {
+					// A stop that gave up waiting leaves the rest queued,
+					// for the spool.
+					select {
+					case <-n.ctx.Done():
+						return
+					case d, ok := <-ln.queue:
+						if !ok {
+							return
+						}
+						n.deliver(d)
+					}
 				}
 			}()
 		}
-	})
+	}
+	return ln
+}
+
+// enqueue puts a delivery on its receiver's queue, or drops it when the
+// queue is full. It never blocks.
+func (n *Notifier) enqueue(d delivery, mirror string) {
+	select {
+	case n.laneOf(d.target).queue <- d:
+	default:
+		n.drop(d.target, 1)
+		n.log.Warn("notification dropped: the receiver's queue is full", zap.String("mirror", mirror),
+			zap.String("target", targetLabel(d.target.URL)), zap.String("type", d.event), zap.String("id", d.id))
+	}
+}
+
+func (n *Notifier) drop(t config.NotifyTarget, count int) {
+	label := targetLabel(t.URL)
+	n.total.WithLabelValues(label, NotifyDropped).Add(float64(count))
+	n.dropped.WithLabelValues(label).Add(float64(count))
 }
 
 // AfterRun queues the notifications of a run of m: nothing when m has no
@@ -252,7 +314,7 @@ func (n *Notifier) AfterRun(m config.Mirror, rep *fdlsync.Report) {
 	select {
 	case n.runs <- runEvents{mirror: m, report: rep, at: time.Now()}:
 	default:
-		n.dropAll(m, "the queue is full")
+		n.dropAll(m, "too many runs wait for their events to be made")
 	}
 }
 
@@ -264,7 +326,7 @@ func (n *Notifier) hadRefusals(mirror string) bool {
 
 func (n *Notifier) dropAll(m config.Mirror, why string) {
 	for _, t := range m.Notify {
-		n.total.WithLabelValues(targetLabel(t.URL), NotifyDropped).Inc()
+		n.drop(t, 1)
 	}
 	n.log.Warn("notifications of a run dropped", zap.String("mirror", m.Name), zap.String("why", why))
 }
@@ -295,13 +357,7 @@ func (n *Notifier) makeEvents(r runEvents) {
 			continue
 		}
 		for _, t := range m.Notify {
-			select {
-			case n.sends <- delivery{target: t, body: body, event: ev.Type, id: ev.ID}:
-			default:
-				n.total.WithLabelValues(targetLabel(t.URL), NotifyDropped).Inc()
-				n.log.Warn("notification dropped: the queue is full", zap.String("mirror", m.Name),
-					zap.String("target", targetLabel(t.URL)), zap.String("type", ev.Type), zap.String("id", ev.ID))
-			}
+			n.enqueue(delivery{target: t, body: body, event: ev.Type, id: ev.ID, queued: r.at}, m.Name)
 		}
 	}
 }
@@ -443,7 +499,10 @@ func Sign(body []byte, secret string) string {
 func (n *Notifier) deliver(d delivery) {
 	label := targetLabel(d.target.URL)
 	log := n.log.With(zap.String("target", label), zap.String("type", d.event), zap.String("id", d.id))
-	req, err := retryablehttp.NewRequestWithContext(n.ctx, http.MethodPost, d.target.URL, d.body)
+	// Every retry included: a receiver cannot hold a worker longer.
+	ctx, cancel := context.WithTimeout(n.ctx, n.opts.DeliveryTimeout)
+	defer cancel()
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, d.target.URL, d.body)
 	if err != nil {
 		n.total.WithLabelValues(label, NotifyFailed).Inc()
 		log.Error("notification not sent: bad request", zap.String("error", scrubTarget(err.Error(), d.target.URL, label)))
@@ -454,12 +513,16 @@ func (n *Notifier) deliver(d delivery) {
 	req.Header.Set("User-Agent", "fdl-mirror")
 	resp, err := n.client.Do(req)
 	if err != nil {
-		result := NotifyFailed
-		if errors.Is(n.ctx.Err(), context.Canceled) {
-			result = NotifyDropped // the process is exiting
+		if n.ctx.Err() != nil {
+			// The process is exiting: the event goes to the spool.
+			n.mu.Lock()
+			n.spill = append(n.spill, spoolEntry(d))
+			n.mu.Unlock()
+			log.Info("notification cut by the stop; kept for the spool")
+			return
 		}
-		n.total.WithLabelValues(label, result).Inc()
-		log.Warn("notification not delivered", zap.String("result", result), zap.String("error", scrubTarget(err.Error(), d.target.URL, label)))
+		n.total.WithLabelValues(label, NotifyFailed).Inc()
+		log.Warn("notification not delivered", zap.String("result", NotifyFailed), zap.String("error", scrubTarget(err.Error(), d.target.URL, label)))
 		return
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -474,7 +537,8 @@ func (n *Notifier) deliver(d delivery) {
 }
 
 // Close stops taking events and waits at most wait for those queued to be
-// sent; then it cancels the requests in flight, which count as dropped.
+// sent; then it cancels the requests in flight, and writes the events
+// still queued or cut to the spool (SpoolFile), or counts them dropped.
 func (n *Notifier) Close(wait time.Duration) {
 	if n == nil {
 		return
@@ -485,22 +549,37 @@ func (n *Notifier) Close(wait time.Duration) {
 		return
 	}
 	n.closed = true
-	n.startWorkers() // so that the goroutine closing sends exists
+	n.startWorkers() // so that the goroutine closing made exists
 	close(n.runs)
 	n.mu.Unlock()
+	deadline := time.After(wait)
 	done := make(chan struct{})
 	go func() {
+		<-n.made
+		n.lanes.Range(func(_, l any) bool {
+			close(l.(*lane).queue)
+			return true
+		})
 		n.done.Wait()
 		close(done)
 	}()
 	select {
 	case <-done:
-	case <-time.After(wait):
-		n.log.Warn("notifications still pending at exit; the rest are dropped", zap.Duration("waited", wait))
+	case <-deadline:
+		n.log.Warn("notifications still pending at exit", zap.Duration("waited", wait))
 		n.cancel()
 		<-done
 	}
 	n.cancel()
+	// What the workers left: in flight when cut, or still queued.
+	left := n.spill
+	n.lanes.Range(func(_, l any) bool {
+		for d := range l.(*lane).queue {
+			left = append(left, spoolEntry(d))
+		}
+		return true
+	})
+	n.saveSpool(left)
 }
 
 // eventAddress is the sink's address as events show it: no credentials.

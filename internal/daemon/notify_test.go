@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -268,9 +269,10 @@ func TestNotifierNeverBlocksAndBoundsItsQueue(t *testing.T) {
 		n.AfterRun(m, rep) // returns at once, queued or dropped
 	}
 	label := targetLabel(hung.URL)
-	if dropped := testutil.ToFloat64(n.total.WithLabelValues(label, NotifyDropped)); dropped < 8 {
-		t.Errorf("%v of 10 events past a queue of 1 dropped", dropped)
-	}
+	// One in flight, one queued: the other 9 dropped, counted per receiver.
+	waitFor(t, "9 events dropped", 5*time.Second, func() bool {
+		return testutil.ToFloat64(n.dropped.WithLabelValues(label)) == 9 && testutil.ToFloat64(n.total.WithLabelValues(label, NotifyDropped)) == 9
+	})
 	began := time.Now()
 	n.Close(200 * time.Millisecond)
 	if took := time.Since(began); took > 5*time.Second {
@@ -352,4 +354,128 @@ func TestNotifierKeepsReceiverSecretsOutOfMetricsAndLogs(t *testing.T) {
 	if !strings.Contains(text.String(), "notification not delivered") {
 		t.Errorf("the failure is not logged:\n%s", text.String())
 	}
+}
+
+// refMove is a report of a run that moved one ref.
+func refMove(to string) *fdlsync.Report {
+	return &fdlsync.Report{RefsMoved: []fdlsync.RefMove{{Ref: "refs/heads/main", To: to}}}
+}
+
+func TestHangingReceiversDelayOnlyTheirOwnEvents(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	var hung []*receiver
+	urls := []string{}
+	for range 5 {
+		rc := newReceiver(t, func(n int32, w http.ResponseWriter) { <-hold })
+		hung = append(hung, rc)
+		urls = append(urls, rc.URL)
+	}
+	healthy := newReceiver(t, accept)
+	urls = append(urls, healthy.URL)
+	opts := NotifyOptions{AttemptTimeout: time.Hour} // the hanging ones never let go
+	n := NewNotifier(nil, prometheus.NewRegistry(), opts)
+	m := testMirror(mirrorWithRecords(t, nil), urls...)
+	const runs = 30
+	began := time.Now()
+	for i := range runs {
+		n.AfterRun(m, refMove(fmt.Sprintf("v%d", i)))
+	}
+	waitFor(t, "the healthy receiver to get every event", 10*time.Second, func() bool { return healthy.hits.Load() == runs })
+	t.Logf("the healthy receiver got %d events in %s beside 5 hanging ones", runs, time.Since(began).Round(time.Millisecond))
+	for _, r := range healthy.requests() {
+		checkSigned(t, r, testSecret)
+	}
+	// Each hanging receiver holds 2 in flight (its workers) and the rest
+	// in its own queue.
+	for _, rc := range hung {
+		if got := rc.hits.Load(); got != 2 {
+			t.Errorf("hanging receiver: %d requests, want its 2 workers'", got)
+		}
+	}
+	n.Close(100 * time.Millisecond)
+	// No spool: what the hanging ones still held is dropped, counted
+	// as theirs; none of the healthy one's.
+	for _, rc := range hung {
+		if got := testutil.ToFloat64(n.dropped.WithLabelValues(targetLabel(rc.URL))); got != runs {
+			t.Errorf("hanging receiver: %v dropped at the stop, want %d", got, runs)
+		}
+	}
+	if got := testutil.ToFloat64(n.dropped.WithLabelValues(targetLabel(healthy.URL))); got != 0 {
+		t.Errorf("the healthy receiver lost %v events", got)
+	}
+}
+
+func TestEventsQueuedAtStopAreSpooledAndSentAfterRestart(t *testing.T) {
+	var up atomic.Bool
+	hold := make(chan struct{})
+	defer close(hold)
+	rc := newReceiver(t, func(n int32, w http.ResponseWriter) {
+		if !up.Load() {
+			<-hold // down: hangs
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	spool := filepath.Join(t.TempDir(), "notify.spool")
+	opts := NotifyOptions{AttemptTimeout: time.Hour, SpoolFile: spool}
+	m := testMirror(mirrorWithRecords(t, nil), rc.URL)
+	n := NewNotifier(nil, prometheus.NewRegistry(), opts)
+	for i := range 5 {
+		n.AfterRun(m, refMove(fmt.Sprintf("v%d", i)))
+	}
+	waitFor(t, "two events in flight", 5*time.Second, func() bool { return rc.hits.Load() == 2 })
+	n.Close(200 * time.Millisecond)
+	fi, err := os.Stat(spool)
+	if err != nil {
+		t.Fatalf("no spool after a stop with 5 events unsent: %v", err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("spool mode %04o, want 0600", fi.Mode().Perm())
+	}
+	raw, _ := os.ReadFile(spool)
+	for _, secret := range []string{testSecret, strings.TrimPrefix(rc.URL, "http://")} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("the spool holds %q", secret)
+		}
+	}
+	sent := rc.requests()
+	// Restarted: the receiver is up again.
+	up.Store(true)
+	n2 := NewNotifier(nil, prometheus.NewRegistry(), opts)
+	if q := n2.LoadSpool(m.Notify); q != 5 {
+		t.Errorf("%d events queued from the spool, want 5", q)
+	}
+	if _, err := os.Stat(spool); !os.IsNotExist(err) {
+		t.Errorf("the spool is still there after loading: %v", err)
+	}
+	n2.Close(10 * time.Second)
+	ids := map[string]int{}
+	for _, r := range rc.requests()[len(sent):] {
+		ids[checkSigned(t, r, testSecret).ID]++
+	}
+	for _, r := range sent {
+		ev := checkSigned(t, r, testSecret)
+		if ids[ev.ID] != 1 {
+			t.Errorf("event %s, cut in flight at the stop, sent %d times after the restart", ev.ID, ids[ev.ID])
+		}
+	}
+	if len(ids) != 5 {
+		t.Errorf("%d distinct events after the restart, want 5", len(ids))
+	}
+}
+
+func TestADeliveryEndsAtItsOverallDeadline(t *testing.T) {
+	hold := make(chan struct{})
+	defer close(hold)
+	rc := newReceiver(t, func(n int32, w http.ResponseWriter) { <-hold })
+	opts := fastRetries
+	opts.AttemptTimeout, opts.DeliveryTimeout = time.Hour, 300*time.Millisecond
+	n := NewNotifier(nil, prometheus.NewRegistry(), opts)
+	n.AfterRun(testMirror(mirrorWithRecords(t, nil), rc.URL), refMove("v1"))
+	label := targetLabel(rc.URL)
+	waitFor(t, "the delivery to fail at its deadline", 5*time.Second, func() bool {
+		return testutil.ToFloat64(n.total.WithLabelValues(label, NotifyFailed)) == 1
+	})
+	n.Close(time.Second)
 }

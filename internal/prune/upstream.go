@@ -36,16 +36,20 @@ func readUpstream(ctx context.Context, r backend.Reader, log *zap.Logger) (*upst
 	if u.settings, err = u.src.ReadSettings(ctx); err != nil {
 		return nil, fail(err)
 	}
-	refs, bad, err := repo.ReadRefs(ctx, r)
-	if err != nil {
-		return nil, fail(fmt.Errorf("source %s: refs unreadable: %w", r.Location(), err))
+	// The refs as sync reads and judges them (source.ReadRefs); a
+	// refused ref still counts as one upstream holds.
+	got := u.src.ReadRefsWithoutHead(ctx)
+	if got.Unread {
+		return nil, fail(fmt.Errorf("source %s: refs unreadable: %w", r.Location(), got.Err))
 	}
-	u.refs = refs
-	for name := range refs {
+	u.refs = got.Refs
+	for name := range got.Refs {
 		u.names[name] = true
 	}
-	for _, b := range bad {
-		u.names[b.Ref] = true
+	for _, b := range got.Refused {
+		if b.Ref != "" {
+			u.names[b.Ref] = true
+		}
 	}
 	if len(u.names) == 0 {
 		// A repository with no ref at all is more likely a broken or
@@ -81,7 +85,14 @@ func (u *upstream) checkRefTargets(ctx context.Context) error {
 		}
 		g.Go(func() error {
 			record := repo.VersionFile(id, repo.RecordFile)
-			_, err := backend.ReadAll(ctx, u.src.Reader(), record, repo.MaxRecordFile)
+			// A record that reads is there, whatever it says: a
+			// refusal of its bytes is not an absence.
+			_, err := u.src.ReadVersion(ctx, id)
+			if unread := (*source.ReadError)(nil); errors.As(err, &unread) {
+				err = unread.Err
+			} else {
+				err = nil
+			}
 			switch {
 			case err == nil && versions != nil:
 				errs[i] = fmt.Errorf("%s reads but the listing of %s lacks it (ref %s): the listing is not consistent", record, repo.VersionsDir, targets[id][0])

@@ -528,7 +528,11 @@ type Record struct {
 	ID      string
 	Parents []string
 	SHA256  string
-	Raw     []byte
+	// Author and Message are the record's "author" and "message" where
+	// they are JSON strings, else "": text for people (notifications),
+	// unbounded and unchecked; the record does not fail for them.
+	Author, Message string
+	Raw             []byte
 }
 
 var sha256Re = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -541,9 +545,11 @@ var ErrReplay = errors.New("a record of another version (replayed under this ID)
 // relies on: parents are version IDs, sha256 is lowercase hex.
 func ParseRecord(id string, content []byte) (*Record, error) {
 	var doc struct {
-		ID      *string  `json:"id"`
-		Parents []string `json:"parents"`
-		SHA256  *string  `json:"sha256"`
+		ID      *string         `json:"id"`
+		Parents []string        `json:"parents"`
+		SHA256  *string         `json:"sha256"`
+		Author  json.RawMessage `json:"author"`
+		Message json.RawMessage `json:"message"`
 	}
 	if err := json.Unmarshal(content, &doc); err != nil {
 		return nil, fmt.Errorf("version %s: %s: malformed JSON: %w", id, RecordFile, err)
@@ -562,5 +568,14 @@ func ParseRecord(id string, content []byte) (*Record, error) {
 	if !sha256Re.MatchString(*doc.SHA256) {
 		return nil, fmt.Errorf("version %s: %s: \"sha256\" %q is not 64 lowercase hex digits", id, RecordFile, *doc.SHA256)
 	}
-	return &Record{ID: id, Parents: doc.Parents, SHA256: *doc.SHA256, Raw: content}, nil
+	return &Record{ID: id, Parents: doc.Parents, SHA256: *doc.SHA256, Author: jsonString(doc.Author), Message: jsonString(doc.Message), Raw: content}, nil
+}
+
+// jsonString is raw where it is a JSON string, else "".
+func jsonString(raw json.RawMessage) string {
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return ""
+	}
+	return s
 }

@@ -3,6 +3,7 @@ package source
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"go.uber.org/zap"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // Trust judges a version's signature against keys the operator trusts;
-// *verify.Policy is the implementation (through mirror.TrustOf).
+// *verify.Policy is the implementation (through its AsTrust).
 type Trust interface {
 	// CheckVersion returns an error when the version must not be
 	// published; sig is nil when the version carries no signature.
@@ -19,6 +20,94 @@ type Trust interface {
 	// CompareRepoSigners returns a warning when the keys the repository
 	// lists differ from the trusted ones ("" when they agree).
 	CompareRepoSigners(lines []string) string
+}
+
+// A version's record and signature are judged here and nowhere else:
+// JudgeRecord is the one parse of a version.json, JudgeSignature the one
+// check of a signature, whoever read the bytes (the upstream through a
+// Source, the mirror through internal/sink, a repository verify checks).
+
+// JudgeRecord parses a version's record, as read from wherever: the
+// record of version id, or the refusal of one that breaks the rules (a
+// replay where its "id" names another version).
+func JudgeRecord(id string, raw []byte) (*repo.Record, *RefusalError) {
+	rec, err := repo.ParseRecord(id, raw)
+	if err != nil {
+		return nil, RecordRefusal(id, err)
+	}
+	return rec, nil
+}
+
+// JudgeSignature judges a version's record and signature (nil: none) by
+// the trusted keys: the refusal of a version they do not let through;
+// nil without a Trust.
+func JudgeSignature(trust Trust, id string, record, sig []byte) *RefusalError {
+	if trust == nil {
+		return nil
+	}
+	if err := trust.CheckVersion(id, record, sig); err != nil {
+		return Refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
+	}
+	return nil
+}
+
+// Version is a version's record and signature, read and judged.
+type Version struct {
+	Record *repo.Record // parsed by JudgeRecord; Record.Raw is the bytes read
+	// Signature is version.json.sig; nil where the version has none, or
+	// where no Trust judges it (it is then not read).
+	Signature []byte
+	// Verdict is JudgeSignature's: nil where the Trust lets the version
+	// through, or where there is no Trust.
+	Verdict *RefusalError
+}
+
+// Passes says whether the version passed every judgement made of it.
+func (v *Version) Passes() bool { return v != nil && v.Verdict == nil }
+
+// ReadError is a file of the upstream that could not be read at all (a
+// failure of the store, or a file that is not there): no verdict on its
+// bytes.
+type ReadError struct {
+	File string
+	Err  error
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// ReadVersion reads and judges a version upstream: its record, and where
+// the Source has a Trust, its signature. The error is a *ReadError where
+// the record (then v is nil) or the signature (then v has the record, and
+// no verdict) could not be read, and a *RefusalError where the record
+// breaks the rules. Used where any version may be asked for (the parents
+// ancestry follows, a repository verify checks); a run's versions are
+// read with ReadRecord and ReadSignature, which use what the run listed.
+func (s *Source) ReadVersion(ctx context.Context, id string) (*Version, error) {
+	name := repo.VersionFile(id, repo.RecordFile)
+	raw, err := backend.ReadAll(ctx, s.r, name, repo.MaxRecordFile)
+	if err != nil {
+		return nil, &ReadError{name, err}
+	}
+	rec, bad := JudgeRecord(id, raw)
+	if bad != nil {
+		return nil, bad
+	}
+	v := &Version{Record: rec}
+	if s.trust == nil {
+		return v, nil
+	}
+	sigName := repo.VersionFile(id, repo.SignatureFile)
+	sig, err := backend.ReadAll(ctx, s.r, sigName, repo.MaxSmallFile)
+	if backend.IsNotExist(err) {
+		sig, err = nil, nil
+	}
+	if err != nil {
+		return v, &ReadError{sigName, err}
+	}
+	v.Signature = sig
+	v.Verdict = JudgeSignature(s.trust, id, raw, sig)
+	return v, nil
 }
 
 // ReadRecord fetches and parses a version's record. A version that a ref
@@ -38,29 +127,28 @@ func (s *Source) ReadRecord(ctx context.Context, id string, isRoot bool) (raw []
 	case err != nil:
 		return nil, nil, err
 	}
-	if rec, err = repo.ParseRecord(id, raw); err != nil {
-		return raw, nil, RecordRefusal(id, err)
+	rec, bad := JudgeRecord(id, raw)
+	if bad != nil {
+		return raw, nil, bad
 	}
 	return raw, rec, nil
 }
 
 // ReadSignature reads a version's signature where its folder (files, as
-// VersionFiles gives them) has one; nil where it has none.
-func (s *Source) ReadSignature(ctx context.Context, id string, files map[string]int64) ([]byte, error) {
-	if _, ok := files[repo.SignatureFile]; !ok {
-		return nil, nil
+// VersionFiles gives them) has one, and judges it with the record raw
+// (JudgeSignature): the signature (nil where there is none), or the error
+// of a read that failed or the refusal of a version the Trust does not let
+// through.
+func (s *Source) ReadSignature(ctx context.Context, id string, files map[string]int64, raw []byte) ([]byte, error) {
+	var sig []byte
+	if _, ok := files[repo.SignatureFile]; ok {
+		var err error
+		if sig, err = backend.ReadAll(ctx, s.r, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
+			return nil, err
+		}
 	}
-	return backend.ReadAll(ctx, s.r, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile)
-}
-
-// CheckSignature judges a version's record and signature (nil: none) by
-// the trusted keys; nil without a Trust.
-func (s *Source) CheckSignature(id string, record, sig []byte) error {
-	if s.trust == nil {
-		return nil
+	if r := JudgeSignature(s.trust, id, raw, sig); r != nil {
+		return nil, r
 	}
-	if err := s.trust.CheckVersion(id, record, sig); err != nil {
-		return Refuse(ReasonSignature, id, repo.VersionFile(id, repo.SignatureFile), "%v", err)
-	}
-	return nil
+	return sig, nil
 }

@@ -14,8 +14,10 @@ type Refs struct {
 	// Refused are the refs (and HEAD) that break the rules, and the
 	// failure to read them at all.
 	Refused []*RefusalError
-	// Unread: the refs could not be read at all (Refs is empty).
+	// Unread: the refs could not be read at all (Refs is empty); Err
+	// says why (the refusal in Refused says it naming the source).
 	Unread bool
+	Err    error
 }
 
 // ReadRefs reads every ref upstream: by listing refs/ where the store can
@@ -25,6 +27,24 @@ type Refs struct {
 // or of the value the previous ReadRefs read (before the run took the
 // lock), is not read again (see repo.ListingHolds).
 func (s *Source) ReadRefs(ctx context.Context, seen func(ref string) (version string, ok bool)) Refs {
+	out := s.readRefs(ctx, seen)
+	head, err := s.readHead(ctx)
+	if err != nil {
+		out.Refused = append(out.Refused, err.(*RefusalError))
+	}
+	out.Head = head
+	return out
+}
+
+// ReadRefsWithoutHead is ReadRefs for a reader that follows no HEAD
+// (status, prune): the same refs, refused for the same rules; HEAD is
+// not read.
+func (s *Source) ReadRefsWithoutHead(ctx context.Context) Refs {
+	return s.readRefs(ctx, nil)
+}
+
+// readRefs is ReadRefs but HEAD; seen may be nil.
+func (s *Source) readRefs(ctx context.Context, seen func(ref string) (version string, ok bool)) Refs {
 	var out Refs
 	var bad []*repo.RefError
 	var err error
@@ -33,8 +53,10 @@ func (s *Source) ReadRefs(ctx context.Context, seen func(ref string) (version st
 		if files, err = repo.ListRefFiles(ctx, s.r); err == nil {
 			read := s.read
 			out.Refs, bad, err = repo.ReadRefFiles(ctx, s.r, files, func(fi backend.FileInfo) (string, bool) {
-				if id, ok := seen(fi.Name); ok && repo.ListingHolds(fi, id) {
-					return id, true
+				if seen != nil {
+					if id, ok := seen(fi.Name); ok && repo.ListingHolds(fi, id) {
+						return id, true
+					}
 				}
 				id, ok := read[fi.Name]
 				return id, ok && repo.ListingHolds(fi, id)
@@ -52,16 +74,12 @@ func (s *Source) ReadRefs(ctx context.Context, seen func(ref string) (version st
 			where = repo.RefsFile
 		}
 		out.Refused = append(out.Refused, Refuse(ReasonBadRef, "", where, "source %s: %v", s.r.Location(), err))
-		out.Refs, out.Unread = repo.Refs{}, true
+		out.Refs, out.Unread, out.Err = repo.Refs{}, true, err
 	}
 	for _, b := range bad {
 		r := Refuse(ReasonBadRef, "", b.Ref, "%v", b.Err)
 		r.Ref = b.Ref
 		out.Refused = append(out.Refused, r)
-	}
-	out.Head, err = s.readHead(ctx)
-	if err != nil {
-		out.Refused = append(out.Refused, err.(*RefusalError))
 	}
 	return out
 }

@@ -3,20 +3,28 @@
 // its refs (by listing refs/, or from refs.json where the store cannot
 // list, with the values the mirror saw last as a hint), version records,
 // signatures (judged by a Trust: keys the operator trusts, never the
-// repository's own list), the files and sizes of version folders, and
+// repository's own list), the files and sizes of version folders, its
+// catalogs (fetched to the local disk for a confined reader), and
 // whether a version was withdrawn or expired. A verdict against the
 // upstream is a Refusal, with one of the reasons below; internal/sync
 // decides what a refusal stops.
 //
+// A record is parsed in one place (JudgeRecord) and a signature checked
+// in one (JudgeSignature), whoever read their bytes: the mirror's copies
+// (read by internal/sink) are judged here too. Refs are read in one way
+// (ReadRefs) for sync, status, prune and verify.
+//
 // In a run (see internal/sync): ReadSettings first; ReadRefs while the
 // sink takes its inventory (and again once the run holds the lock);
 // ListVersions; then, per version, ReadRecord, VersionFiles,
-// ReadSignature and CheckSignature, and Size before a server-side copy.
-// A prune asks VersionStatus.
+// ReadSignature (read and judged), FetchCatalog, and Size before a
+// server-side copy. Ancestry, verify and prune ask ReadVersion; a prune
+// asks VersionStatus.
 //
 // Files: source.go (Source, settings, versions and sizes), refs.go (the
 // upstream's refs), records.go (records and signatures, Trust),
-// refusal.go (Refusal, its reasons), status.go (withdrawn or expired).
+// catalogs.go (catalogs), refusal.go (Refusal, its reasons), status.go
+// (withdrawn or expired).
 package source
 
 import (
@@ -107,34 +115,25 @@ func (s *Source) VersionFiles(ctx context.Context, id string) (map[string]int64,
 	}
 	names := append(append([]string{}, repo.KnownVersionFiles...), s.settings.CatalogFiles()...)
 	files := map[string]int64{}
-	for _, n := range names {
-		if err := s.statVersionFile(ctx, id, n, files); err != nil {
-			return nil, err
+	stat := func(name string) (struct{}, error) {
+		fi, err := s.r.Stat(ctx, repo.VersionFile(id, name))
+		if err == nil {
+			files[name] = fi.Size
 		}
+		return struct{}{}, err
 	}
-	// ducklake.duckdb first, then metadata.db, as newer tools name the
-	// catalog: a version with both is read from ducklake.duckdb, and
-	// its metadata.db is not asked for.
-	if _, ok := files[repo.CatalogFile]; !ok {
-		if err := s.statVersionFile(ctx, id, repo.MetadataFile, files); err != nil {
+	for _, n := range names {
+		var err error
+		if n == repo.CatalogFile {
+			_, _, err = repo.FindMainCatalog(stat) // ducklake.duckdb, else metadata.db
+		} else {
+			_, err = stat(n)
+		}
+		if err != nil && !backend.IsNotExist(err) {
 			return nil, err
 		}
 	}
 	return files, nil
-}
-
-// statVersionFile adds a file of a version's folder upstream to files
-// with its size, where it exists.
-func (s *Source) statVersionFile(ctx context.Context, id, name string, files map[string]int64) error {
-	fi, err := s.r.Stat(ctx, repo.VersionFile(id, name))
-	if backend.IsNotExist(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	files[name] = fi.Size
-	return nil
 }
 
 // listPage is how many names a list request returns (S3's and GCS's

@@ -5,7 +5,8 @@ import (
 	"sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // Ref relations: how a branch's new value relates to its value in the
@@ -30,14 +31,15 @@ const (
 // is refused.
 type ancestry struct {
 	sink    backend.Reader // nil: a mirror not made yet
-	src     backend.Reader
-	trust   Trust // nil: no signature policy
+	src     *source.Source // judges upstream's records, by the run's Trust
 	mu      sync.Mutex
 	parents map[string][]string
 }
 
+// newAncestry reads the mirror in sink (nil: none yet) and the upstream
+// in src, judging upstream's records by trust (nil: no signature policy).
 func newAncestry(sink, src backend.Reader, trust Trust) *ancestry {
-	return &ancestry{sink: sink, src: src, trust: trust, parents: map[string][]string{}}
+	return &ancestry{sink: sink, src: source.New(src, trust, nil), parents: map[string][]string{}}
 }
 
 // relation says how version to relates to version from through parents.
@@ -86,35 +88,22 @@ func (a *ancestry) parentsOf(ctx context.Context, id string) []string {
 }
 
 // readParents reads a version's parents from the mirror's published
-// record, else from upstream's record where it passes the policy; nil
-// when neither does.
+// record, else from upstream's record where it passes the policy
+// (source.ReadVersion: its signature, and an id that names its own
+// folder); nil when neither does.
 func (a *ancestry) readParents(ctx context.Context, id string) []string {
-	name := repo.VersionFile(id, repo.RecordFile)
 	if a.sink != nil {
-		if raw, err := backend.ReadAll(ctx, a.sink, name, repo.MaxRecordFile); err == nil {
-			if rec, err := repo.ParseRecord(id, raw); err == nil {
+		if raw, err := sink.ReadRecord(ctx, a.sink, id); err == nil {
+			if rec, bad := source.JudgeRecord(id, raw); bad == nil {
 				return rec.Parents
 			}
 		}
 	}
-	raw, err := backend.ReadAll(ctx, a.src, name, repo.MaxRecordFile)
-	if err != nil {
+	v, err := a.src.ReadVersion(ctx, id)
+	if err != nil || !v.Passes() {
 		return nil
 	}
-	rec, err := repo.ParseRecord(id, raw) // refuses an id other than the folder's
-	if err != nil {
-		return nil
-	}
-	if a.trust != nil {
-		sig, err := backend.ReadAll(ctx, a.src, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile)
-		if backend.IsNotExist(err) {
-			sig, err = nil, nil
-		}
-		if err != nil || a.trust.CheckVersion(id, raw, sig) != nil {
-			return nil
-		}
-	}
-	return rec.Parents
+	return v.Record.Parents
 }
 
 // note remembers a version's parents, from a record that passed the

@@ -33,10 +33,7 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	if err != nil {
 		return 0, err
 	}
-	if n.sig, err = e.src.ReadSignature(ctx, id, files); err != nil {
-		return 0, err
-	}
-	if err := e.src.CheckSignature(id, n.raw, n.sig); err != nil {
+	if n.sig, err = e.src.ReadSignature(ctx, id, files, n.raw); err != nil {
 		return 0, err
 	}
 
@@ -236,7 +233,7 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			fetchCtx = backend.WithCheckedRead(ctx)
 		}
 		start := time.Now()
-		fetched, err := e.catalogs.Fetch(fetchCtx, e.src.Reader(), catalogName)
+		fetched, err := e.src.FetchCatalog(fetchCtx, e.catalogs, id, file)
 		e.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 		if err != nil {
 			if backend.IsNotExist(err) {

@@ -34,7 +34,7 @@ func (e *engine) checkSource(ctx context.Context, sinkHasSettings bool) error {
 	if !sinkHasSettings {
 		return nil // a new mirror: this run's source is the first
 	}
-	rec, err := sink.ReadSourceRecord(ctx, e.sink.Backend())
+	rec, err := e.sink.SourceRecord(ctx)
 	if err != nil {
 		return fatalf("sink %s: %w", e.sink.Location(), err)
 	}

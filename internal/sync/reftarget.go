@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
@@ -120,28 +119,24 @@ func firstOf(names []string) string {
 	return names[0]
 }
 
+// judgeSinkVersion judges the mirror's copy of a version's record and
+// signature by the run's policy, as upstream's are judged (source).
 func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	recordName := repo.VersionFile(id, repo.RecordFile)
-	raw, err := backend.ReadAll(ctx, e.sink.Backend(), recordName, repo.MaxRecordFile)
+	raw, err := e.sink.ReadRecord(ctx, id)
 	if err != nil {
 		return refuse(ReasonRecord, id, recordName, "version %s: reading the mirror's %s: %v", id, recordName, err)
 	}
-	if _, err := repo.ParseRecord(id, raw); err != nil {
-		return source.RecordRefusal(id, err)
+	if _, bad := source.JudgeRecord(id, raw); bad != nil {
+		return bad
 	}
 	if e.opts.Trust == nil {
 		return nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
-	sig, err := backend.ReadAll(ctx, e.sink.Backend(), sigName, repo.MaxSmallFile)
-	if backend.IsNotExist(err) {
-		sig, err = nil, nil
-	}
+	sig, err := e.sink.ReadSignature(ctx, id)
 	if err != nil {
 		return refuse(ReasonSignature, id, sigName, "version %s: reading the mirror's %s: %v", id, sigName, err)
 	}
-	if err := e.opts.Trust.CheckVersion(id, raw, sig); err != nil {
-		return refuse(ReasonSignature, id, sigName, "%v", err)
-	}
-	return nil
+	return source.JudgeSignature(e.opts.Trust, id, raw, sig)
 }

@@ -3,33 +3,39 @@ package sync
 import (
 	"context"
 	"fmt"
+	"sort"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // Compare reads the refs upstream and in the mirror (dst nil: a mirror not
 // made yet) and says how each stands, copying nothing: current, behind,
 // rewound or diverged upstream (a branch the next run will refuse to
-// move), or excluded by sel. LastChange comes from the mirror's record of
-// when it saw each upstream value.
+// move), or excluded by sel. Upstream's refs are read and judged as sync
+// reads them (source.ReadRefs): a ref that breaks the rules, which sync
+// refuses, is refused here too, behind with no upstream value.
+// LastChange comes from the mirror's record of when it saw each upstream
+// value.
 func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection) ([]RefStatus, error) {
 	mine := repo.Refs{}
 	var seen sink.UpstreamState
 	if dst != nil {
 		var err error
-		if mine, _, err = repo.ReadRefs(ctx, dst); err != nil {
+		if mine, _, err = sink.ReadRefs(ctx, dst); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
 		if seen, _, err = sink.ReadUpstreamState(ctx, dst); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
 	}
-	up, _, err := repo.ReadRefs(ctx, src)
-	if err != nil {
-		return nil, fmt.Errorf("source %s: %w", src.Location(), err)
+	got := source.New(src, nil, nil).ReadRefsWithoutHead(ctx)
+	if got.Unread {
+		return nil, fmt.Errorf("source %s: %w", src.Location(), got.Err)
 	}
+	up := got.Refs
 	// Compare has no signature policy: upstream records count when they
 	// name their own folder. It only reports; sync judges a move itself.
 	anc := newAncestry(dst, src, nil)
@@ -62,5 +68,12 @@ func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection
 		}
 		out = append(out, st)
 	}
+	for _, r := range got.Refused {
+		if r.Ref == "" {
+			continue
+		}
+		out = append(out, RefStatus{Ref: r.Ref, Mirror: mine[r.Ref], Behind: true, State: RefRefused})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Ref < out[j].Ref })
 	return out, nil
 }

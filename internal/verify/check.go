@@ -2,6 +2,7 @@ package verify
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // Problem is one thing wrong in a repository.
@@ -52,12 +54,13 @@ func CheckRepository(ctx context.Context, r backend.Reader, opts CheckOptions) (
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 8
 	}
-	c := &checker{r: r, opts: opts}
+	c := &checker{r: r, opts: opts, src: source.New(r, opts.Trust.AsTrust(), nil)}
 	return c.run(ctx)
 }
 
 type checker struct {
 	r        backend.Reader
+	src      *source.Source // judges version records and signatures
 	opts     CheckOptions
 	settings *repo.Settings
 	problems []Problem
@@ -138,14 +141,17 @@ func (c *checker) run(ctx context.Context) ([]Problem, error) {
 func (c *checker) refs(ctx context.Context) repo.Refs {
 	refs := repo.Refs{}
 	if c.r.Properties().CanList {
-		listed, bad, err := repo.ReadRefs(ctx, c.r)
-		if err != nil {
-			c.add(Problem{File: repo.RefsDir, Message: err.Error()})
+		// The ref files, read and judged as sync reads them.
+		got := c.src.ReadRefsWithoutHead(ctx)
+		if got.Unread {
+			c.add(Problem{File: repo.RefsDir, Message: got.Err.Error()})
 		}
-		for _, b := range bad {
-			c.add(Problem{Ref: b.Ref, File: b.Ref, Message: b.Err.Error()})
+		for _, b := range got.Refused {
+			if b.Ref != "" {
+				c.add(Problem{Ref: b.Ref, File: b.Ref, Message: b.Message})
+			}
 		}
-		for k, v := range listed {
+		for k, v := range got.Refs {
 			refs[k] = v
 		}
 	}
@@ -198,46 +204,40 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		c.add(Problem{Version: id, File: file, Message: fmt.Sprintf("version %s: "+format, append([]any{id}, args...)...)})
 	}
 	recordName := repo.VersionFile(id, repo.RecordFile)
-	raw, err := backend.ReadAll(ctx, c.r, recordName, repo.MaxRecordFile)
-	if err != nil {
-		if isRoot || !backend.IsNotExist(err) {
-			bad(recordName, "%s: %v", recordName, err)
+	v, err := c.src.ReadVersion(ctx, id)
+	var unread *source.ReadError
+	if v == nil {
+		if !errors.As(err, &unread) {
+			c.add(Problem{Version: id, File: recordName, Message: err.Error()})
+		} else if isRoot || !backend.IsNotExist(unread.Err) {
+			bad(recordName, "%s: %v", recordName, unread.Err)
 		}
 		return nil
 	}
-	rec, err := repo.ParseRecord(id, raw)
-	if err != nil {
-		c.add(Problem{Version: id, File: recordName, Message: err.Error()})
-		return nil
-	}
+	rec := v.Record
 	if c.opts.Trust != nil {
 		sigName := repo.VersionFile(id, repo.SignatureFile)
-		sig, err := backend.ReadAll(ctx, c.r, sigName, repo.MaxSmallFile)
-		if backend.IsNotExist(err) {
-			sig, err = nil, nil
-		}
-		if err != nil {
-			bad(sigName, "%v", err)
-		} else if _, err := c.opts.Trust.CheckVersion(id, raw, sig); err != nil {
-			c.add(Problem{Version: id, File: sigName, Message: err.Error()})
-		} else if sig == nil && c.opts.Note != nil {
+		switch {
+		case errors.As(err, &unread):
+			bad(sigName, "%v", unread.Err)
+		case v.Verdict != nil:
+			c.add(Problem{Version: id, File: sigName, Message: v.Verdict.Message})
+		case v.Signature == nil && c.opts.Note != nil:
 			c.opts.Note(Problem{Version: id, File: sigName, Message: fmt.Sprintf("version %s carries no signature (signatures are not required)", id)})
 		}
 	}
 	// The catalog: ducklake.duckdb, or metadata.db where there is none
 	// (asked for in that order where the store cannot list).
 	files := c.versions[id]
-	mainFile := repo.CatalogFile
+	var mainFile string
+	var fetched *catalog.Fetched
 	if c.versions != nil {
 		mainFile = repo.MainCatalog(files)
+		fetched, err = c.src.FetchCatalogTo(ctx, id, mainFile, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
+	} else {
+		mainFile, fetched, err = c.src.FetchMainCatalogTo(ctx, id, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 	}
 	catalogName := repo.VersionFile(id, mainFile)
-	fetched, err := catalog.Fetch(ctx, c.r, catalogName, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
-	if c.versions == nil && backend.IsNotExist(err) {
-		if f, merr := catalog.Fetch(ctx, c.r, repo.VersionFile(id, repo.MetadataFile), c.opts.TempDir, c.opts.CatalogLimits.MaxSize); !backend.IsNotExist(merr) {
-			mainFile, catalogName, fetched, err = repo.MetadataFile, repo.VersionFile(id, repo.MetadataFile), f, merr
-		}
-	}
 	if err != nil {
 		bad(catalogName, "%v", err)
 		return rec.Parents
@@ -263,7 +263,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 	}
 	for _, f := range alternates {
 		name := repo.VersionFile(id, f)
-		fetched, err := catalog.Fetch(ctx, c.r, name, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
+		fetched, err := c.src.FetchCatalogTo(ctx, id, f, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 		if c.versions == nil && backend.IsNotExist(err) {
 			continue // not every version carries every format
 		}
