@@ -87,6 +87,9 @@ func TestDaemonOutlivesACatalogThatCrashesItsReader(t *testing.T) {
 			t.Errorf("fdl_mirror_catalog_sandbox{layer=%q} is %v (present %v), want 1 on this kernel", layer, v, ok)
 		}
 	}
+	if v, ok := m["fdl_mirror_catalog_sandbox_landlock_abi"]; !ok || int(v) != catalog.ProbeSandbox().LandlockABI {
+		t.Errorf("fdl_mirror_catalog_sandbox_landlock_abi is %v (present %v), want %d", v, ok, catalog.ProbeSandbox().LandlockABI)
+	}
 	_, body := httpGet("http://" + addr + "/status.json")
 	var st struct {
 		Mirrors []struct {
@@ -102,7 +105,7 @@ func TestDaemonOutlivesACatalogThatCrashesItsReader(t *testing.T) {
 	}
 	found := false
 	for _, ms := range st.Mirrors {
-		if !ms.Sandbox.Landlock || !ms.Sandbox.Seccomp || len(ms.Sandbox.Missing) != 0 {
+		if !ms.Sandbox.Landlock || !ms.Sandbox.Seccomp || len(ms.Sandbox.Missing) != 0 || ms.Sandbox.LandlockABI < 1 || ms.Sandbox.LandlockNeeded != 1 {
 			t.Errorf("/status.json catalog_sandbox of %s: %+v", ms.Mirror, ms.Sandbox)
 		}
 		if ms.Mirror == "evil" && ms.LastRun != nil {

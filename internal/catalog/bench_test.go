@@ -45,6 +45,8 @@ func BenchmarkRead(b *testing.B) {
 			}
 			proc.close()
 		}
+		// A reader's peak resident set (VmHWM), as close reads it.
+		b.ReportMetric(float64(readerPeakRSS.Load())/(1<<20), "peak-MiB")
 	})
 	b.Run("alone", func(b *testing.B) {
 		for b.Loop() {

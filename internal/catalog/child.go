@@ -53,6 +53,17 @@ const (
 // reader's refusal.
 var testBehaviour func(kind string) error
 
+// testMarker, set by this package's tests only, is shown the data path
+// of each catalog as the reader reads it: a test's catalog names there
+// the attack its reader makes (attack_test.go), as a catalog that took
+// DuckDB over would make it. An error is the reader's refusal.
+var testMarker func(dataPath string) error
+
+// testLie, set by a test's attack only, makes the reader leave every
+// file out of the catalogs it reads after: what a reader taken over by
+// one catalog could do to the next it read.
+var testLie bool
+
 // errTestAnswered is a test behaviour that wrote its own answer.
 var errTestAnswered = errors.New("answered by the test behaviour")
 
@@ -61,16 +72,22 @@ var errTestAnswered = errors.New("answered by the test behaviour")
 type readerArgs struct {
 	addressSpace uint64 // RLIMIT_AS, bytes
 	cpuSeconds   uint64 // RLIMIT_CPU soft limit; SIGKILL one second later
-	noLandlock   bool
+	landlockABI  int    // the ruleset's ABI (maxLandlockABI); 0: no Landlock
 	noSeccomp    bool
+	keepFDs      bool // tests only: inherited descriptors left open
+	keepCaps     bool // tests only: capabilities left as they are
 	parent       bool // descriptor 4 is a parent's catalog, read-only too
 }
 
 func (a readerArgs) argv() []string {
 	v := []string{readerCommand, "v" + strconv.Itoa(protocolVersion),
 		"as=" + strconv.FormatUint(a.addressSpace, 10), "cpu=" + strconv.FormatUint(a.cpuSeconds, 10)}
-	if a.noLandlock {
-		v = append(v, "landlock=off")
+	v = append(v, "landlock="+strconv.Itoa(a.landlockABI))
+	if a.keepFDs {
+		v = append(v, "fds=keep")
+	}
+	if a.keepCaps {
+		v = append(v, "caps=keep")
 	}
 	if a.noSeccomp {
 		v = append(v, "seccomp=off")
@@ -95,7 +112,13 @@ func parseReaderArgs(args []string) (readerArgs, error) {
 		case "cpu":
 			a.cpuSeconds, err = strconv.ParseUint(v, 10, 64)
 		case "landlock":
-			a.noLandlock = v == "off"
+			if a.landlockABI, err = strconv.Atoi(v); err == nil && (a.landlockABI < 0 || a.landlockABI > maxLandlockABI) {
+				err = errors.New("no such ABI")
+			}
+		case "fds":
+			a.keepFDs = v == "keep"
+		case "caps":
+			a.keepCaps = v == "keep"
 		case "seccomp":
 			a.noSeccomp = v == "off"
 		case "parent":
@@ -283,9 +306,18 @@ type frameSink struct {
 	out   *frameWriter
 	n     uint64
 	total uint64
+	lie   bool // tests only (testLie)
 }
 
 func (w *frameSink) meta(c *Catalog, rows int64) error {
+	if testMarker != nil {
+		if testLie {
+			w.lie, rows = true, 0
+		}
+		if err := testMarker(c.DataPath); err != nil {
+			return err
+		}
+	}
 	w.out.begin(frameMeta)
 	w.out.str(truncate(c.DuckLakeVersion, 256))
 	w.out.str(c.DataPath) // bounded by the read (maxDataPath)
@@ -294,6 +326,9 @@ func (w *frameSink) meta(c *Catalog, rows int64) error {
 }
 
 func (w *frameSink) file(f File) error {
+	if w.lie {
+		return nil
+	}
 	if err := writeFile(w.out, f); err != nil {
 		return err
 	}

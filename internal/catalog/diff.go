@@ -122,17 +122,25 @@ func (p *Pool) Diff(ctx context.Context, file, name, parentFile, parentName stri
 			return nil, err
 		}
 	}
-	proc, err := p.get(ctx)
+	r, err := p.get(ctx)
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	defer p.idleAgain()
-	d, err := proc.readDifference(ctx, request{name: name, parentName: parentName, file: filepath.Base(file), parentFile: filepath.Base(parentFile), lim: p.lim}, each)
+	// The two catalogs in the reader's folder, for its one request.
+	childBase, err := r.link(file)
+	var parentBase string
+	if err == nil {
+		parentBase, err = r.link(parentFile)
+	}
 	if err != nil {
-		proc.close()
+		p.done(r, false)
+		return nil, fmt.Errorf("catalog %s: %w", name, err)
+	}
+	d, err := r.proc.readDifference(ctx, request{name: name, parentName: parentName, file: childBase, parentFile: parentBase, lim: p.lim}, each)
+	p.done(r, err == nil)
+	if err != nil {
 		return nil, err
 	}
-	p.put(proc)
 	return d, nil
 }
 
@@ -229,6 +237,11 @@ type diffWriter struct {
 }
 
 func (w *diffWriter) meta(c *Catalog, d *Difference) error {
+	if testMarker != nil {
+		if err := testMarker(c.DataPath); err != nil {
+			return err
+		}
+	}
 	w.out.begin(frameDiffMeta)
 	w.out.str(truncate(c.DuckLakeVersion, 256))
 	w.out.str(c.DataPath)

@@ -5,104 +5,153 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	gosync "sync"
+	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
 
-// Pool reads the catalogs of one upstream (or of one mirror) in one run
-// with a few readers, each kept for catalog after catalog: starting a
-// reader and its DuckDB costs about as much as reading a catalog of 400
-// files (BENCHMARKS.md), and a mirror reads one per version.
+// Pool reads the catalogs of one upstream (or of one mirror) in one run,
+// each with a reader of its own, started ahead: starting a reader and
+// its DuckDB costs about as much as reading a catalog of 400 files
+// (BENCHMARKS.md), and is paid while a catalog is fetched.
 //
-// A pooled reader may read the files of the pool's folder only, a
-// private one (0700) that holds nothing but the catalogs fetched into it
-// with Fetch: the catalogs of the one upstream the pool serves, so a
-// reader taken over by one of them can learn or say nothing that upstream
-// could not already. A pool is never shared between upstreams or
-// mirrors. A reader whose read failed in any way (a refusal, a limit, a
-// crash, a cancelled context) is killed, never used again; one that has
-// read readsPerReader catalogs is replaced, so that its CPU time limit
-// stays that of a few reads.
+// One catalog per reader: a reader started ahead has a folder of its own
+// in the pool's (0700), empty until a read links the catalog into it, or
+// a difference's two catalogs, which come in one request. A reader taken
+// over by one catalog therefore never sees another one (a later version,
+// a parent for a difference) and can lie about none but its own. Once it
+// has answered it is ended; one left waiting for its request longer than
+// a catalog's timeout is ended too, and its CPU limit is one catalog's.
 type Pool struct {
 	dir    string
-	sortIn string   // where a read's sort makes its private folder: dir's parent
-	dirFD  *os.File // the folder, open read-only: each reader's one descriptor
+	sortIn string // where a read's sort makes its private folder: dir's parent
 	lim    Limits
 	size   int
 	mu     gosync.Mutex
-	idle   []*readerProc
+	idle   []*pooledReader
 	closed bool
-	// warming is closed once the reader started ahead (warm) is idle or
-	// failed to start; nil while none is starting. Close waits for it
-	// (started).
-	warming chan struct{}
+	// warming counts the readers being started ahead; warmed is closed
+	// (and replaced) each time one of them is idle or failed to start.
+	warming int
+	warmed  chan struct{}
 	started gosync.WaitGroup
-	busy    int // readers reading
+}
+
+// pooledReader is a reader of the pool and its folder.
+type pooledReader struct {
+	proc  *readerProc
+	dir   string
+	timer *time.Timer // ends it while it waits for its request too long
 }
 
 // NewPool makes the pool's folder in parent (os.TempDir when empty) and
-// keeps up to size readers idle between reads.
+// keeps up to size readers started ahead.
 func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 	dir, err := os.MkdirTemp(parent, "catalogs-")
 	if err != nil {
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	// MkdirTemp makes it 0700 already; made sure, as the readers may read
-	// every file in it.
+	// MkdirTemp makes it 0700 already; made sure, as it holds the
+	// catalogs and the readers' folders.
 	if err := os.Chmod(dir, 0o700); err != nil {
 		os.Remove(dir)
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	fd, err := os.Open(dir)
-	if err != nil {
-		os.Remove(dir)
-		return nil, fmt.Errorf("a folder for catalogs: %w", err)
-	}
-	return &Pool{dir: dir, sortIn: filepath.Dir(dir), dirFD: fd, lim: lim.WithDefaults(), size: max(size, 1)}, nil
+	return &Pool{dir: dir, sortIn: filepath.Dir(dir), lim: lim.WithDefaults(), size: max(size, 1), warmed: make(chan struct{})}, nil
 }
 
 // Dir is the pool's folder.
 func (p *Pool) Dir() string { return p.dir }
 
 // Fetch copies a catalog from r into the pool's folder (see Fetch).
-// While it comes, a reader is started for it where none is idle: a
-// reader's start (an exec, the sandbox, DuckDB) is then paid while the
-// bytes come, not before the read.
+// While it comes, a reader is started ahead where fewer than the pool's
+// size are: a reader's start (an exec, the sandbox, DuckDB) is then paid
+// while the bytes come, not before the read.
 func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
 	p.warm()
 	return Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
 }
 
-// warm starts a reader, in the background, to be idle for the next
-// read, where the pool has none at all: one, so that a run that fetches
-// two catalogs for one difference starts one reader. One that fails to
-// start is forgotten: the read starts its own and says why.
+// warm starts a reader, in the background, to wait for the next read.
+// One that fails to start is forgotten: the read starts its own and
+// says why.
 func (p *Pool) warm() {
 	p.mu.Lock()
-	if p.closed || len(p.idle) > 0 || p.warming != nil || p.busy > 0 {
+	if p.closed || len(p.idle)+p.warming >= p.size {
 		p.mu.Unlock()
 		return
 	}
-	warming := make(chan struct{})
-	p.warming = warming
+	p.warming++
 	p.started.Add(1)
 	p.mu.Unlock()
 	go func() {
 		defer p.started.Done()
-		proc, err := startReader(context.Background(), p.dirFD, p.lim, readsPerReader)
+		r, err := p.start(context.Background())
 		p.mu.Lock()
-		p.warming = nil
-		if err == nil && !p.closed && len(p.idle) < p.size {
-			p.idle = append(p.idle, proc)
-			proc = nil
+		p.warming--
+		if err == nil && !p.closed {
+			p.idleLocked(r)
+			r = nil
 		}
+		close(p.warmed)
+		p.warmed = make(chan struct{})
 		p.mu.Unlock()
-		close(warming)
-		if proc != nil {
-			proc.close()
+		if r != nil {
+			r.close()
 		}
 	}()
+}
+
+// start starts a reader in a new folder of its own.
+func (p *Pool) start(ctx context.Context) (*pooledReader, error) {
+	dir, err := os.MkdirTemp(p.dir, "reader-")
+	if err != nil {
+		return nil, fmt.Errorf("a folder for a catalog reader: %w", err)
+	}
+	fd, err := os.Open(dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("a folder for a catalog reader: %w", err)
+	}
+	proc, err := startReader(ctx, fd, p.lim, pooledReads())
+	fd.Close()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &pooledReader{proc: proc, dir: dir}, nil
+}
+
+// pooledReads is the catalogs a pooled reader reads: one, unless a test
+// imitates the pools before issue 40.
+func pooledReads() int { return max(knobs.readsPerReader, 1) }
+
+// idleLocked keeps r for a read, with a timer.
+func (p *Pool) idleLocked(r *pooledReader) {
+	p.idle = append(p.idle, r)
+	wait := p.lim.Timeout
+	if knobs.idle > 0 {
+		wait = knobs.idle
+	}
+	r.timer = time.AfterFunc(wait, func() {
+		p.mu.Lock()
+		i := slices.Index(p.idle, r)
+		if i >= 0 {
+			p.idle = slices.Delete(p.idle, i, i+1)
+		}
+		p.mu.Unlock()
+		if i >= 0 {
+			r.close()
+		}
+	})
+}
+
+// close ends the reader and removes its folder.
+func (r *pooledReader) close() {
+	r.proc.close()
+	os.RemoveAll(r.dir)
 }
 
 // Read reads the catalog at file as Read does, with one of the pool's
@@ -129,32 +178,53 @@ func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, erro
 	if filepath.Dir(file) != p.dir {
 		return readSortedAlone(ctx, file, name, p.lim, p.sortIn)
 	}
-	proc, err := p.get(ctx)
+	r, err := p.get(ctx)
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	defer p.idleAgain()
+	base, err := r.link(file)
+	if err != nil {
+		p.done(r, false)
+		return nil, fmt.Errorf("catalog %s: %w", name, err)
+	}
 	sorter := newFileSorter(p.sortIn, name, sortBudgetOf(p.lim, file))
 	defer sorter.close()
-	c, err := proc.readCatalog(ctx, request{name: name, file: filepath.Base(file), lim: p.lim}, sorter)
+	c, err := r.proc.readCatalog(ctx, request{name: name, file: base, lim: p.lim}, sorter)
 	if err != nil {
-		proc.close()
+		p.done(r, false)
 		return nil, err
 	}
 	// A catalog the sort refuses (a path of two sizes) is a refusal
-	// like any other: its reader is not used again.
+	// like any other.
 	sorted, err := sorter.finish(*c)
+	p.done(r, err == nil)
 	if err != nil {
-		proc.close()
 		return nil, err
 	}
-	p.put(proc)
 	return sorted, nil
 }
 
-// get takes an idle reader, waits for the one being started ahead, or
+// link links file (in the pool's folder) into the reader's, and returns
+// its name there.
+func (r *pooledReader) link(file string) (string, error) {
+	base := filepath.Base(file)
+	if err := os.Link(file, filepath.Join(r.dir, base)); err != nil {
+		return "", fmt.Errorf("linking it for its reader: %w", err)
+	}
+	return base, nil
+}
+
+// unlink removes what link linked into the reader's folder.
+func (r *pooledReader) unlink() {
+	ents, _ := os.ReadDir(r.dir)
+	for _, e := range ents {
+		os.Remove(filepath.Join(r.dir, e.Name()))
+	}
+}
+
+// get takes a reader started ahead, waits for one being started, or
 // starts one.
-func (p *Pool) get(ctx context.Context) (*readerProc, error) {
+func (p *Pool) get(ctx context.Context) (*pooledReader, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -162,55 +232,48 @@ func (p *Pool) get(ctx context.Context) (*readerProc, error) {
 			return nil, fmt.Errorf("catalog pool closed")
 		}
 		if n := len(p.idle); n > 0 {
-			proc := p.idle[n-1]
-			p.idle = p.idle[:n-1]
-			p.busy++
+			// Taken from idle under the lock: its timer, if it fires
+			// now, finds it gone and leaves it.
+			r := p.idle[0]
+			p.idle = p.idle[1:]
 			p.mu.Unlock()
-			return proc, nil
+			r.timer.Stop()
+			return r, nil
 		}
-		warming := p.warming
-		if warming == nil {
-			p.busy++
+		warmed := p.warmed
+		if p.warming == 0 {
 			p.mu.Unlock()
 			break
 		}
 		p.mu.Unlock()
 		select {
-		case <-warming:
+		case <-warmed:
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	proc, err := startReader(ctx, p.dirFD, p.lim, readsPerReader)
-	if err != nil {
-		p.idleAgain()
-	}
-	return proc, err
+	return p.start(ctx)
 }
 
-// idleAgain ends a read's use of its reader, put back or closed.
-func (p *Pool) idleAgain() {
-	p.mu.Lock()
-	p.busy--
-	p.mu.Unlock()
-}
-
-// put takes a reader back after a good read; one past its reads, or
-// beyond the idle ones kept, is closed.
-func (p *Pool) put(proc *readerProc) {
-	p.mu.Lock()
-	if !p.closed && proc.reads < readsPerReader && len(p.idle) < p.size {
-		p.idle = append(p.idle, proc)
-		proc = nil
+// done ends a read's use of its reader: ended with its folder, or, where
+// a test imitates the pools before issue 40, kept for the next.
+func (p *Pool) done(r *pooledReader, ok bool) {
+	r.unlink()
+	if ok && r.proc.reads < pooledReads() {
+		p.mu.Lock()
+		if !p.closed {
+			p.idleLocked(r)
+			r = nil
+		}
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
-	if proc != nil {
-		proc.close()
+	if r != nil {
+		r.close()
 	}
 }
 
-// Close ends the idle readers and removes the pool's folder with
-// whatever is left in it.
+// Close ends the readers started ahead and removes the pool's folder
+// with whatever is left in it.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	p.closed = true
@@ -221,8 +284,8 @@ func (p *Pool) Close() error {
 	p.idle = nil
 	p.mu.Unlock()
 	for _, r := range idle {
+		r.timer.Stop()
 		r.close()
 	}
-	p.dirFD.Close()
 	return os.RemoveAll(p.dir)
 }

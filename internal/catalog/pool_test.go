@@ -49,8 +49,9 @@ func copyInto(t testing.TB, src, dir string) string {
 	return f.Name()
 }
 
-// One pooled DuckDB reads catalog after catalog, each as Read reads it
-// alone: nothing of one is left for the next.
+// A pool reads catalog after catalog, each as Read reads it alone, each
+// with a reader of its own that is ended after it: nothing of one is
+// left for the next.
 func TestPoolReadsCatalogsOneAfterAnotherAsReadDoes(t *testing.T) {
 	dir := t.TempDir()
 	r, err := generate.Generate(context.Background(), dir, generate.Options{Versions: 3, FilesPerVersion: 4, FastParquet: true})
@@ -64,15 +65,20 @@ func TestPoolReadsCatalogsOneAfterAnotherAsReadDoes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		before := readersStarted.Load()
 		got, err := pool.Read(context.Background(), copyInto(t, src, pool.Dir()), "")
 		if err != nil {
 			t.Fatalf("catalog %d: %v", i, err)
 		}
+		started := readersStarted.Load() - before
 		if !reflect.DeepEqual(got.Files, want.Files) || got.DataPath != want.DataPath {
 			t.Fatalf("catalog %d: the pool read %d files, Read %d", i, len(got.Files), len(want.Files))
 		}
-		if n := pool.idleCount(); n != 1 {
-			t.Fatalf("after catalog %d the pool keeps %d idle instances, want 1 (reused)", i, n)
+		if started != 1 {
+			t.Fatalf("catalog %d read by %d new readers, want 1", i, started)
+		}
+		if pids := readerChildren(t); len(pids) != 0 || pool.idleCount() != 0 {
+			t.Fatalf("after catalog %d readers %v run, %d idle; want none", i, pids, pool.idleCount())
 		}
 	}
 }
@@ -209,23 +215,29 @@ func TestPoolStartsAReaderWhileACatalogIsFetched(t *testing.T) {
 		t.Fatalf("no reader started while the catalog was fetched")
 	}
 	pool.mu.Lock()
-	warmed := pool.idle[0]
+	warmed := pool.idle[0].proc
 	pool.mu.Unlock()
-	// A second fetch, one reader idle already: none more.
+	// A second fetch, one reader waiting already (the pool's size): none
+	// more.
 	g := fetchInto(t, pool, p)
 	if pids := readerChildren(t); len(pids) != 1 || pids[0] != warmed.cmd.Process.Pid {
 		t.Fatalf("readers %v after a second fetch, want only %d", pids, warmed.cmd.Process.Pid)
 	}
+	// The first read takes the reader started ahead and ends it; the
+	// second starts its own.
+	before = readersStarted.Load()
 	for _, c := range []*Fetched{f, g} {
 		if c, err := pool.Read(context.Background(), c.Path, catalogName); err != nil || len(c.Files) == 0 {
 			t.Fatalf("%v, %v", c, err)
 		}
+		select {
+		case <-warmed.exited:
+		default:
+			t.Fatalf("the reader started ahead still runs after a read")
+		}
 	}
-	pool.mu.Lock()
-	same := len(pool.idle) == 1 && pool.idle[0] == warmed
-	pool.mu.Unlock()
-	if !same {
-		t.Errorf("the reads did not go to the reader started ahead")
+	if n := readersStarted.Load() - before; n != 1 || pool.idleCount() != 0 {
+		t.Errorf("two reads started %d readers beside the one started ahead, %d idle; want 1 and none", n, pool.idleCount())
 	}
 	// Closed while a reader starts: none is left running.
 	other, err := NewPool(t.TempDir(), 2, Limits{})
@@ -241,9 +253,9 @@ func TestPoolStartsAReaderWhileACatalogIsFetched(t *testing.T) {
 }
 
 // A pool takes a difference of two catalogs fetched into it with one of
-// its readers, kept for the next read: the same difference as a reader
-// of its own takes. A child the difference refuses ends that reader, and
-// the pool's next read starts another.
+// its readers, the two in one request, and ends the reader: the same
+// difference as a reader of its own takes. A child the difference
+// refuses ends that reader, and the pool's next read starts another.
 func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 	cats := chain(t, "0.3")
 	pool := newTestPool(t, Limits{})
@@ -252,20 +264,22 @@ func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	before := readersStarted.Load()
 	got, err := pool.Diff(context.Background(), child.Path, catalogName, parent.Path, parentName, nil)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("pooled difference %+v, %v; alone %+v", got, err, want)
 	}
+	if n := readersStarted.Load() - before; n != 0 || pool.idleCount() != 0 || len(readerChildren(t)) != 0 {
+		t.Fatalf("the difference started %d readers beside the one started ahead, left %d idle, %v running; want none", n, pool.idleCount(), readerChildren(t))
+	}
+	pool.warm()
+	deadline := time.Now().Add(30 * time.Second)
+	for pool.idleCount() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
 	pool.mu.Lock()
-	kept := len(pool.idle)
-	var first *readerProc
-	if kept == 1 {
-		first = pool.idle[0]
-	}
+	first := pool.idle[0].proc
 	pool.mu.Unlock()
-	if kept != 1 {
-		t.Fatalf("%d readers idle after a difference, want 1", kept)
-	}
 	hostile := fetchInto(t, pool, changed(t, cats[3], "UPDATE ducklake_data_file SET path = '/etc/passwd', path_is_relative = false WHERE data_file_id = 2"))
 	d, err := pool.Diff(context.Background(), hostile.Path, catalogName, parent.Path, parentName, nil)
 	if d != nil || err == nil || !strings.Contains(err.Error(), "outside the catalog's data path") || !strings.Contains(err.Error(), catalogName) {

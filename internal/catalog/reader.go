@@ -37,8 +37,32 @@ type Layers struct {
 	Seccomp     bool // its seccomp filter is loaded
 }
 
-// Landlock says whether the reader is confined by Landlock.
-func (l Layers) Landlock() bool { return l.LandlockABI > 0 }
+// The Landlock ABI a reader relies on. With its seccomp filter, ABI 1:
+// Landlock rules the files it opens (its catalog, read-only; nothing
+// written, made or removed), and the filter refuses what later ABIs
+// added rules for (truncate, 3; TCP, 4, as every socket; signals and
+// abstract sockets, 6, as every signal to another process and every
+// socket). Without the filter, ABI 6, and Landlock is the one layer
+// against all of them. Landlock below the ABI it relies on is counted
+// as missing: at ABI 2 without seccomp a reader empties any file its
+// uid may write; at ABI 5 it signals the mirror.
+const (
+	landlockWithSeccomp = 1
+	landlockAlone       = 6
+)
+
+// LandlockNeeded is the Landlock ABI counted as a layer: 1 with seccomp,
+// 6 without.
+func (l Layers) LandlockNeeded() int {
+	if l.Seccomp {
+		return landlockWithSeccomp
+	}
+	return landlockAlone
+}
+
+// Landlock says whether the reader is confined by Landlock at an ABI
+// that covers what it relies on Landlock for (LandlockNeeded).
+func (l Layers) Landlock() bool { return l.LandlockABI > 0 && l.LandlockABI >= l.LandlockNeeded() }
 
 // Missing names the layers a reader lacks: "landlock", "seccomp".
 func (l Layers) Missing() []string {
@@ -83,7 +107,6 @@ const (
 	CauseNoSandbox   = "sandbox"    // a layer is missing and the sandbox is required
 	readerGrace      = 2 * time.Second
 	stderrKept       = 4 << 10
-	readsPerReader   = 32      // a pooled reader's catalogs before it is replaced
 	baseAddressSpace = 5 << 29 // 2.5 GiB
 )
 
@@ -91,7 +114,12 @@ const (
 // start: layers off (to show what each one stops) and limits smaller.
 type readerKnobs struct {
 	noLandlock, noSeccomp bool
-	cpuSeconds            uint64 // 0: from the limits
+	landlockABI           int           // an older ruleset than maxLandlockABI, imitating an older kernel
+	keepFDs, keepCaps     bool          // inherited descriptors and capabilities left to the reader
+	noGroup               bool          // the reader in the mirror's process group, its pid alone killed, no WaitDelay
+	readsPerReader        int           // a pool's reader's catalogs: 1 unless a test imitates the pools before issue 40
+	idle                  time.Duration // a pooled reader's wait for its request: 0, the catalog timeout
+	cpuSeconds            uint64        // 0: from the limits
 	grace                 time.Duration
 }
 
@@ -166,10 +194,13 @@ func SandboxNow() Layers {
 
 // SandboxStatus is Layers as status --json and /status.json show them.
 type SandboxStatus struct {
-	Landlock    bool     `json:"landlock"`
-	LandlockABI int      `json:"landlock_abi"`
-	Seccomp     bool     `json:"seccomp"`
-	Missing     []string `json:"missing"`
+	Landlock    bool `json:"landlock"`
+	LandlockABI int  `json:"landlock_abi"`
+	// LandlockNeeded is the ABI Landlock is counted at: 1 with
+	// seccomp, 6 without.
+	LandlockNeeded int      `json:"landlock_abi_needed"`
+	Seccomp        bool     `json:"seccomp"`
+	Missing        []string `json:"missing"`
 }
 
 // Status is the layers as status shows them.
@@ -178,25 +209,31 @@ func (l Layers) Status() SandboxStatus {
 	if m == nil {
 		m = []string{}
 	}
-	return SandboxStatus{Landlock: l.Landlock(), LandlockABI: l.LandlockABI, Seccomp: l.Seccomp, Missing: m}
+	return SandboxStatus{Landlock: l.Landlock(), LandlockABI: l.LandlockABI, LandlockNeeded: l.LandlockNeeded(), Seccomp: l.Seccomp, Missing: m}
 }
 
 // String says which layers a reader has, for logs and the status page.
 func (l Layers) String() string {
-	var have []string
+	var have, lack []string
 	if l.Landlock() {
 		have = append(have, fmt.Sprintf("Landlock (ABI %d)", l.LandlockABI))
+	} else if l.LandlockABI > 0 {
+		lack = append(lack, fmt.Sprintf("Landlock at ABI %d, below the %d a reader needs without seccomp", l.LandlockABI, l.LandlockNeeded()))
+	} else {
+		lack = append(lack, "no Landlock")
 	}
 	if l.Seccomp {
 		have = append(have, "seccomp")
+	} else {
+		lack = append(lack, "no seccomp")
 	}
 	switch {
-	case len(have) == 2:
+	case len(lack) == 0:
 		return "confined by " + have[0] + " and " + have[1]
 	case len(have) == 1:
-		return "confined by " + have[0] + " only: no " + l.Missing()[0] + " on this kernel"
+		return "confined by " + have[0] + " only: " + lack[0] + " on this kernel"
 	}
-	return "without Landlock or seccomp on this kernel (a process apart, with rlimits and an empty environment)"
+	return "without Landlock or seccomp on this kernel (" + strings.Join(lack, ", ") + "; a process apart, with rlimits and an empty environment)"
 }
 
 // ObservedLayers is the layers of the last reader this process started;
@@ -223,6 +260,10 @@ type readerProc struct {
 	exited chan struct{} // closed once the reader has exited and been waited for
 	mu     gosync.Mutex
 	killed string // why the mirror killed it: CauseTimeout, "cancel"
+	group  bool   // in a process group of its own
+	// reaped is set as the reader is about to be reaped: its pid, and
+	// its group's id, may then be another's.
+	reaped atomic.Bool
 }
 
 // startReader starts a reader of root (a catalog, or a folder of them)
@@ -232,17 +273,32 @@ type readerProc struct {
 func startReader(ctx context.Context, root *os.File, lim Limits, reads int, parent ...*os.File) (*readerProc, error) {
 	nonDumpable.Do(func() { _ = makeNonDumpable() })
 	readersStarted.Add(1)
-	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), noLandlock: knobs.noLandlock, noSeccomp: knobs.noSeccomp, parent: len(parent) > 0}
+	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), landlockABI: maxLandlockABI, noSeccomp: knobs.noSeccomp,
+		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps, parent: len(parent) > 0}
+	if knobs.landlockABI > 0 {
+		a.landlockABI = knobs.landlockABI
+	}
+	if knobs.noLandlock {
+		a.landlockABI = 0
+	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = append([]string{"fdl-mirror-catalog-reader"}, a.argv()...)
 	cmd.Env = []string{} // not nil: nil would pass on the mirror's, credentials and all
 	cmd.Dir = "/"
+	if !knobs.noGroup {
+		// A process group of its own, killed as one (killGroup): what
+		// it may have forked dies with it. And Wait, which waits for
+		// the end of stderr, gives up on it readerGrace after the
+		// reader's end: whatever holds the pipe holds no sync.
+		cmd.SysProcAttr = readerProcAttr()
+		cmd.WaitDelay = readerGrace
+	}
 	cmd.ExtraFiles = append([]*os.File{root}, parent[:min(len(parent), 1)]...)
 	// No Pdeathsig: it fires when the OS thread that started the reader
 	// exits, which the Go runtime may do under a live mirror. A reader
 	// outlives a killed mirror by one read at most: its stdin ends, and
 	// its next write to stdout kills it (SIGPIPE).
-	p := &readerProc{cmd: cmd, stderr: &headBuffer{}, args: a, exited: make(chan struct{})}
+	p := &readerProc{cmd: cmd, stderr: &headBuffer{}, args: a, exited: make(chan struct{}), group: !knobs.noGroup}
 	cmd.Stderr = p.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -264,8 +320,19 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	}
 	p.stdin, p.stdout, p.in, p.out = stdin, stdout, newFrameReader(stdout), newFrameWriter(stdin)
 	go func() {
+		if p.group {
+			// As the reader dies, and before it is reaped (so that its
+			// pid, the group's id, is not reused meanwhile), its group
+			// dies too.
+			waitExited(cmd.Process.Pid)
+			killGroup(cmd.Process.Pid)
+			p.reaped.Store(true)
+		}
 		cmd.Wait()
-		stdout.Close()
+		// What it wrote before it died is still to be read; a pipe that
+		// something else still holds (a fork that left the group) ends
+		// after a grace. The mirror closes it (wait).
+		stdout.SetReadDeadline(time.Now().Add(readerGrace))
 		close(p.exited)
 	}()
 	stop := p.watch(ctx, lim.Timeout+readerGrace)
@@ -290,7 +357,7 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	noteLayers(p.layers)
 	if lim.RequireSandbox && len(p.layers.Missing()) > 0 {
 		p.kill("failed")
-		<-p.exited
+		p.wait()
 		return nil, &ReaderError{Cause: CauseNoSandbox, Detail: "no catalog is read without both layers (require_sandbox), and this kernel gives a reader no " + strings.Join(p.layers.Missing(), " and no ")}
 	}
 	return p, nil
@@ -316,7 +383,11 @@ func (p *readerProc) kill(why string) {
 		p.killed = why
 	}
 	p.mu.Unlock()
-	p.cmd.Process.Kill()
+	// The group's id is the reader's pid, which may be another's once
+	// the reader is reaped; its pidfd (Process.Kill) is not.
+	if !p.group || p.reaped.Load() || !killGroup(p.cmd.Process.Pid) {
+		p.cmd.Process.Kill()
+	}
 }
 
 // close ends a reader that answered well: its stdin closed, it exits.
@@ -327,8 +398,14 @@ func (p *readerProc) close() {
 	case <-p.exited:
 	case <-time.After(readerGrace):
 		p.kill("closed")
-		<-p.exited
 	}
+	p.wait()
+}
+
+// wait waits for the reader's end, and closes its stdout.
+func (p *readerProc) wait() {
+	<-p.exited
+	p.stdout.Close()
 }
 
 // failed kills the reader after err (a broken pipe, a bad frame, an
@@ -345,7 +422,7 @@ func (p *readerProc) failed(ctx context.Context, name string, err error) error {
 			p.kill("failed")
 		}
 	}
-	<-p.exited
+	p.wait()
 	p.mu.Lock()
 	killed := p.killed
 	p.mu.Unlock()
@@ -543,7 +620,7 @@ func (p *readerProc) request(ctx context.Context, q request, each func(File) err
 	switch {
 	case errors.As(err, &te):
 		p.kill("failed")
-		<-p.exited
+		p.wait()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -554,7 +631,7 @@ func (p *readerProc) request(ctx context.Context, q request, each func(File) err
 	if refusal != nil {
 		p.notePeak()
 		p.kill("refused")
-		<-p.exited
+		p.wait()
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}

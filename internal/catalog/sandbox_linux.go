@@ -1,31 +1,60 @@
 package catalog
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"unsafe"
 
 	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"github.com/landlock-lsm/go-landlock/landlock"
 	ll "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
+	"kernel.org/pub/linux/libs/security/libcap/psx"
 )
 
 // confine applies a reader's layers to the whole process, every thread
 // of it (the Go runtime has several by now), before it reads a byte of a
 // catalog:
+//   - nothing inherited: every inherited descriptor but 0-2, the catalog
+//     (3) and a parent's (4) closed (the mirror may hold descriptors
+//     without CLOEXEC, a socket among them: through one a reader could
+//     write past its socket ban);
 //   - rlimits: address space, CPU time, 64 open files, files of 0 bytes
-//     (it writes nothing), no core dump;
+//     (it writes nothing), no core dump, and no more processes of its
+//     uid than run now and a reader's threads (RLIMIT_NPROC: the
+//     backstop of seccomp's fork ban; a fork would start with a CPU
+//     count of its own);
+//   - no capability, none in the bounding set (a mirror run as root);
 //   - no_new_privs;
 //   - Landlock: no file but its root (descriptor 3) and, for a
 //     difference, the parent's catalog (descriptor 4), read-only, and the
 //     few DuckDB reads as it starts (its cgroup's limits, the CPUs); no TCP
 //     bind or connect; no signal or abstract socket out of its domain;
-//   - seccomp: a deny-list over an allow default (see deniedSyscalls)
-//     that kills the process on a denied call.
+//   - seccomp (seccompPolicy): the calls that reach past the process
+//     kill it; a call of another architecture kills it.
 //
 // A layer the kernel lacks is left out and reported in the Layers; an
-// rlimit or no_new_privs that fails is an error (every Linux has them).
+// rlimit, no_new_privs or a capability that cannot be dropped is an
+// error (every Linux has them).
 func confine(a readerArgs) (Layers, error) {
 	var l Layers
+	if !a.keepFDs {
+		if err := closeInherited(a.parent); err != nil {
+			return l, err
+		}
+	}
+	nproc, err := tasksOfUID(os.Getuid())
+	if err != nil {
+		return l, fmt.Errorf("counting the tasks of uid %d for RLIMIT_NPROC: %w", os.Getuid(), err)
+	}
+	nproc += readerThreads
 	for _, r := range []struct {
 		name     string
 		res      int
@@ -36,20 +65,27 @@ func confine(a readerArgs) (Layers, error) {
 		{"RLIMIT_NOFILE", unix.RLIMIT_NOFILE, readerMaxFiles, readerMaxFiles},
 		{"RLIMIT_FSIZE", unix.RLIMIT_FSIZE, 0, 0},
 		{"RLIMIT_CORE", unix.RLIMIT_CORE, 0, 0},
+		{"RLIMIT_NPROC", unix.RLIMIT_NPROC, nproc, nproc},
 	} {
 		if err := unix.Setrlimit(r.res, &unix.Rlimit{Cur: r.cur, Max: r.max}); err != nil {
 			return l, fmt.Errorf("setting %s: %w", r.name, err)
 		}
 	}
+	if !a.keepCaps {
+		if err := dropCapabilities(); err != nil {
+			return l, err
+		}
+	}
 	if err := ll.AllThreadsPrctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return l, fmt.Errorf("setting no_new_privs: %w", err)
 	}
-	if !a.noLandlock {
+	if a.landlockABI > 0 {
 		if abi, err := ll.LandlockGetABIVersion(); err == nil && abi > 0 {
-			// V7 is what this machine's kernel has; BestEffort takes
-			// what an older kernel has of it, and Layers says which ABI
-			// that was. No rule for TCP ports: none may be bound or
-			// connected to where the ABI has network rules (4+).
+			// BestEffort takes what an older kernel has of the
+			// ruleset's ABI (a.landlockABI: the newest this build
+			// knows, or an older one a test imitates), and Layers says
+			// which ABI that was. No rule for TCP ports: none may be
+			// bound or connected to where the ABI has network rules (4+).
 			read := landlock.AccessFSSet(ll.AccessFSReadFile)
 			files := []string{readerRoot}
 			if a.parent {
@@ -61,50 +97,139 @@ func confine(a readerArgs) (Layers, error) {
 				// starts (and crashes where it cannot open the first).
 				landlock.PathAccess(read, "/proc/self/cgroup", "/sys/fs/cgroup", "/sys/devices/system/cpu").IgnoreIfMissing(),
 			}
-			if err := landlock.V7.BestEffort().Restrict(rules...); err == nil {
-				l.LandlockABI = min(abi, 7)
+			if err := landlockConfigs[a.landlockABI].BestEffort().Restrict(rules...); err == nil {
+				l.LandlockABI = min(abi, a.landlockABI)
 			}
 		}
 	}
 	if !a.noSeccomp && seccomp.Supported() {
-		filter := seccomp.Filter{
-			NoNewPrivs: true,
-			Flag:       seccomp.FilterFlagTSync,
-			Policy: seccomp.Policy{
-				DefaultAction: seccomp.ActionAllow,
-				Syscalls:      []seccomp.SyscallGroup{{Action: seccomp.ActionKillProcess, Names: deniedSyscalls}},
-			},
-		}
-		if err := seccomp.LoadFilter(filter); err == nil {
+		if prog, err := seccompProgram(os.Getpid()); err == nil && loadSeccomp(prog) == nil {
 			l.Seccomp = true
 		}
 	}
 	return l, nil
 }
 
+// landlockConfigs are the rulesets of each Landlock ABI this build
+// knows, by number: a reader is confined with the newest
+// (maxLandlockABI); the tests imitate an older kernel with an older one.
+var landlockConfigs = []landlock.Config{1: landlock.V1, 2: landlock.V2, 3: landlock.V3, 4: landlock.V4, 5: landlock.V5, 6: landlock.V6, 7: landlock.V7}
+
+// maxLandlockABI is the newest Landlock ABI a reader asks for.
+const maxLandlockABI = 7
+
 // readerMaxFiles is a reader's RLIMIT_NOFILE: DuckDB holds the catalog
 // and a few of its own; the Go runtime a few more.
 const readerMaxFiles = 64
 
-// deniedSyscalls kill a reader that makes them. A deny-list over an
-// allow default, not an allow-list: DuckDB's and the Go runtime's needs
-// change with their versions, and a call an allow-list missed would kill
-// every read; these are the calls through which a reader taken over by a
-// catalog could reach past its process (run a program, open a socket,
-// attach to or read another process, change what it sees of the
-// filesystem, load code into the kernel), none of which reading a catalog
-// needs. io_uring is here because its operations (open, connect) pass
-// around seccomp.
-var deniedSyscalls = []string{
-	"execve", "execveat",
-	"socket", "socketpair",
-	"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp", "process_madvise",
-	"mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "open_by_handle_at",
-	"fsopen", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
-	"bpf", "perf_event_open", "userfaultfd", "io_uring_setup",
-	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-	"keyctl", "add_key", "request_key",
-	"swapon", "swapoff", "reboot", "acct", "quotactl", "syslog",
+// readerThreads is what RLIMIT_NPROC leaves a reader beyond the tasks
+// its uid runs as it starts: the Go runtime's threads and DuckDB's (one
+// worker, a few of its own), with room for the mirror's and other
+// readers' threads that start meanwhile (the limit counts every task of
+// the uid).
+const readerThreads = 512
+
+// closeInherited closes every descriptor above 2 but the catalog (3)
+// and, for a difference, the parent's (4), that the reader inherited:
+// those without FD_CLOEXEC, which alone outlive an exec. Not a blanket
+// close_range: by now the Go runtime (its epoll and eventfd) and the
+// inits of the binary's packages may hold descriptors of their own,
+// all opened with CLOEXEC as Go opens every descriptor, and closing
+// the runtime's crashes it.
+func closeInherited(parent bool) error {
+	first := 4
+	if parent {
+		first = 5
+	}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("closing inherited descriptors: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < first {
+			continue
+		}
+		flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			continue // the listing's own, closed meanwhile, or this process's
+		}
+		if err := unix.Close(fd); err != nil {
+			return fmt.Errorf("closing inherited descriptor %d: %w", fd, err)
+		}
+	}
+	return nil
+}
+
+// tasksOfUID counts the tasks (threads) whose real uid is uid, as
+// RLIMIT_NPROC counts them.
+func tasksOfUID(uid int) (uint64, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	want := "\nUid:\t" + strconv.Itoa(uid) + "\t"
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil || !strings.Contains(string(b), want) {
+			continue // gone meanwhile, or another uid's
+		}
+		_, v, ok := strings.Cut(string(b), "\nThreads:\t")
+		if !ok {
+			continue
+		}
+		v, _, _ = strings.Cut(v, "\n")
+		if t, err := strconv.ParseUint(v, 10, 32); err == nil {
+			n += t
+		}
+	}
+	return n, nil
+}
+
+// dropCapabilities empties the bounding set, the ambient set and every
+// capability of every thread. A mirror run as root starts its readers
+// as root: CAP_DAC_OVERRIDE alone would open any file Landlock leaves
+// out of its rules (none), CAP_SYS_RESOURCE lift its rlimits, CAP_KILL
+// reach any process. A reader without capabilities (the usual case)
+// cannot drop the bounding set, and needs not: no_new_privs and the
+// exec ban keep it from ever gaining one.
+func dropCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		// A unit's system call filter may refuse capget: a reader that
+		// is not root holds nothing to drop.
+		if os.Geteuid() != 0 {
+			return nil
+		}
+		return fmt.Errorf("reading capabilities: %w", err)
+	}
+	held := data[0].Permitted|data[1].Permitted|data[0].Effective|data[1].Effective != 0
+	if err := ll.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	if held {
+		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+			if err := ll.AllThreadsPrctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+			}
+		}
+		// capset changes its own thread's: psx makes every thread call
+		// it. On the heap, which does not move.
+		hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+		none := new([2]unix.CapUserData)
+		_, _, e := psx.Syscall3(unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&none[0])), 0)
+		runtime.KeepAlive(hdr)
+		runtime.KeepAlive(none)
+		if e != 0 {
+			return fmt.Errorf("dropping capabilities: %w", e)
+		}
+	}
+	return nil
 }
 
 // ProbeSandbox says which layers a reader would get on this kernel,
@@ -113,7 +238,7 @@ var deniedSyscalls = []string{
 func ProbeSandbox() Layers {
 	var l Layers
 	if abi, err := ll.LandlockGetABIVersion(); err == nil && abi > 0 {
-		l.LandlockABI = min(abi, 7)
+		l.LandlockABI = min(abi, maxLandlockABI)
 	}
 	l.Seccomp = seccomp.Supported()
 	return l
@@ -124,4 +249,48 @@ func ProbeSandbox() Layers {
 // the mirror holds the stores' credentials.
 func makeNonDumpable() error {
 	return unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+}
+
+// loadSeccomp loads a filter on every thread (TSYNC); no_new_privs is
+// set already.
+func loadSeccomp(prog []bpf.Instruction) error {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return err
+	}
+	f := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		f[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(f)), Filter: &f[0]}
+	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(f)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// buildArch is the seccomp architecture of this build.
+func buildArch() (*arch.Info, error) { return arch.GetInfo("") }
+
+// readerProcAttr starts a reader in a process group of its own.
+func readerProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// waitExited returns once the process pid has exited, without reaping
+// it.
+func waitExited(pid int) {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// killGroup kills the process group of the reader pid, which leads it:
+// false where there is none.
+func killGroup(pid int) bool {
+	return unix.Kill(-pid, unix.SIGKILL) == nil
 }

@@ -2,6 +2,8 @@
 
 package catalog
 
+import "syscall"
+
 // Elsewhere than Linux a reader has neither layer, nor its rlimits here:
 // it still runs apart, with an empty environment.
 func confine(readerArgs) (Layers, error) { return Layers{}, nil }
@@ -10,3 +12,11 @@ func confine(readerArgs) (Layers, error) { return Layers{}, nil }
 func ProbeSandbox() Layers { return Layers{} }
 
 func makeNonDumpable() error { return nil }
+
+const maxLandlockABI = 0
+
+func readerProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+func waitExited(pid int) {}
+
+func killGroup(pid int) bool { return syscall.Kill(-pid, syscall.SIGKILL) == nil }

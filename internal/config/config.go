@@ -51,6 +51,12 @@ type Config struct {
 	// (TriggerToken); "" serves no trigger.
 	TriggerTokenFile string
 	TriggerToken     Secret
+	// TriggerSecretFile holds the secret a signed CloudEvent of type
+	// org.fdl.mirror.refs.updated posted to the trigger is checked with
+	// (TriggerSecret), as a Standard Webhooks receiver checks it: another
+	// mirror's notification triggers this one. "" takes none.
+	TriggerSecretFile string
+	TriggerSecret     Secret
 	// Notify are the receivers of every mirror's notifications; each
 	// mirror's Notify starts with them.
 	Notify []NotifyTarget
@@ -219,12 +225,13 @@ func Parse(data []byte, file string, lookupEnv func(string) (string, bool)) (*Co
 }
 
 type parser struct {
-	file        string
-	lookupEnv   func(string) (string, bool)
-	problems    Problems
-	literal     []string // Config.LiteralSecrets
-	triggerLine int
-	metricsLine int
+	file              string
+	lookupEnv         func(string) (string, bool)
+	problems          Problems
+	literal           []string // Config.LiteralSecrets
+	triggerLine       int
+	triggerSecretLine int
+	metricsLine       int
 }
 
 func (p *parser) addf(line int, format string, args ...any) {
@@ -278,6 +285,10 @@ func (p *parser) parse(data []byte, cfg *Config) {
 			p.mirrors(v, cfg)
 		case "trigger_token_file":
 			p.triggerToken(v, cfg)
+		case "trigger_secret_file":
+			cfg.TriggerSecretFile, cfg.TriggerSecret = p.secretFile(v, key)
+			p.checkWebhookSecret(v, key, cfg.TriggerSecret)
+			p.triggerSecretLine = v.Line
 		case "notify":
 			cfg.Notify = p.notifyTargets(v, "notify")
 		case "notify_spool":

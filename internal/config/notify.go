@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net/url"
@@ -133,6 +134,7 @@ func (p *parser) notifyTargets(v *yaml.Node, where string) []NotifyTarget {
 			case "secret_file":
 				secretNode = v
 				t.SecretFile, t.Secret = p.secretFile(v, w+".secret_file")
+				p.checkWebhookSecret(v, w+".secret_file", t.Secret)
 			default:
 				return false
 			}
@@ -183,6 +185,9 @@ func (p *parser) finishNotify(cfg *Config) {
 	if cfg.TriggerTokenFile != "" && cfg.Listen == "" {
 		p.addf(p.triggerLine, "trigger_token_file: the trigger is served on the listen address; set listen too")
 	}
+	if cfg.TriggerSecretFile != "" && cfg.Listen == "" {
+		p.addf(p.triggerSecretLine, "trigger_secret_file: the trigger is served on the listen address; set listen too")
+	}
 }
 
 // spoolFile reads notify_spool: a file in a folder that exists, relative
@@ -202,4 +207,22 @@ func (p *parser) spoolFile(v *yaml.Node, where string) string {
 		p.addf(v.Line, "%s: %s: not a regular file", where, path)
 	}
 	return path
+}
+
+// checkWebhookSecret refuses a secret written as Standard Webhooks
+// serializes one ("whsec_" and base64) whose base64 does not decode to
+// 24 to 64 bytes, the spec's bounds: its receivers' libraries would key
+// the HMAC differently, or refuse it.
+func (p *parser) checkWebhookSecret(v *yaml.Node, where string, s Secret) {
+	rest, ok := strings.CutPrefix(s.Reveal(), "whsec_")
+	if !ok {
+		return
+	}
+	key, err := base64.StdEncoding.DecodeString(rest)
+	switch {
+	case err != nil:
+		p.addf(v.Line, "%s: starts with whsec_ but the rest is not standard base64; a Standard Webhooks secret is whsec_ and the base64 of 24 to 64 random bytes", where)
+	case len(key) < 24 || len(key) > 64:
+		p.addf(v.Line, "%s: a whsec_ secret of %d bytes; Standard Webhooks wants 24 to 64 (e.g. echo whsec_$(openssl rand -base64 32))", where, len(key))
+	}
 }

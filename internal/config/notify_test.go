@@ -197,3 +197,44 @@ func TestNotifySpoolNeedsAFolderThatExists(t *testing.T) {
 	ps = problems(t, "notify_spool: "+dir+"\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n", nil)
 	wantProblem(t, ps, 1, "notify_spool", "not a regular file")
 }
+
+func TestAWhsecSecretMustBeStandardWebhooksBase64(t *testing.T) {
+	dir := t.TempDir()
+	good := writeSecret(t, dir, "good", "whsec_MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=")
+	notB64 := writeSecret(t, dir, "bad", "whsec_not*base64*at*all*0123")
+	short := writeSecret(t, dir, "short", "whsec_MDEyMzQ1Njc4OWFiY2RlZg==")
+	ps := problems(t, `notify:
+  - url: http://127.0.0.1:1/
+    secret_file: `+good+`
+  - url: http://127.0.0.1:1/
+    secret_file: `+notB64+`
+  - url: http://127.0.0.1:1/
+    secret_file: `+short+`
+mirrors:
+  - name: a
+    source: /up
+    sink: /down
+`, nil)
+	wantProblem(t, ps, 5, "notify[1].secret_file", "not standard base64")
+	wantProblem(t, ps, 7, "notify[2].secret_file", "16 bytes", "24 to 64")
+	if len(ps) != 2 {
+		t.Errorf("want 2 problems, got:\n%v", ps)
+	}
+}
+
+func TestTriggerSecretFileIsReadAndNeedsListen(t *testing.T) {
+	dir := t.TempDir()
+	secret := writeSecret(t, dir, "s", "trigger-secret-0123456789")
+	cfg, err := Parse([]byte("listen: 127.0.0.1:0\ntrigger_secret_file: s\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n"), filepath.Join(dir, "c.yaml"), env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TriggerSecret.Reveal() != "trigger-secret-0123456789" || cfg.TriggerSecretFile != secret {
+		t.Errorf("trigger secret %q from %q", cfg.TriggerSecret.Reveal(), cfg.TriggerSecretFile)
+	}
+	ps := problems(t, "trigger_secret_file: "+secret+"\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n", nil)
+	wantProblem(t, ps, 1, "trigger_secret_file", "set listen too")
+	bad := writeSecret(t, dir, "bad", "whsec_not*base64*at*all*0123")
+	ps = problems(t, "listen: 127.0.0.1:0\ntrigger_secret_file: "+bad+"\nmirrors:\n  - name: a\n    source: /up\n    sink: /down\n", nil)
+	wantProblem(t, ps, 2, "trigger_secret_file", "not standard base64")
+}

@@ -50,6 +50,7 @@ type Metrics struct {
 	pruned        *prometheus.CounterVec
 	sandbox       *prometheus.GaugeVec
 	connRefused   *prometheus.CounterVec
+	landlockABI   prometheus.Gauge
 }
 
 // NewMetrics makes the metrics and registers them, with the Go runtime and
@@ -147,11 +148,15 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "http_connections_refused_total",
 			Help: "HTTP connections closed at accept, by reason: per-address (the client address holds its share), full (every slot, the health reserve too, is held).",
 		}, []string{"reason"}),
+		landlockABI: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: ns, Name: "catalog_sandbox_landlock_abi",
+			Help: "The Landlock ABI catalog readers are confined with (0: none). Landlock counts as a layer from ABI 1 with seccomp, from 6 without.",
+		}),
 	}
 	m.connRefused.WithLabelValues(refusedPerAddress)
 	m.connRefused.WithLabelValues(refusedFull)
 	m.Registry.MustRegister(
-		m.sandbox, m.connRefused,
+		m.sandbox, m.connRefused, m.landlockABI,
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
@@ -167,6 +172,7 @@ func NewMetrics() *Metrics {
 func (m *Metrics) CatalogSandbox(l catalog.Layers) {
 	m.sandbox.WithLabelValues("landlock").Set(b2f(l.Landlock()))
 	m.sandbox.WithLabelValues("seccomp").Set(b2f(l.Seccomp))
+	m.landlockABI.Set(float64(l.LandlockABI))
 }
 
 func b2f(b bool) float64 {

@@ -5,11 +5,15 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +46,16 @@ const (
 // SignatureHeader carries "sha256=" and the hex HMAC-SHA256 of the body,
 // keyed with the receiver's secret.
 const SignatureHeader = "X-Fdl-Mirror-Signature"
+
+// Standard Webhooks (standardwebhooks.com) headers: the event's id, the
+// Unix time of the attempt, and "v1," and the base64 HMAC-SHA256 of
+// id.timestamp.body, which receivers' libraries check, the timestamp
+// within a tolerance so that an old event cannot be replayed.
+const (
+	WebhookIDHeader        = "webhook-id"
+	WebhookTimestampHeader = "webhook-timestamp"
+	WebhookSignatureHeader = "webhook-signature"
+)
 
 // Notification results, the values of notifications_total's "result" label.
 const (
@@ -208,6 +222,8 @@ func NewNotifier(log *zap.Logger, reg prometheus.Registerer, opts NotifyOptions)
 		// DefaultBackoff honours a Retry-After of any length: bound it.
 		return minDuration(retryablehttp.DefaultBackoff(min, max, attempt, resp), max)
 	}
+	// A retry is signed afresh: its webhook-timestamp is its own time.
+	c.PrepareRetry = signAttempt
 	c.HTTPClient = &http.Client{
 		Timeout: opts.AttemptTimeout,
 		// A receiver answers where it was configured: a redirect is a
@@ -495,6 +511,81 @@ func Sign(body []byte, secret string) string {
 	return "sha256=" + hex.EncodeToString(mac.Sum(nil))
 }
 
+// WebhookKey is the HMAC key of a Standard Webhooks signature: a secret
+// written as the spec serializes one ("whsec_" and base64) is the bytes it
+// encodes; any other secret is its own bytes.
+func WebhookKey(secret string) []byte {
+	if rest, ok := strings.CutPrefix(secret, "whsec_"); ok {
+		if key, err := base64.StdEncoding.DecodeString(rest); err == nil {
+			return key
+		}
+	}
+	return []byte(secret)
+}
+
+// SignWebhook returns the webhook-signature value of an event: "v1," and
+// the base64 HMAC-SHA256 of id.timestamp.body keyed with WebhookKey(secret).
+func SignWebhook(id string, timestamp int64, body []byte, secret string) string {
+	return signWebhook(id, strconv.FormatInt(timestamp, 10), body, secret)
+}
+
+// signWebhook signs the timestamp as written in the header.
+func signWebhook(id, timestamp string, body []byte, secret string) string {
+	mac := hmac.New(sha256.New, WebhookKey(secret))
+	mac.Write([]byte(id + "." + timestamp + "."))
+	mac.Write(body)
+	return "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil))
+}
+
+// WebhookTolerance is how far a webhook-timestamp may be from the
+// receiver's clock, as Standard Webhooks' libraries allow.
+const WebhookTolerance = 5 * time.Minute
+
+// VerifyWebhook checks a request's Standard Webhooks headers as a receiver
+// does: a webhook-id, a webhook-timestamp within WebhookTolerance of now,
+// and a v1 signature of id.timestamp.body with secret. It returns the id;
+// refusing one seen before is the caller's part.
+func VerifyWebhook(h http.Header, body []byte, secret string, now time.Time) (string, error) {
+	id, ts := h.Get(WebhookIDHeader), h.Get(WebhookTimestampHeader)
+	sent, err := strconv.ParseInt(ts, 10, 64)
+	if id == "" || err != nil {
+		return "", errors.New("no webhook-id or webhook-timestamp")
+	}
+	if age := now.Sub(time.Unix(sent, 0)); age > WebhookTolerance || age < -WebhookTolerance {
+		return "", fmt.Errorf("webhook-timestamp %s from now; the tolerance is %s", age.Round(time.Second), WebhookTolerance)
+	}
+	want := signWebhook(id, ts, body, secret)
+	for _, sig := range strings.Fields(h.Get(WebhookSignatureHeader)) {
+		if hmac.Equal([]byte(sig), []byte(want)) {
+			return id, nil
+		}
+	}
+	return "", errors.New("no webhook-signature made with the secret")
+}
+
+// signing is what re-signs an attempt: each carries its own timestamp.
+type signing struct {
+	id     string
+	body   []byte
+	secret string
+}
+
+type signingKey struct{}
+
+// signAttempt sets the headers of one attempt of a delivery.
+func signAttempt(req *http.Request) error {
+	s, ok := req.Context().Value(signingKey{}).(signing)
+	if !ok {
+		return nil
+	}
+	now := time.Now().Unix()
+	req.Header.Set(SignatureHeader, Sign(s.body, s.secret))
+	req.Header.Set(WebhookIDHeader, s.id)
+	req.Header.Set(WebhookTimestampHeader, strconv.FormatInt(now, 10))
+	req.Header.Set(WebhookSignatureHeader, SignWebhook(s.id, now, s.body, s.secret))
+	return nil
+}
+
 // deliver posts one event to one receiver, with retries.
 func (n *Notifier) deliver(d delivery) {
 	label := targetLabel(d.target.URL)
@@ -502,6 +593,7 @@ func (n *Notifier) deliver(d delivery) {
 	// Every retry included: a receiver cannot hold a worker longer.
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.DeliveryTimeout)
 	defer cancel()
+	ctx = context.WithValue(ctx, signingKey{}, signing{id: d.id, body: d.body, secret: d.target.Secret.Reveal()})
 	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, d.target.URL, d.body)
 	if err != nil {
 		n.total.WithLabelValues(label, NotifyFailed).Inc()
@@ -509,8 +601,8 @@ func (n *Notifier) deliver(d delivery) {
 		return
 	}
 	req.Header.Set("Content-Type", "application/cloudevents+json")
-	req.Header.Set(SignatureHeader, Sign(d.body, d.target.Secret.Reveal()))
 	req.Header.Set("User-Agent", "fdl-mirror")
+	signAttempt(req.Request)
 	resp, err := n.client.Do(req)
 	if err != nil {
 		if n.ctx.Err() != nil {

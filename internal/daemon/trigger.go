@@ -4,7 +4,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -64,12 +68,71 @@ type TriggerResponse struct {
 }
 
 // triggers is the trigger endpoint's own state: rate limits, the last
-// trigger of each mirror, and its counter.
+// trigger of each mirror, and its counters.
 type triggers struct {
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
 	last     map[string]TriggerStatus
 	total    *prometheus.CounterVec
+	authFail prometheus.Counter
+	authLog  authLog
+	seen     seenEvents
+}
+
+// Failed authentication is logged at most once per client address every
+// AuthLogEvery, with the count since its last line: a client trying
+// tokens cannot fill the disk (7,502 wrong tokens wrote 1.1 MB, one line
+// each). At most authLogAddresses addresses are remembered; past that,
+// the others share one line.
+const (
+	AuthLogEvery     = 5 * time.Second
+	authLogAddresses = 1024
+	authLogOthers    = "(other addresses)"
+)
+
+type authLog struct {
+	mu    sync.Mutex
+	addrs map[string]*authLogged
+}
+
+type authLogged struct {
+	at     time.Time // of the last line
+	failed int       // failures since it, the one now included
+}
+
+// failed counts a failure of addr, and returns whether to log a line now
+// and the failures it reports.
+func (a *authLog) failed(addr string, now time.Time) (bool, int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.addrs == nil {
+		a.addrs = map[string]*authLogged{}
+	}
+	e, ok := a.addrs[addr]
+	if !ok {
+		if len(a.addrs) >= authLogAddresses {
+			for k, v := range a.addrs {
+				if now.Sub(v.at) >= AuthLogEvery && v.failed == 0 {
+					delete(a.addrs, k)
+				}
+			}
+		}
+		if len(a.addrs) >= authLogAddresses {
+			addr = authLogOthers
+			e = a.addrs[addr]
+		}
+		if e == nil {
+			e = &authLogged{}
+			a.addrs[addr] = e
+		}
+	}
+	e.failed++
+	if !e.at.IsZero() && now.Sub(e.at) < AuthLogEvery {
+		return false, 0
+	}
+	n := e.failed
+	e.at, e.failed = now, 0
+	return true, n
 }
 
 func newTriggers(reg prometheus.Registerer) *triggers {
@@ -81,7 +144,11 @@ func newTriggers(reg prometheus.Registerer) *triggers {
 			Help: "Triggers (POST /mirrors/NAME/sync) by result: started, queued, coalesced, unauthorized, unknown-mirror, rate-limited, stopping.",
 		}, []string{"mirror", "result"}),
 	}
-	reg.MustRegister(t.total)
+	t.authFail = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "fdl_mirror", Name: "auth_failures_total",
+		Help: "Requests to the trigger refused for their credentials: no bearer token or a wrong one, a CloudEvent badly signed, too old or replayed.",
+	})
+	reg.MustRegister(t.total, t.authFail)
 	return t
 }
 
@@ -145,7 +212,7 @@ func (d *Daemon) handleTriggers(mux *http.ServeMux) {
 
 func (d *Daemon) serveTrigger(w http.ResponseWriter, r *http.Request) {
 	cfg := d.Config()
-	if cfg.TriggerToken == "" {
+	if cfg.TriggerToken == "" && cfg.TriggerSecret == "" {
 		http.NotFound(w, r)
 		return
 	}
@@ -163,11 +230,26 @@ func (d *Daemon) serveTrigger(w http.ResponseWriter, r *http.Request) {
 	}
 	// Authentication comes first: an unknown mirror and a known one look
 	// the same to a caller without the token.
-	if !tokenMatches(r.Header.Get("Authorization"), cfg.TriggerToken) {
+	if r.Header.Get(WebhookSignatureHeader) != "" && cfg.TriggerSecret != "" {
+		// Another mirror's notification, signed as it signs them.
+		ignored, err := d.checkEvent(r, cfg.TriggerSecret.Reveal(), now)
+		if err != nil {
+			d.trig.record(name, known, TriggerUnauthorized, now)
+			d.authFailed(r, now, "trigger refused: a CloudEvent not signed with trigger_secret_file's secret, too old, or replayed")
+			http.Error(w, "event refused: "+err.Error(), http.StatusUnauthorized)
+			return
+		}
+		if ignored != "" {
+			// Signed, so the sender is ours: a 2xx, or it would retry.
+			log.Info("event taken, nothing to run", zap.String("type", truncate(ignored, 64)))
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	} else if cfg.TriggerToken == "" || !tokenMatches(r.Header.Get("Authorization"), cfg.TriggerToken) {
 		d.trig.record(name, known, TriggerUnauthorized, now)
-		log.Warn("trigger refused: no bearer token or a wrong one")
+		d.authFailed(r, now, "trigger refused: no bearer token or a wrong one")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="fdl-mirror"`)
-		http.Error(w, "a bearer token is needed (Authorization: Bearer TOKEN)", http.StatusUnauthorized)
+		http.Error(w, "a bearer token is needed (Authorization: Bearer TOKEN), or a signed CloudEvent", http.StatusUnauthorized)
 		return
 	}
 	if !known {
@@ -201,6 +283,93 @@ func (d *Daemon) serveTrigger(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	json.NewEncoder(w).Encode(TriggerResponse{Mirror: name, State: state})
+}
+
+// authFailed counts a request refused for its credentials, and logs it
+// if its address has had no line for AuthLogEvery.
+func (d *Daemon) authFailed(r *http.Request, now time.Time, msg string) {
+	d.trig.authFail.Inc()
+	host := r.RemoteAddr
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if ok, n := d.trig.authLog.failed(host, now); ok {
+		d.log.Warn(msg, zap.String("remote", host), zap.Int("failures", n),
+			zap.String("path", truncate(r.URL.Path, 128)), zap.Duration("next_line_after", AuthLogEvery))
+	}
+}
+
+// maxEventBody bounds a CloudEvent posted to the trigger: far above an
+// event of many refs (each message is cut at 4 KiB).
+const maxEventBody = 1 << 20
+
+// checkEvent checks a CloudEvent posted to the trigger as a Standard
+// Webhooks receiver does (signature, timestamp, an id not seen before),
+// and that it is an org.fdl.mirror.refs.updated event. A signed event of
+// another type is returned by its type, to be taken without a run.
+func (d *Daemon) checkEvent(r *http.Request, secret string, now time.Time) (ignoredType string, err error) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxEventBody))
+	if err != nil {
+		return "", fmt.Errorf("body: %w", err)
+	}
+	id, err := VerifyWebhook(r.Header, body, secret, now)
+	if err != nil {
+		return "", err
+	}
+	var ev struct {
+		SpecVersion string `json:"specversion"`
+		Type        string `json:"type"`
+		ID          string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &ev); err != nil || ev.SpecVersion != "1.0" {
+		return "", errors.New("not a CloudEvents 1.0 event in JSON")
+	}
+	if ev.ID != id {
+		return "", errors.New("webhook-id is not the event's id")
+	}
+	if !d.trig.seen.add(id, now) {
+		return "", errors.New("replayed: this event id was taken before")
+	}
+	if ev.Type != EventRefsUpdated {
+		return ev.Type, nil
+	}
+	return "", nil
+}
+
+// seenEvents remembers the ids of the events taken within twice the
+// tolerance (an older one is refused for its timestamp anyway), at most
+// maxSeenEvents of them.
+type seenEvents struct {
+	mu  sync.Mutex
+	ids map[string]time.Time
+}
+
+const maxSeenEvents = 100_000
+
+// add records id, or returns false if it was seen.
+func (s *seenEvents) add(id string, now time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = map[string]time.Time{}
+	}
+	if _, dup := s.ids[id]; dup {
+		return false
+	}
+	if len(s.ids) >= maxSeenEvents {
+		for k, at := range s.ids {
+			if now.Sub(at) > 2*WebhookTolerance {
+				delete(s.ids, k)
+			}
+		}
+		if len(s.ids) >= maxSeenEvents {
+			// Every id is recent: a flood of signed events, which only a
+			// holder of the secret can send. Refuse rather than forget.
+			return false
+		}
+	}
+	s.ids[id] = now
+	return true
 }
 
 // tokenMatches compares the request's bearer token with the configured

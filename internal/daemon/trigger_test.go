@@ -1,22 +1,28 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 const testToken = "trigger-token-0123456789abcdef"
@@ -233,4 +239,163 @@ func TestTriggerEndpointFollowsTheConfig(t *testing.T) {
 func toString(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// syncBuffer is a log destination tests read while the daemon writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Sync() error { return nil }
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestWrongTokensAreCountedAndLoggedAtABoundedRate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "config.yaml")
+	writeConfig(t, path, hourlyWithTrigger(t, "towns"))
+	var logs syncBuffer
+	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), &logs, zap.DebugLevel))
+	d, err := New(Options{ConfigPath: path, Logger: logger, Run: func(ctx context.Context, job mirror.Job, _ *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+		return okReport(job), nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := len(logs.String())
+	handler := d.Handler()
+	const tries = 2000
+	for i := range tries {
+		req := httptest.NewRequest(http.MethodPost, "/mirrors/towns/sync", nil)
+		req.Header.Set("Authorization", fmt.Sprintf("Bearer guessed-token-%016d", i))
+		req.RemoteAddr = fmt.Sprintf("192.0.2.%d:%d", 1+i%3, 40000+i) // three clients
+		w := httptest.NewRecorder()
+		handler.ServeHTTP(w, req)
+		if w.Code != http.StatusUnauthorized {
+			t.Fatalf("try %d: %d", i, w.Code)
+		}
+	}
+	text := logs.String()[before:]
+	if len(text) > 100<<10 {
+		t.Errorf("%d wrong tokens wrote %d bytes of log, want at most 100 KB", tries, len(text))
+	}
+	lines := strings.Count(text, "trigger refused")
+	// The test takes far less than AuthLogEvery: one line per address.
+	if lines != 3 {
+		t.Errorf("%d log lines for 3 addresses, want 3:\n%s", lines, text)
+	}
+	if !strings.Contains(text, `"remote":"192.0.2.2"`) || !strings.Contains(text, `"failures":1`) {
+		t.Errorf("a line lacks its address or count:\n%s", text)
+	}
+	if got := testutil.ToFloat64(d.trig.authFail); got != tries {
+		t.Errorf("auth_failures_total %v, want %d", got, tries)
+	}
+	t.Logf("%d wrong tokens from 3 addresses: %d log lines, %d bytes", tries, lines, len(text))
+}
+
+func TestAuthLogReportsTheFailuresSinceItsLastLine(t *testing.T) {
+	var a authLog
+	now := time.Unix(1_000_000, 0)
+	if ok, n := a.failed("192.0.2.1", now); !ok || n != 1 {
+		t.Fatalf("first failure: log %v, count %d", ok, n)
+	}
+	for i := range 99 {
+		if ok, _ := a.failed("192.0.2.1", now.Add(time.Duration(i)*10*time.Millisecond)); ok {
+			t.Fatalf("failure %d within %v logged", i+2, AuthLogEvery)
+		}
+	}
+	if ok, n := a.failed("192.0.2.1", now.Add(AuthLogEvery)); !ok || n != 100 {
+		t.Errorf("after %v: log %v, count %d; want a line counting 100", AuthLogEvery, ok, n)
+	}
+	// Addresses past the bound share one line.
+	for i := range authLogAddresses + 10 {
+		a.failed(fmt.Sprintf("10.0.%d.%d", i/256, i%256), now)
+	}
+	if len(a.addrs) > authLogAddresses+1 {
+		t.Errorf("%d addresses remembered, bound %d", len(a.addrs), authLogAddresses)
+	}
+}
+
+func TestASignedRefsUpdatedEventTriggersAMirrorAndAReplayDoesNot(t *testing.T) {
+	dir := t.TempDir()
+	secretPath := filepath.Join(dir, "trigger.secret")
+	if err := os.WriteFile(secretPath, []byte(whsecSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := freePort(t)
+	var calls atomic.Int32
+	h := start(t, "trigger_secret_file: "+secretPath+"\n"+strings.ReplaceAll(mirrorsConfig(addr, "towns"), "@every 1s", "@every 1h"),
+		func(ctx context.Context, job mirror.Job, _ *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+			calls.Add(1)
+			return okReport(job), nil
+		})
+	waitFor(t, "the listener", 5*time.Second, func() bool { c, _ := get(t, "http://"+addr+"/readyz"); return c == 200 })
+	// The upstream mirror's notifier, its receiver this daemon's trigger;
+	// a receiver beside it keeps a copy of what was sent.
+	copyOf := newReceiver(t, accept)
+	n := NewNotifier(nil, prometheus.NewRegistry(), fastRetries)
+	up := testMirror(mirrorWithRecords(t, nil), "http://"+addr+"/mirrors/towns/sync", copyOf.URL)
+	for i := range up.Notify {
+		up.Notify[i].Secret = config.Secret(whsecSecret)
+	}
+	n.AfterRun(up, refMove("v1"))
+	n.Close(10 * time.Second)
+	waitFor(t, "the run the event triggered", 5*time.Second, func() bool { return calls.Load() == 1 })
+	if got := testutil.ToFloat64(h.d.trig.total.WithLabelValues("towns", TriggerStarted)); got != 1 {
+		t.Errorf("triggers started %v", got)
+	}
+
+	// The same request again: refused, nothing run.
+	sent := copyOf.requests()[0]
+	replay := func(hdr http.Header) int {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/mirrors/towns/sync", bytes.NewReader(sent.body))
+		for k, v := range hdr {
+			req.Header[k] = v
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := replay(sent.header); code != http.StatusUnauthorized {
+		t.Errorf("a replayed event: %d, want 401", code)
+	}
+	// With a timestamp made fresh by the replayer: the signature fails.
+	forged := sent.header.Clone()
+	forged.Set(WebhookTimestampHeader, fmt.Sprint(time.Now().Unix()+1))
+	forged.Set(WebhookIDHeader, "another-id")
+	if code := replay(forged); code != http.StatusUnauthorized {
+		t.Errorf("a replay with a new id and timestamp: %d, want 401", code)
+	}
+	// An old event, never seen: refused for its time.
+	body := sent.body
+	old := time.Now().Add(-6 * time.Minute).Unix()
+	var ev CloudEvent
+	json.Unmarshal(body, &ev)
+	stale := http.Header{}
+	stale.Set(WebhookIDHeader, ev.ID+"x")
+	stale.Set(WebhookTimestampHeader, fmt.Sprint(old))
+	stale.Set(WebhookSignatureHeader, SignWebhook(ev.ID+"x", old, body, whsecSecret))
+	if code := replay(stale); code != http.StatusUnauthorized {
+		t.Errorf("an event signed 6 min ago: %d, want 401", code)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if calls.Load() != 1 {
+		t.Errorf("%d runs; replays started some", calls.Load())
+	}
+	if got := testutil.ToFloat64(h.d.trig.authFail); got != 3 {
+		t.Errorf("auth_failures_total %v, want 3", got)
+	}
 }

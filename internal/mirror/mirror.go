@@ -136,6 +136,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	}
 	var held *lock.Held
 	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
+	opts.Lease = func() error { return held.CheckLease() }
 	opts.Lock = func(ctx context.Context) (context.Context, func(), error) {
 		locked, h, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
 		if err != nil {

@@ -52,14 +52,45 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 		}
 		return rep, err
 	}
-	locked, _, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
+	locked, held, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	opts.Lease = held.CheckLease
 	rep, err := prune.Run(locked, st.src, st.dst, opts)
-	if err != nil && errors.Is(context.Cause(locked), lock.ErrLost) {
-		err = fmt.Errorf("sink %s: lost the mirror's lock; stopped at a safe point: %w", st.dst.Location(), err)
+	if err == nil {
+		// Removals conditional on each object's own version succeed even
+		// after another run took the lock over: only the lock itself
+		// says whether this prune still held the mirror when it ended.
+		if cerr := held.Check(context.WithoutCancel(ctx)); cerr != nil {
+			err = cerr
+		}
+	}
+	if lost := lockLost(held, locked); lost || errors.Is(err, lock.ErrLocked) {
+		if rep != nil {
+			rep.LockLost = true
+		}
+		removed := 0
+		if rep != nil {
+			removed = len(rep.Removed)
+		}
+		if err == nil {
+			err = lock.ErrLost
+		}
+		err = fmt.Errorf("sink %s: lost the mirror's lock; stopped, having removed %d objects before it noticed (listed in the report): %w",
+			st.dst.Location(), removed, err)
 	}
 	return rep, err
+}
+
+// lockLost says whether held was lost during the prune: closed Lost, or
+// the watched context cancelled with ErrLost.
+func lockLost(held *lock.Held, locked context.Context) bool {
+	select {
+	case <-held.Lost():
+		return true
+	default:
+	}
+	return errors.Is(context.Cause(locked), lock.ErrLost)
 }

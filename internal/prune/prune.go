@@ -87,6 +87,10 @@ type Options struct {
 	// against another repository every ref would look withdrawn.
 	Source string
 	Logger *zap.Logger
+	// Lease, when set, is asked before every removal and write
+	// (sink.Options.Lease): a prune paused past its lock's lease removes
+	// nothing more once it wakes.
+	Lease func() error
 }
 
 // Run prunes dst against src. The caller holds the mirror's lock (see
@@ -109,7 +113,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	defer func() { rep.Duration = time.Since(rep.Started) }()
 	p := &pruner{src: src, dst: dst, opts: opts, log: opts.Logger, report: rep,
-		sink: sink.New(dst, sink.Options{DryRun: opts.DryRun, Logger: opts.Logger})}
+		sink: sink.New(dst, sink.Options{DryRun: opts.DryRun, Logger: opts.Logger, Lease: opts.Lease})}
 
 	// Read and plan; nothing is deleted before the plan is whole.
 	up, err := readUpstream(ctx, src, opts.Logger)

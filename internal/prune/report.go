@@ -36,4 +36,8 @@ type Report struct {
 	// Unnamed lists data files that no catalog in the mirror names: left
 	// alone (listed only when the prune looked at data files).
 	Unnamed []string `json:"unnamed"`
+	// LockLost: the prune lost the mirror's lock (another run took it
+	// over, or its lease ran out by its own clock) and stopped; Removed
+	// lists what it removed before it noticed.
+	LockLost bool `json:"lock_lost,omitempty"`
 }

@@ -11,15 +11,22 @@ import (
 
 // guarded is the sink of a run that locks lazily: a write before the lock
 // is held is a bug in the run's plan (internal/sync's hasWork), and fails
-// instead of racing another run.
+// instead of racing another run. Where the run has a lease (Options.Lease),
+// every write and removal asks it first.
 type guarded struct {
 	backend.Backend
-	locked *atomic.Bool
+	locked *atomic.Bool // nil: the lock was taken before the sink was made
+	lease  func() error // nil: no lease to check
 }
 
 func (g guarded) check(name string) error {
-	if !g.locked.Load() {
+	if g.locked != nil && !g.locked.Load() {
 		return fmt.Errorf("internal error: writing %s before holding the mirror's lock", name)
+	}
+	if g.lease != nil {
+		if err := g.lease(); err != nil {
+			return fmt.Errorf("not writing %s: %w", name, err)
+		}
 	}
 	return nil
 }

@@ -54,6 +54,11 @@ type Options struct {
 	// NoUnsyncedRecord turns the record of unsynced files off, for the
 	// test that shows what a power cut does without it.
 	NoUnsyncedRecord bool
+	// Lease, when set, is asked before every write and removal, and its
+	// error stops it: the mirror's lock judged by this process's own
+	// clocks (lock.Held.CheckLease), so that a run paused past its lease
+	// sends no write it had decided on before the pause.
+	Lease func() error
 }
 
 // Sink is a mirror being written by one run.
@@ -87,8 +92,11 @@ func New(b backend.Backend, opts Options) *Sink {
 	}
 	s := &Sink{b: b, opts: opts, log: opts.Logger}
 	s.dur.barrier, _ = backend.As[backend.Barrier](b)
-	if opts.Guarded {
-		s.b = guarded{b, &s.locked}
+	switch {
+	case opts.Guarded:
+		s.b = guarded{b, &s.locked, opts.Lease}
+	case opts.Lease != nil:
+		s.b = guarded{b, nil, opts.Lease} // the caller holds the lock already
 	}
 	s.copier, _ = backend.As[backend.Copier](s.b)
 	return s

@@ -417,3 +417,41 @@ func TestMainCatalogIsFoundAsReadersFindIt(t *testing.T) {
 		t.Errorf("left on disk: %v", left)
 	}
 }
+
+// HEAD and refs.json are judged as ref files are: a HEAD naming a ref
+// against the rules is refused (ReadRefsWithoutHead does not read it),
+// and a refs.json past the size refs may have, on a store that cannot
+// list, leaves the refs unread, saying why, with none taken from it.
+func TestHeadAndRefsJSONThatBreakTheRulesAreRefused(t *testing.T) {
+	dir := hostileRepo(t)
+	fdltest.WriteFile(t, filepath.Join(dir, repo.HeadFile), "ref: refs/heads/../../x\n")
+	ctx := context.Background()
+	for name, r := range stores(t, dir) {
+		src := source.New(r, nil, nil)
+		got := src.ReadRefs(ctx, nil)
+		var head *source.RefusalError
+		for _, x := range got.Refused {
+			if x.Ref == repo.HeadFile {
+				head = x
+			}
+		}
+		if got.Head != "" || head == nil || head.Reason != source.ReasonBadRef || !strings.Contains(head.Message, "refs/heads/../../x") {
+			t.Errorf("%s: a HEAD against the rules: head %q, refusal %+v", name, got.Head, head)
+		}
+		for _, x := range src.ReadRefsWithoutHead(ctx).Refused {
+			if x.Ref == repo.HeadFile {
+				t.Errorf("%s: ReadRefsWithoutHead judged HEAD: %+v", name, x)
+			}
+		}
+	}
+
+	fdltest.WriteFile(t, filepath.Join(dir, repo.RefsFile), `{"refs/heads/main": "v1"`+strings.Repeat(" ", repo.MaxRefsJSON)+`}`)
+	h := stores(t, dir)["http"]
+	got := source.New(h, nil, nil).ReadRefs(ctx, nil)
+	if !got.Unread || !errors.Is(got.Err, backend.ErrTooLarge) || len(got.Refs) != 0 {
+		t.Fatalf("an oversized refs.json: unread %v, err %v, refs %v", got.Unread, got.Err, got.Refs)
+	}
+	if len(got.Refused) == 0 || got.Refused[0].File != repo.RefsFile || got.Refused[0].Reason != source.ReasonBadRef {
+		t.Errorf("an oversized refs.json: refusals %+v", got.Refused)
+	}
+}

@@ -59,9 +59,6 @@ func New(r backend.Reader, trust Trust, log *zap.Logger) *Source {
 	return &Source{r: r, trust: trust, log: log}
 }
 
-// Reader is the upstream's store.
-func (s *Source) Reader() backend.Reader { return s.r }
-
 // Location is the upstream's address, for messages.
 func (s *Source) Location() string { return s.r.Location() }
 

@@ -132,7 +132,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		},
 	}
 	e.sink = sink.New(dst, sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
-		Copied: e.copied, Planned: e.plan, NoUnsyncedRecord: noUnsyncedRecord})
+		Copied: e.copied, Planned: e.plan, NoUnsyncedRecord: noUnsyncedRecord, Lease: opts.Lease})
 	e.ancestry = newAncestry(dst, src, opts.Trust)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.

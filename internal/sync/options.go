@@ -45,6 +45,10 @@ type Options struct {
 	// called just before the refs are written and once they are. A run
 	// that fails it stops with a FatalError (exit 1).
 	CheckLock func(ctx context.Context) error
+	// Lease, when set, judges the lock by this process's clocks before
+	// every write and removal (sink.Options.Lease); it is asked only
+	// once Lock has returned.
+	Lease func() error
 	// TempDir holds catalogs while they are read; "" is os.TempDir.
 	// mirror.Run gives each run a folder the next run cleans after a
 	// kill (internal/scratch).

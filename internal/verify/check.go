@@ -87,7 +87,7 @@ func (c *checker) run(ctx context.Context) ([]Problem, error) {
 		return c.problems, nil
 	}
 	refs := c.refs(ctx)
-	rootFiles := []string{repo.CatalogFile, "metadata.db"} // what a store that cannot list is asked for
+	rootFiles := []string{repo.CatalogFile, repo.MetadataFile} // what a store that cannot list is asked for
 	if c.r.Properties().CanList {
 		// One listing of everything: the data files' sizes, and the files
 		// at the root, where no catalog may sit.
