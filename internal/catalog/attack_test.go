@@ -130,11 +130,11 @@ func markedCatalog(t *testing.T, kind, arg string) string {
 }
 
 // timedRead reads a catalog as a sync does and says how long it took.
-func timedRead(t *testing.T, p string, lim Limits) (*Catalog, error, time.Duration) {
+func timedRead(t *testing.T, p string, lim Limits) (*Catalog, time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	c, err := Read(context.Background(), p, catalogName, lim)
-	return c, err, time.Since(start)
+	return c, time.Since(start), err
 }
 
 // wantSeccompKill fails unless err is the reader's death by its filter.
@@ -277,7 +277,7 @@ func TestAReaderChangesNoLimitOfTheMirror(t *testing.T) {
 	}
 	self := strconv.Itoa(os.Getpid())
 	for _, kind := range []string{"prlimit", "setpriority"} {
-		c, err, _ := timedRead(t, markedCatalog(t, kind, self), Limits{})
+		c, _, err := timedRead(t, markedCatalog(t, kind, self), Limits{})
 		wantSeccompKill(t, c, err)
 	}
 	var after unix.Rlimit
@@ -295,7 +295,7 @@ func TestAReaderChangesNoLimitOfTheMirror(t *testing.T) {
 	withKnobs(t, readerKnobs{noSeccomp: true})
 	v := victim(t)
 	pid := strconv.Itoa(v.Pid)
-	if _, err, _ := timedRead(t, markedCatalog(t, "prlimit", pid), Limits{}); err == nil || !strings.Contains(err.Error(), "prlimit of "+pid+": <nil>") {
+	if _, _, err := timedRead(t, markedCatalog(t, "prlimit", pid), Limits{}); err == nil || !strings.Contains(err.Error(), "prlimit of "+pid+": <nil>") {
 		t.Errorf("without seccomp, prlimit of another process: %v; want it done", err)
 	}
 	var got unix.Rlimit
@@ -305,7 +305,7 @@ func TestAReaderChangesNoLimitOfTheMirror(t *testing.T) {
 	// Root without CAP_SYS_NICE may not renice another process on this
 	// machine: the capabilities dropped stop this one too.
 	withKnobs(t, readerKnobs{noSeccomp: true, keepCaps: true})
-	if _, err, _ := timedRead(t, markedCatalog(t, "setpriority", pid), Limits{}); err == nil || !strings.Contains(err.Error(), "setpriority of "+pid+": <nil>") {
+	if _, _, err := timedRead(t, markedCatalog(t, "setpriority", pid), Limits{}); err == nil || !strings.Contains(err.Error(), "setpriority of "+pid+": <nil>") {
 		t.Errorf("without seccomp, setpriority of another process: %v; want it done", err)
 	}
 	if p, err := unix.Getpriority(unix.PRIO_PROCESS, v.Pid); err != nil || p == prio {
@@ -319,13 +319,13 @@ func TestAReaderChangesNoLimitOfTheMirror(t *testing.T) {
 func TestAReaderMakesNoSharedMemory(t *testing.T) {
 	requireBothLayers(t)
 	before := shmSegments(t)
-	c, err, _ := timedRead(t, markedCatalog(t, "shm", ""), Limits{})
+	c, _, err := timedRead(t, markedCatalog(t, "shm", ""), Limits{})
 	wantSeccompKill(t, c, err)
 	if after := shmSegments(t); len(after) > len(before) {
 		t.Errorf("segments %v after, %v before", after, before)
 	}
 	withKnobs(t, readerKnobs{noSeccomp: true})
-	_, err, _ = timedRead(t, markedCatalog(t, "shm", ""), Limits{})
+	_, _, err = timedRead(t, markedCatalog(t, "shm", ""), Limits{})
 	after := shmSegments(t)
 	for id := range after {
 		if !before[id] {
@@ -393,14 +393,14 @@ func TestAReaderWritesToNoInheritedDescriptor(t *testing.T) {
 		return string(b[:n])
 	}
 	arg := strconv.Itoa(fd)
-	if _, err, _ := timedRead(t, markedCatalog(t, "write-fd", arg), Limits{}); err == nil || !strings.Contains(err.Error(), "bad file descriptor") {
+	if _, _, err := timedRead(t, markedCatalog(t, "write-fd", arg), Limits{}); err == nil || !strings.Contains(err.Error(), "bad file descriptor") {
 		t.Errorf("writing to inherited descriptor %d: %v; want bad file descriptor", fd, err)
 	}
 	if got := received(); got != "" {
 		t.Fatalf("the reader sent %q", got)
 	}
 	withKnobs(t, readerKnobs{keepFDs: true})
-	if _, err, _ := timedRead(t, markedCatalog(t, "write-fd", arg), Limits{}); err == nil || !strings.Contains(err.Error(), ": <nil>") {
+	if _, _, err := timedRead(t, markedCatalog(t, "write-fd", arg), Limits{}); err == nil || !strings.Contains(err.Error(), ": <nil>") {
 		t.Errorf("with descriptors kept: %v", err)
 	}
 	if got := received(); got != "pwned" {
@@ -411,10 +411,10 @@ func TestAReaderWritesToNoInheritedDescriptor(t *testing.T) {
 // clone(CLONE_NEWUSER), which unshare's ban left open, kills the reader.
 func TestAReaderMakesNoUserNamespace(t *testing.T) {
 	requireBothLayers(t)
-	c, err, _ := timedRead(t, markedCatalog(t, "newuser", ""), Limits{})
+	c, _, err := timedRead(t, markedCatalog(t, "newuser", ""), Limits{})
 	wantSeccompKill(t, c, err)
 	withKnobs(t, readerKnobs{noSeccomp: true})
-	if _, err, _ := timedRead(t, markedCatalog(t, "newuser", ""), Limits{}); err == nil || !strings.Contains(err.Error(), "child") {
+	if _, _, err := timedRead(t, markedCatalog(t, "newuser", ""), Limits{}); err == nil || !strings.Contains(err.Error(), "child") {
 		t.Errorf("without seccomp the clone should have made a child: %v", err)
 	}
 }
@@ -427,11 +427,11 @@ func TestAReaderHasNoCapability(t *testing.T) {
 		t.Skip("not root: a reader has no capability to drop")
 	}
 	none := "capabilities effective 0x0 0x0 permitted 0x0 0x0, bounding 0"
-	if _, err, _ := timedRead(t, markedCatalog(t, "caps", ""), Limits{}); err == nil || !strings.Contains(err.Error(), none) {
+	if _, _, err := timedRead(t, markedCatalog(t, "caps", ""), Limits{}); err == nil || !strings.Contains(err.Error(), none) {
 		t.Errorf("%v; want %q", err, none)
 	}
 	withKnobs(t, readerKnobs{keepCaps: true})
-	if _, err, _ := timedRead(t, markedCatalog(t, "caps", ""), Limits{}); err == nil || strings.Contains(err.Error(), none) {
+	if _, _, err := timedRead(t, markedCatalog(t, "caps", ""), Limits{}); err == nil || strings.Contains(err.Error(), none) {
 		t.Errorf("with capabilities kept: %v", err)
 	}
 }
@@ -474,7 +474,7 @@ func TestOlderLandlockABIsAreCoveredBySeccomp(t *testing.T) {
 			if tc.attack == "kill" {
 				arg = strconv.Itoa(v.Pid)
 			}
-			c, err, _ := timedRead(t, markedCatalog(t, tc.attack, arg), Limits{})
+			c, _, err := timedRead(t, markedCatalog(t, tc.attack, arg), Limits{})
 			if l, _ := ObservedLayers(); l.LandlockABI != tc.abi {
 				t.Fatalf("the reader had Landlock ABI %d", l.LandlockABI)
 			}
