@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -67,30 +66,18 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 			err = cerr
 		}
 	}
-	if lost := lockLost(held, locked); lost || errors.Is(err, lock.ErrLocked) {
-		if rep != nil {
-			rep.LockLost = true
-		}
-		removed := 0
-		if rep != nil {
-			removed = len(rep.Removed)
-		}
+	// Lost is closed by every way a lock is lost: a takeover the renewal
+	// or Check saw, renewals that kept failing, a lease run out by the
+	// prune's own clock (CheckLease).
+	select {
+	case <-held.Lost():
+		rep.LockLost = true // Run always returns a report
 		if err == nil {
 			err = lock.ErrLost
 		}
 		err = fmt.Errorf("sink %s: lost the mirror's lock; stopped, having removed %d objects before it noticed (listed in the report): %w",
-			st.dst.Location(), removed, err)
-	}
-	return rep, err
-}
-
-// lockLost says whether held was lost during the prune: closed Lost, or
-// the watched context cancelled with ErrLost.
-func lockLost(held *lock.Held, locked context.Context) bool {
-	select {
-	case <-held.Lost():
-		return true
+			st.dst.Location(), len(rep.Removed), err)
 	default:
 	}
-	return errors.Is(context.Cause(locked), lock.ErrLost)
+	return rep, err
 }
