@@ -181,9 +181,9 @@ func attack(t *testing.T, addr string, idle int, idleFrom []string, drip int, dr
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	for i := range idle {
-		// Keep-alives the server closes are opened again.
-		from := idleFrom[i%len(idleFrom)]
+	// hold keeps one connection from from open with use, and opens
+	// another whenever the server closes it, until the test ends.
+	hold := func(from string, use func(c net.Conn)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -193,38 +193,31 @@ func attack(t *testing.T, addr string, idle int, idleFrom []string, drip int, dr
 					time.Sleep(50 * time.Millisecond)
 					continue
 				}
-				io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
 				go func() { <-ctx.Done(); c.Close() }()
-				io.Copy(io.Discard, c) // until the server closes it
+				use(c)
 				c.Close()
 			}
 		}()
 	}
+	for i := range idle {
+		hold(idleFrom[i%len(idleFrom)], func(c net.Conn) {
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+			io.Copy(io.Discard, c) // until the server closes it
+		})
+	}
 	for i := range drip {
-		from := dripFrom[i%len(dripFrom)]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				c, err := dialFrom(from, addr)
-				if err != nil {
-					time.Sleep(50 * time.Millisecond)
-					continue
+		hold(dripFrom[i%len(dripFrom)], func(c net.Conn) {
+			req := "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 1000)
+			for j := 0; j < len(req) && ctx.Err() == nil; j++ {
+				if _, err := c.Write([]byte{req[j]}); err != nil {
+					return
 				}
-				go func() { <-ctx.Done(); c.Close() }()
-				req := "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + strings.Repeat("a", 1000)
-				for j := 0; j < len(req) && ctx.Err() == nil; j++ {
-					if _, err := c.Write([]byte{req[j]}); err != nil {
-						break
-					}
-					select {
-					case <-ctx.Done():
-					case <-time.After(time.Second):
-					}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
 				}
-				c.Close()
 			}
-		}()
+		})
 	}
 	// Let the attack take hold.
 	time.Sleep(1500 * time.Millisecond)
