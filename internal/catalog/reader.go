@@ -283,7 +283,7 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = append([]string{"fdl-mirror-catalog-reader"}, a.argv()...)
-	cmd.Env = []string{} // not nil: nil would pass on the mirror's, credentials and all
+	cmd.Env = readerEnv // nothing of the mirror's, credentials and all
 	cmd.Dir = "/"
 	if !knobs.noGroup {
 		// A process group of its own, killed as one (killGroup): what
