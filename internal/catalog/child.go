@@ -82,6 +82,7 @@ type readerArgs struct {
 	memoryLimit int64
 	threads     int
 	reads       int
+	nproc       uint64 // RLIMIT_NPROC as the mirror counted it; 0: the reader counts
 }
 
 func (a readerArgs) argv() []string {
@@ -105,6 +106,9 @@ func (a readerArgs) argv() []string {
 	}
 	if a.reads > 0 {
 		v = append(v, "reads="+strconv.Itoa(a.reads))
+	}
+	if a.nproc > 0 {
+		v = append(v, "nproc="+strconv.FormatUint(a.nproc, 10))
 	}
 	return v
 }
@@ -142,6 +146,8 @@ func parseReaderArgs(args []string) (readerArgs, error) {
 			a.threads, err = strconv.Atoi(v)
 		case "reads":
 			a.reads, err = strconv.Atoi(v)
+		case "nproc":
+			a.nproc, err = strconv.ParseUint(v, 10, 64)
 		default:
 			err = errors.New("unknown")
 		}

@@ -275,7 +275,7 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	readersStarted.Add(1)
 	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), landlockABI: maxLandlockABI, noSeccomp: knobs.noSeccomp,
 		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps, parent: len(parent) > 0,
-		memoryLimit: lim.MemoryLimit, threads: lim.Threads, reads: reads}
+		memoryLimit: lim.MemoryLimit, threads: lim.Threads, reads: reads, nproc: readerNproc()}
 	if knobs.landlockABI > 0 {
 		a.landlockABI = knobs.landlockABI
 	}
