@@ -244,10 +244,6 @@ func (p *Pool) get(ctx context.Context) (*pooledReader, error) {
 			p.idle = p.idle[1:]
 			p.mu.Unlock()
 			r.timer.Stop()
-			// The next read's reader starts while this one reads: a
-			// run reads catalog after catalog, and a start costs more
-			// than a fetch of a catalog hides.
-			p.warm()
 			return r, nil
 		}
 		warmed := p.warmed
@@ -262,9 +258,6 @@ func (p *Pool) get(ctx context.Context) (*pooledReader, error) {
 			return nil, ctx.Err()
 		}
 	}
-	// None started ahead: this read starts its own, and the next one's
-	// starts beside it.
-	p.warm()
 	return p.start(ctx)
 }
 
