@@ -274,7 +274,8 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	nonDumpable.Do(func() { _ = makeNonDumpable() })
 	readersStarted.Add(1)
 	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), landlockABI: maxLandlockABI, noSeccomp: knobs.noSeccomp,
-		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps, parent: len(parent) > 0}
+		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps, parent: len(parent) > 0,
+		memoryLimit: lim.MemoryLimit, threads: lim.Threads, reads: reads, nproc: readerNproc()}
 	if knobs.landlockABI > 0 {
 		a.landlockABI = knobs.landlockABI
 	}
