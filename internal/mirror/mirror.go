@@ -5,7 +5,8 @@
 // something to write) or a prune (internal/prune), which themselves know
 // only the store interface.
 //
-// Files: mirror.go (Job, Run: a sync; Status, Pending), prune.go (Prune),
+// Files: mirror.go (Job, Run: a sync; Status, Pending), config.go
+// (SyncJob, PruneJob: a configured mirror's jobs), prune.go (Prune),
 // stores.go (opening a job's stores, taking the lock, ConfigError, the
 // one way both kinds of run do it), format.go (HumanBytes, for printers).
 package mirror
