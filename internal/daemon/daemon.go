@@ -30,7 +30,6 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
-	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
@@ -538,7 +537,7 @@ func (d *Daemon) runOnce(m config.Mirror) {
 		}()
 		log.Debug("run started")
 		// The engine adds the mirror's name to its own logs.
-		rep, err = d.opts.Run(d.runCtx, Job(m), d.log, nil)
+		rep, err = d.opts.Run(d.runCtx, mirror.SyncJob(m), d.log, nil)
 	}()
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
@@ -603,7 +602,7 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 				log.Error("prune panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
-		rep, err = d.opts.Prune(d.runCtx, PruneJob(m), d.log)
+		rep, err = d.opts.Prune(d.runCtx, mirror.PruneJob(m), d.log)
 	}()
 	d.metrics.ObservePrune(m.Name, rep, err)
 	fields := []zap.Field{zap.Duration("took", time.Since(start))}
@@ -619,61 +618,5 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 		log.Error("prune failed", append(fields, zap.Error(redact.Error(err)))...)
 	default:
 		log.Info("prune finished", fields...)
-	}
-}
-
-// Job turns a configured mirror into the engine's job.
-func Job(m config.Mirror) mirror.Job {
-	return mirror.Job{
-		Name:               m.Name,
-		Source:             m.Source,
-		Sink:               m.Sink,
-		HTTPHeaders:        m.HTTPHeaders,
-		TrustedSigners:     m.TrustedSigners,
-		RequireSignatures:  m.RequireSignatures,
-		SignatureNamespace: m.SignatureNamespace,
-		Concurrency:        m.Concurrency,
-		LockWait:           m.LockWait,
-		LockTTL:            m.LockTTL,
-		Retries:            m.Retries,
-		CatalogLimits:      catalogLimits(m),
-		HTTPAllowRedirects: m.HTTPAllowRedirects,
-		BWLimit:            m.BWLimit,
-		Refs:               repo.RefSelection{Include: m.Refs, Exclude: m.ExcludeRefs},
-		AllowRewind:        m.AllowRewind,
-		MaxUpstreamAge:     m.MaxUpstreamAge,
-		Repair:             m.Repair,
-		Force:              m.Force,
-		CAFile:             m.CAFile,
-
-		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
-	}
-}
-
-// catalogLimits are the mirror's bounds on reading one catalog.
-func catalogLimits(m config.Mirror) catalog.Limits {
-	return catalog.Limits{
-		MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
-		MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
-		RequireSandbox: m.RequireSandbox,
-	}
-}
-
-// PruneJob turns a configured mirror into a prune's job.
-func PruneJob(m config.Mirror) prune.Job {
-	return prune.Job{
-		Name:               m.Name,
-		Source:             m.Source,
-		Sink:               m.Sink,
-		HTTPHeaders:        m.HTTPHeaders,
-		HTTPAllowRedirects: m.HTTPAllowRedirects,
-		MaxDelete:          m.PruneMaxDelete,
-		CatalogLimits:      catalogLimits(m),
-		LockWait:           m.LockWait,
-		LockTTL:            m.LockTTL,
-		Retries:            m.Retries,
-		CAFile:             m.CAFile,
-
-		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
 	}
 }
