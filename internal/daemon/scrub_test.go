@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
@@ -29,13 +30,21 @@ import (
 func syncedMirror(t *testing.T) (up, down string, g *generate.Repo) {
 	t.Helper()
 	_, up, down = fdltest.Layout(t)
-	g = fdltest.Generate(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 5, FastParquet: true})
-	rep, err := mirror.Run(context.Background(), mirror.Job{Name: "towns", Source: up, Sink: down}, zap.NewNop(), nil)
+	g = syncedTo(t, up, down)
+	fdltest.AssertMirrored(t, up, down, nil)
+	return up, down, g
+}
+
+// syncedTo generates an upstream in up and mirrors it to sink with a
+// plain sync.
+func syncedTo(t *testing.T, up, sink string) *generate.Repo {
+	t.Helper()
+	g := fdltest.Generate(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 5, FastParquet: true})
+	rep, err := mirror.Run(context.Background(), mirror.Job{Name: "towns", Source: up, Sink: sink}, zap.NewNop(), nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("first sync: %v %+v", err, rep)
 	}
-	fdltest.AssertMirrored(t, up, down, nil)
-	return up, down, g
+	return g
 }
 
 func scrubConfig(up, down, schedule, scrub string) string {
@@ -46,15 +55,33 @@ func scrubConfig(up, down, schedule, scrub string) string {
 	return c
 }
 
+// A data file deleted behind the mirror's back, from a folder and from a
+// bucket of the Versity S3 gateway (through its posix root), is back
+// after the scrub.
 func TestAScrubRestoresAFileLostOutOfBand(t *testing.T) {
-	up, down, g := syncedMirror(t)
+	t.Run("folder", func(t *testing.T) {
+		_, up, down := fdltest.Layout(t)
+		scrubRestores(t, up, down, down)
+	})
+	t.Run("s3", func(t *testing.T) {
+		s3 := testserver.S3(t)
+		bucket := s3.Bucket(t)
+		scrubRestores(t, filepath.Join(t.TempDir(), "up"), s3.URL(bucket, "towns"), filepath.Join(s3.Dir, bucket, "towns"))
+	})
+}
+
+// scrubRestores mirrors an upstream in up to sink, whose files are in the
+// folder down, deletes a data file there, and has a daemon scrub it back.
+func scrubRestores(t *testing.T, up, sink, down string) {
+	g := syncedTo(t, up, sink)
+	fdltest.AssertMirrored(t, up, down, nil)
 	lost := g.DataFiles[0]
 	if err := os.Remove(filepath.Join(down, lost)); err != nil {
 		t.Fatal(err)
 	}
 	// The schedule's first tick is an hour away: only the scrub runs.
 	before := time.Now()
-	h := start(t, scrubConfig(up, down, "@every 1h", "@every 1s"), nil)
+	h := start(t, scrubConfig(up, sink, "@every 1h", "@every 1s"), nil)
 	m := h.d.Metrics()
 	waitFor(t, "a successful scrub", 30*time.Second, func() bool {
 		return testutil.CollectAndCount(m.lastScrub) == 1
@@ -198,20 +225,20 @@ func TestAScrubNeverRunsBesideARunOfItsMirror(t *testing.T) {
 		mu.Unlock()
 		return okReport(job), nil
 	}
+	// Scrubs tick every second; plain syncs come from the schedule's
+	// ticks, and from triggers, which queue one after the run going.
 	h := start(t, scrubConfig("/up/towns", "/down/towns", "@every 1s", "@every 1s"), run)
-	waitFor(t, "three scrubs", 20*time.Second, func() bool {
+	waitFor(t, "three scrubs and three syncs", 30*time.Second, func() bool {
+		h.d.triggerRun("towns")
 		mu.Lock()
 		defer mu.Unlock()
-		return scrubs >= 3
+		return scrubs >= 3 && syncs >= 3
 	})
 	h.stop(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if most != 1 {
-		t.Errorf("%d runs of one mirror at once", most)
-	}
-	if syncs == 0 {
-		t.Errorf("no plain sync ran beside %d scrubs", scrubs)
+		t.Errorf("%d runs of one mirror at once (%d scrubs, %d syncs)", most, scrubs, syncs)
 	}
 }
 
@@ -232,6 +259,7 @@ func TestALockedScrubIsTheNextRun(t *testing.T) {
 	// The scrub ticks once a year: only the first is one, and the runs
 	// after it are the schedule's ticks (or triggers).
 	h := start(t, scrubConfig("/up/towns", "/down/towns", "@every 1h", "@yearly"), run)
+	waitFor(t, "the schedule", 10*time.Second, h.d.ready.Load)
 	h.d.mu.Lock()
 	gen := h.d.gen
 	h.d.mu.Unlock()
