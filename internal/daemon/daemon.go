@@ -668,6 +668,7 @@ func PruneJob(m config.Mirror) prune.Job {
 		HTTPHeaders:        m.HTTPHeaders,
 		HTTPAllowRedirects: m.HTTPAllowRedirects,
 		MaxDelete:          m.PruneMaxDelete,
+		Grace:              m.PruneGrace,
 		CatalogLimits:      catalogLimits(m),
 		LockWait:           m.LockWait,
 		LockTTL:            m.LockTTL,
