@@ -131,6 +131,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		Retries:            5,
 		Prune:              true,
 		PruneMaxDelete:     5000,
+		PruneGrace:         48 * time.Hour,
 		HTTPAllowRedirects: []string{"cdn.example.org"},
 		BWLimit:            10 << 20,
 		CatalogMaxFiles:    20_000_000,
@@ -290,6 +291,36 @@ func TestScrubIsAScheduleAndOffWhenAbsent(t *testing.T) {
 	wantProblem(t, ps, 5, "mirrors[0].scrub", `"weekly"`)
 	if len(ps) != 1 {
 		t.Errorf("problems = %v, want only the scrub's", ps)
+	}
+}
+
+// prune_grace: a duration, at least an hour, and at least ten lock_ttl
+// (the default's too when lock_ttl is unset); a good one is kept.
+func TestPruneGraceIsBoundedBelow(t *testing.T) {
+	ps := problems(t, `mirrors:
+  - name: a
+    source: /u
+    sink: /d
+    prune_grace: 59m
+  - name: b
+    source: /u
+    sink: /e
+    prune_grace: 2h
+    lock_ttl: 15m
+  - name: c
+    source: /u
+    sink: /f
+    prune_grace: a while
+`, nil)
+	wantProblem(t, ps, 5, "prune_grace", "59m", "at least 1h0m0s")
+	wantProblem(t, ps, 9, "prune_grace", "10 times lock_ttl (15m0s)")
+	wantProblem(t, ps, 14, "prune_grace", `"a while"`)
+	cfg, err := Parse([]byte("mirrors:\n  - {name: a, source: /u, sink: /d, prune_grace: 36h, lock_ttl: 3h}\n"), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Mirrors[0]; m.PruneGrace != 36*time.Hour {
+		t.Errorf("prune_grace: 36h parsed as %v", m.PruneGrace)
 	}
 }
 
