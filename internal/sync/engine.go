@@ -55,6 +55,8 @@ type engine struct {
 	opts Options
 	log  *zap.Logger
 
+	planner planner // the run's decisions, from values
+
 	slots    slots           // bounds on the work done at once
 	inv      *sink.Inventory // what the sink holds, as last read
 	versions versionStates   // where each version stands in this run
@@ -113,9 +115,10 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		opts.Source = src.Location()
 	}
 	e := &engine{
-		src:  source.New(src, opts.Trust, opts.Logger),
-		opts: opts,
-		log:  opts.Logger,
+		src:     source.New(src, opts.Trust, opts.Logger),
+		opts:    opts,
+		log:     opts.Logger,
+		planner: planner{sel: opts.Refs, allowRewind: opts.AllowRewind},
 		slots: slots{
 			copy: make(chan struct{}, opts.Concurrency), catalog: make(chan struct{}, 2), version: make(chan struct{}, 2),
 			ahead: make(chan struct{}, 8), aheadFetch: make(chan struct{}, 1),
