@@ -81,7 +81,7 @@ func BenchmarkRead(b *testing.B) {
 			for pool.idleCount() == 0 {
 				time.Sleep(time.Millisecond)
 			}
-			time.Sleep(50 * time.Millisecond) // its DuckDB, started after its hello
+			time.Sleep(200 * time.Millisecond) // its DuckDB, started after its hello
 			b.StartTimer()
 			readOK(b, func() (*Catalog, error) { return pool.Read(context.Background(), in, "") })
 		}
