@@ -65,29 +65,29 @@ const maxSettledCalls = 1 << 16
 // and are not counted in Report.CatalogsRead. nil when a parent is not
 // complete in the sink or its catalog cannot be read: every file is then
 // checked against the listing. The caller closes it.
-func (e *engine) knownFromParents(ctx context.Context, parents []string) *parentFiles {
+func (c *catalogReader) knownFromParents(ctx context.Context, parents []string) *parentFiles {
 	if len(parents) == 0 {
 		return nil
 	}
 	known := &parentFiles{}
 	for _, p := range parents {
-		e.mu.Lock()
-		done, now := e.versions.published[p], e.versions.publishedNow[p]
-		e.mu.Unlock()
+		c.mu.Lock()
+		done, now := c.versions.published[p], c.versions.publishedNow[p]
+		c.mu.Unlock()
 		if !done {
 			known.close()
 			return nil
 		}
 		select {
-		case e.slots.catalog <- struct{}{}:
+		case c.slots.catalog <- struct{}{}:
 		case <-ctx.Done():
 			known.close()
 			return nil
 		}
-		files, err := e.readSinkCatalog(ctx, p)
-		<-e.slots.catalog
+		files, err := c.readSinkCatalog(ctx, p)
+		<-c.slots.catalog
 		if err != nil {
-			e.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
+			c.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
 				zap.String("version", p), zap.Error(err))
 			known.close()
 			return nil
@@ -161,28 +161,28 @@ func (k *parentFiles) close() {
 // readSinkCatalog reads the main catalog of a version complete in the
 // sink (repo.FindMainCatalog: ducklake.duckdb, or metadata.db where it
 // has none).
-func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Sorted, error) {
-	_, c, err := repo.FindMainCatalog(func(file string) (*catalog.Sorted, error) {
-		return e.readSinkSorted(ctx, id, file)
+func (c *catalogReader) readSinkCatalog(ctx context.Context, id string) (*catalog.Sorted, error) {
+	_, files, err := repo.FindMainCatalog(func(file string) (*catalog.Sorted, error) {
+		return c.readSinkSorted(ctx, id, file)
 	})
-	return c, err
+	return files, err
 }
 
 // readSinkSorted reads one catalog of a version in the sink.
-func (e *engine) readSinkSorted(ctx context.Context, id, file string) (*catalog.Sorted, error) {
+func (c *catalogReader) readSinkSorted(ctx context.Context, id, file string) (*catalog.Sorted, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := e.sink.FetchCatalog(ctx, e.catalogs, name)
+	fetched, err := c.sink.FetchCatalog(ctx, c.pool, name)
 	if err != nil {
 		return nil, err
 	}
 	defer fetched.Remove()
-	return e.catalogs.ReadSorted(ctx, fetched.Path, name)
+	return c.pool.ReadSorted(ctx, fetched.Path, name)
 }
 
 // readSinkFile reads one catalog of a version in the sink, every file
 // in Files.
-func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
-	s, err := e.readSinkSorted(ctx, id, file)
+func (c *catalogReader) readSinkFile(ctx context.Context, id, file string) (*catalog.Catalog, error) {
+	s, err := c.readSinkSorted(ctx, id, file)
 	if err != nil {
 		return nil, err
 	}

@@ -22,11 +22,11 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	// several versions ahead: the pool then checks the catalogs waiting
 	// together (see catalog.Pool), and downloads overlap reads.
 	select {
-	case e.slots.ahead <- struct{}{}:
+	case e.catalogs.slots.ahead <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	defer func() { <-e.slots.ahead }()
+	defer func() { <-e.catalogs.slots.ahead }()
 	id, rec := n.id, n.rec
 	files, err := e.src.VersionFiles(ctx, id)
 	if err != nil {
@@ -39,7 +39,7 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	// Every catalog is read before any data file is copied: a bad one
 	// refuses the version without a byte of it written.
 	mainFile := repo.MainCatalog(files)
-	fetched, err := e.fetchAhead(ctx, id, mainFile, files, rec.SHA256)
+	fetched, err := e.catalogs.fetchAhead(ctx, id, mainFile, files, rec.SHA256)
 	if err != nil {
 		return 0, err
 	}
@@ -47,23 +47,23 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 		defer fetched.Remove()
 	}
 	select {
-	case e.slots.version <- struct{}{}:
+	case e.catalogs.slots.version <- struct{}{}:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	releaseSlot := sync.OnceFunc(func() { <-e.slots.version })
+	releaseSlot := sync.OnceFunc(func() { <-e.catalogs.slots.version })
 	defer releaseSlot()
 	if fetched == nil {
-		if fetched, err = e.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
+		if fetched, err = e.catalogs.fetchCatalog(ctx, id, mainFile, files, rec.SHA256); err != nil {
 			return 0, err
 		}
 		defer fetched.Remove()
 	}
-	main, err := e.readMain(ctx, id, mainFile, fetched, rec.Parents, files)
+	main, err := e.catalogs.readMain(ctx, id, mainFile, fetched, rec.Parents, files)
 	if err != nil {
 		return 0, err
 	}
-	alternates, err := e.readAlternates(ctx, id, files)
+	alternates, err := e.catalogs.readAlternates(ctx, id, files)
 	defer func() {
 		for _, a := range alternates {
 			a.fetched.Remove()
@@ -83,7 +83,7 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	}
 	releaseSlot()
 	e.log.Debug("data files in the sink", zap.String("version", id), zap.Int("data_files", dataFiles))
-	if err := e.writeVersionFiles(ctx, id, files, main, alternates); err != nil {
+	if err := e.publish.writeVersionFiles(ctx, id, files, main, alternates); err != nil {
 		return 0, err
 	}
 	e.log.Debug("version folder written", zap.String("version", id))
@@ -93,7 +93,7 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 // fetchAhead fetches a version's main catalog before the version takes a
 // slot, where it is no larger than maxAheadCatalog; nil where it is (or
 // its size is unknown): it is then fetched once the version has a slot.
-func (e *engine) fetchAhead(ctx context.Context, id, mainFile string, files map[string]int64, sha256 string) (*catalog.Fetched, error) {
+func (c *catalogReader) fetchAhead(ctx context.Context, id, mainFile string, files map[string]int64, sha256 string) (*catalog.Fetched, error) {
 	if size, ok := files[mainFile]; !ok || size < 0 || size > maxAheadCatalog {
 		return nil, nil
 	}
@@ -101,20 +101,20 @@ func (e *engine) fetchAhead(ctx context.Context, id, mainFile string, files map[
 	// of the bandwidth (under bwlimit, eight catalogs fetched at once held
 	// back every data file for a minute).
 	select {
-	case e.slots.aheadFetch <- struct{}{}:
+	case c.slots.aheadFetch <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	defer func() { <-e.slots.aheadFetch }()
-	return e.fetchCatalog(ctx, id, mainFile, files, sha256)
+	defer func() { <-c.slots.aheadFetch }()
+	return c.fetchCatalog(ctx, id, mainFile, files, sha256)
 }
 
 // readAlternates fetches and reads a version's alternate catalogs; those
 // read are returned even with an error, for the caller to remove.
-func (e *engine) readAlternates(ctx context.Context, id string, files map[string]int64) ([]*versionCatalog, error) {
+func (c *catalogReader) readAlternates(ctx context.Context, id string, files map[string]int64) ([]*versionCatalog, error) {
 	var alternates []*versionCatalog
 	for _, f := range repo.AlternateCatalogs(files) {
-		a, err := e.readCatalog(ctx, id, f, files, "")
+		a, err := c.readCatalog(ctx, id, f, files, "")
 		if err != nil {
 			return alternates, err
 		}
@@ -141,7 +141,7 @@ func (e *engine) copyDataFiles(ctx context.Context, id string, parents []string,
 		dataFiles = int(d.ChildRows - d.FoldedRows)
 		known = &parentFiles{}
 	} else {
-		known = e.knownFromParents(ctx, parents)
+		known = e.catalogs.knownFromParents(ctx, parents)
 	}
 	defer known.close()
 	if err := e.transfer.mirrorDataFiles(ctx, id, files, known); err != nil {
@@ -194,16 +194,16 @@ func (c *versionCatalog) closeFiles() {
 // checks its sha256 where the record gives one (the main catalog's), and
 // reads it: the same limits and path rules for every catalog of a
 // version, and a refusal naming the catalog when it fails.
-func (e *engine) readCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*versionCatalog, error) {
-	fetched, err := e.fetchCatalog(ctx, id, file, files, wantSHA256)
+func (c *catalogReader) readCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*versionCatalog, error) {
+	fetched, err := c.fetchCatalog(ctx, id, file, files, wantSHA256)
 	if err != nil {
 		return nil, err
 	}
-	c, err := e.readFetched(ctx, id, file, fetched)
+	vc, err := c.readFetched(ctx, id, file, fetched)
 	if err != nil {
 		fetched.Remove()
 	}
-	return c, err
+	return vc, err
 }
 
 // maxAheadCatalog is the largest catalog fetched before its version takes
@@ -212,9 +212,9 @@ const maxAheadCatalog = 64 << 20
 
 // fetchCatalog fetches one of a version's catalogs into the pool's
 // folder and checks its sha256 where the record gives one.
-func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*catalog.Fetched, error) {
+func (c *catalogReader) fetchCatalog(ctx context.Context, id, file string, files map[string]int64, wantSHA256 string) (*catalog.Fetched, error) {
 	catalogName := repo.VersionFile(id, file)
-	lim := e.opts.CatalogLimits.WithDefaults()
+	lim := c.opts.CatalogLimits.WithDefaults()
 	if size, ok := files[file]; ok && size > lim.MaxSize {
 		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
@@ -232,8 +232,8 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			fetchCtx = backend.WithCheckedRead(ctx)
 		}
 		start := time.Now()
-		fetched, err := e.src.FetchCatalog(fetchCtx, e.catalogs, id, file)
-		e.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
+		fetched, err := c.src.FetchCatalog(fetchCtx, c.pool, id, file)
+		c.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 		if err != nil {
 			if backend.IsNotExist(err) {
 				return nil, refuse(ReasonMissingFile, id, catalogName, "version %s: %s is missing upstream", id, catalogName)
@@ -241,7 +241,7 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
 				return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
 			}
-			if err := e.transfer.waitToRetry(ctx, "catalog fetch failed; retrying", catalogName, attempt, err); err != nil {
+			if err := c.transfer.waitToRetry(ctx, "catalog fetch failed; retrying", catalogName, attempt, err); err != nil {
 				return nil, err
 			}
 			continue
@@ -259,29 +259,29 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 }
 
 // readFetched reads a fetched catalog, at most catalogSlots at once.
-func (e *engine) readFetched(ctx context.Context, id, file string, fetched *catalog.Fetched) (*versionCatalog, error) {
+func (c *catalogReader) readFetched(ctx context.Context, id, file string, fetched *catalog.Fetched) (*versionCatalog, error) {
 	catalogName := repo.VersionFile(id, file)
 	select {
-	case e.slots.catalog <- struct{}{}:
+	case c.slots.catalog <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
 	start := time.Now()
-	files, err := e.catalogs.ReadSorted(ctx, fetched.Path, catalogName)
-	<-e.slots.catalog
-	e.log.Debug("catalog read", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
-	e.mu.Lock()
-	e.report.CatalogsRead++
-	e.mu.Unlock()
+	files, err := c.pool.ReadSorted(ctx, fetched.Path, catalogName)
+	<-c.slots.catalog
+	c.log.Debug("catalog read", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
+	c.mu.Lock()
+	c.report.CatalogsRead++
+	c.mu.Unlock()
 	if err != nil {
-		return nil, e.catalogRefusal(ctx, id, catalogName, err)
+		return nil, c.catalogRefusal(ctx, id, catalogName, err)
 	}
 	return &versionCatalog{file: file, name: catalogName, fetched: fetched, files: files}, nil
 }
 
 // catalogRefusal refuses version id for the read of one of its catalogs
 // that failed with err, by the reason err gives.
-func (e *engine) catalogRefusal(ctx context.Context, id, catalogName string, err error) error {
+func (c *catalogReader) catalogRefusal(ctx context.Context, id, catalogName string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

@@ -31,55 +31,55 @@ import (
 
 // readMain reads a version's main catalog: as its difference from its
 // parent's where it can, else whole.
-func (e *engine) readMain(ctx context.Context, id, mainFile string, fetched *catalog.Fetched, parents []string, files map[string]int64) (*versionCatalog, error) {
-	if c, ok, err := e.readDifference(ctx, id, mainFile, fetched, parents, files); ok || err != nil {
-		return c, err
+func (c *catalogReader) readMain(ctx context.Context, id, mainFile string, fetched *catalog.Fetched, parents []string, files map[string]int64) (*versionCatalog, error) {
+	if vc, ok, err := c.readDifference(ctx, id, mainFile, fetched, parents, files); ok || err != nil {
+		return vc, err
 	}
-	return e.readFetched(ctx, id, mainFile, fetched)
+	return c.readFetched(ctx, id, mainFile, fetched)
 }
 
 // readDifference reads a version's main catalog as its difference from
 // its parent's in the mirror; ok is false where it cannot be taken.
-func (e *engine) readDifference(ctx context.Context, id, mainFile string, fetched *catalog.Fetched, parents []string, files map[string]int64) (c *versionCatalog, ok bool, err error) {
+func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string, fetched *catalog.Fetched, parents []string, files map[string]int64) (vc *versionCatalog, ok bool, err error) {
 	if len(parents) != 1 || len(repo.AlternateCatalogs(files)) > 0 {
 		return nil, false, nil
 	}
 	p := parents[0]
-	e.mu.Lock()
-	published := e.versions.published[p]
-	e.mu.Unlock()
+	c.mu.Lock()
+	published := c.versions.published[p]
+	c.mu.Unlock()
 	if !published {
 		return nil, false, nil
 	}
 	parentName := repo.VersionFile(p, repo.CatalogFile)
-	pf, err := e.sink.FetchCatalog(ctx, e.catalogs, parentName)
+	pf, err := c.sink.FetchCatalog(ctx, c.pool, parentName)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
-		e.log.Info("parent's catalog not readable in the mirror; reading the version's catalog whole",
+		c.log.Info("parent's catalog not readable in the mirror; reading the version's catalog whole",
 			zap.String("version", id), zap.String("parent", p), zap.Error(err))
 		return nil, false, nil
 	}
 	defer pf.Remove()
 	catalogName := repo.VersionFile(id, mainFile)
 	select {
-	case e.slots.catalog <- struct{}{}:
+	case c.slots.catalog <- struct{}{}:
 	case <-ctx.Done():
 		return nil, false, ctx.Err()
 	}
 	start := time.Now()
-	d, err := e.catalogs.Diff(ctx, fetched.Path, catalogName, pf.Path, parentName, nil)
-	<-e.slots.catalog
-	e.log.Debug("catalog compared with its parent's", zap.String("catalog", catalogName), zap.String("parent", parentName), zap.Duration("took", time.Since(start)), zap.Error(err))
+	d, err := c.pool.Diff(ctx, fetched.Path, catalogName, pf.Path, parentName, nil)
+	<-c.slots.catalog
+	c.log.Debug("catalog compared with its parent's", zap.String("catalog", catalogName), zap.String("parent", parentName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	if errors.Is(err, catalog.ErrNoDifference) {
 		return nil, false, nil
 	}
-	e.mu.Lock()
-	e.report.CatalogsRead++
-	e.mu.Unlock()
+	c.mu.Lock()
+	c.report.CatalogsRead++
+	c.mu.Unlock()
 	if err != nil {
-		return nil, false, e.catalogRefusal(ctx, id, catalogName, err)
+		return nil, false, c.catalogRefusal(ctx, id, catalogName, err)
 	}
 	cat := &catalog.Catalog{DuckLakeVersion: d.DuckLakeVersion, DataPath: d.DataPath, Files: d.Files}
 	return &versionCatalog{file: mainFile, name: catalogName, fetched: fetched, cat: cat, difference: d}, true, nil

@@ -14,19 +14,23 @@
 // (version.json last behind a barrier; marker, ref files, refs.json,
 // HEAD). sync decides: which versions, parents first, which refs move.
 //
-// Files: engine.go (Run: the order; the lock and its checks),
-// inventory.go (both sides read at once, what has work, ref selection),
-// settings.go (fdl.json on both sides), recordedsource.go (the source on
-// record for a repository without id), versions.go (walking the version
-// graph, cycles, publishing parents first), datafiles.go (a version's
-// catalogs and data files), versiondir.go (the version folder, then
-// publishing it), copy.go (copying one file, size checks, retries),
-// refs.go (stage two: decide, write, report), reftarget.go (the policy
-// on a ref's target in the sink), ancestry.go (forward, rewound,
-// diverged), pending.go (ancestors kept to retry), repair.go (sync
-// --repair), upstreamstate.go (when upstream refs last changed),
-// status.go (Compare, for status), options.go and report.go (what a run
-// is told and what it tells).
+// The run is plan, transfer, publish. The planner (planner.go) decides
+// from values both sides were read into: refs selected, the version
+// graph, whether there is work, which refs move, what stays pending. The
+// transfer (transfer.go, copy.go, databatch.go) takes source streams to
+// sink writes. The publisher writes a version's folder then its
+// version.json (versiondir.go), then refs, refs.json and HEAD (refs.go,
+// reftarget.go), then the run's state (pending.go, upstreamstate.go). The
+// catalog reader (datafiles.go, difference.go) fetches and reads
+// catalogs. engine.go holds Run and the order, and the lock's checks;
+// the parts share the run's ledger (engine.go, report.go).
+//
+// Other files: inventory.go (both sides read at once), settings.go
+// (fdl.json on both sides), recordedsource.go (the source on record for
+// a repository without id), versions.go (walking the version graph,
+// publishing parents first), ancestry.go (forward, rewound, diverged),
+// repair.go (sync --repair), status.go (Compare, for status),
+// options.go and report.go (what a run is told and what it tells).
 package sync
 
 import (
@@ -47,27 +51,37 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
-// engine is one run: the plan and its order, between the upstream (src)
-// and the mirror (sink).
+// engine is one run: it reads both sides, has the planner decide, the
+// transfer copy and the publisher write, in the order above. What its
+// parts share is the run's ledger.
 type engine struct {
 	src  *source.Source
 	sink *sink.Sink
 	opts Options
 	log  *zap.Logger
 
-	planner planner // the run's decisions, from values
+	*ledger                 // where versions and refs stand; the report
+	planner  planner        // the run's decisions, from values
+	recorded sourceCheck    // the source on record, for a repository without id (see recordedsource.go)
+	ancestry *ancestry      // parents of versions, read once (see ancestry.go)
+	catalogs *catalogReader // fetches and reads catalogs, upstream's and the sink's
+	transfer *transfer      // source streams to sink writes
+	publish  *publisher     // versions, then refs
+}
 
-	slots    slots           // bounds on the work done at once
-	inv      *sink.Inventory // what the sink holds, as last read
-	versions versionStates   // where each version stands in this run
-	upstream upstreamView    // the upstream's refs as this run reads them
-	recorded sourceCheck     // the source on record, for a repository without id (see recordedsource.go)
-	ancestry *ancestry       // parents of versions, read once (see ancestry.go)
-	catalogs *catalog.Pool   // fetches and reads catalogs, upstream's and the sink's
-
-	transfer *transfer // source streams to sink writes
+// ledger is the run's record, shared by its parts: what the sink held
+// when last read, where each version stands, the upstream's refs as read,
+// the report, and whether the lock was lost. mu guards versions and
+// report where parts run at once.
+type ledger struct {
+	src      *source.Source // its settings' data_dir tells data files from the mirror's own
+	log      *zap.Logger
+	progress func(files, bytes int64) // Options.Progress
 
 	mu          sync.Mutex
+	inv         *sink.Inventory // what the sink holds, as last read
+	versions    versionStates   // where each version stands in this run
+	upstream    upstreamView    // the upstream's refs as this run reads them
 	report      *Report
 	plannedData int // data files a dry run named in the report
 
@@ -82,7 +96,35 @@ type slots struct {
 	aheadFetch chan struct{} // one catalog download ahead of its version at a time
 }
 
-// versionStates is where each version stands in this run; e.mu guards it.
+// catalogReader fetches a version's catalogs, upstream's and the
+// sink's, and reads them, a bounded number at once (datafiles.go,
+// difference.go, databatch.go).
+type catalogReader struct {
+	*ledger
+	src      *source.Source
+	sink     *sink.Sink
+	opts     Options
+	pool     *catalog.Pool // fetches and reads catalogs, upstream's and the sink's
+	slots    slots
+	transfer *transfer // its retries
+}
+
+// publisher writes what the run mirrored, in order: a version's folder,
+// its version.json last (versiondir.go); then the refs the planner lets
+// move, refs.json and HEAD (refs.go, reftarget.go); then what stays
+// pending (pending.go).
+type publisher struct {
+	*ledger
+	src      *source.Source
+	sink     *sink.Sink
+	opts     Options
+	planner  planner
+	catalogs *catalogReader
+	transfer *transfer
+	ancestry *ancestry
+}
+
+// versionStates is where each version stands in this run; the ledger's mu guards it.
 type versionStates struct {
 	published    map[string]bool                // complete in the sink, before or now
 	publishedNow map[string]bool                // published by this run
@@ -114,24 +156,24 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if opts.Source == "" {
 		opts.Source = src.Location()
 	}
+	upstream := source.New(src, opts.Trust, opts.Logger)
 	e := &engine{
-		src:     source.New(src, opts.Trust, opts.Logger),
+		src:     upstream,
 		opts:    opts,
 		log:     opts.Logger,
 		planner: planner{sel: opts.Refs, allowRewind: opts.AllowRewind},
-		slots: slots{
-			catalog: make(chan struct{}, 2), version: make(chan struct{}, 2),
-			ahead: make(chan struct{}, 8), aheadFetch: make(chan struct{}, 1),
-		},
-		versions: versionStates{
-			published: map[string]bool{}, publishedNow: map[string]bool{}, refused: map[string]*refusal{},
-			absent: map[string]bool{}, targetChecks: map[string]*refusal{}, confirmed: map[string][]string{},
-		},
-		upstream: upstreamView{excluded: repo.Refs{}},
-		report: &Report{
-			Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
-			Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{}, Pending: []PendingVersion{},
-			Refs: []RefStatus{},
+		ledger: &ledger{
+			src: upstream, log: opts.Logger, progress: opts.Progress,
+			versions: versionStates{
+				published: map[string]bool{}, publishedNow: map[string]bool{}, refused: map[string]*refusal{},
+				absent: map[string]bool{}, targetChecks: map[string]*refusal{}, confirmed: map[string][]string{},
+			},
+			upstream: upstreamView{excluded: repo.Refs{}},
+			report: &Report{
+				Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun,
+				Started: time.Now(), VersionsPublished: []string{}, RefsMoved: []RefMove{}, Refused: []Refusal{}, Pending: []PendingVersion{},
+				Refs: []RefStatus{},
+			},
 		},
 	}
 	e.sink = sink.New(dst, sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
@@ -140,11 +182,18 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	e.ancestry = newAncestry(dst, e.src)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
-	pool, err := catalog.NewPool(opts.TempDir, cap(e.slots.catalog), opts.CatalogLimits)
+	const catalogsAtOnce = 2
+	pool, err := catalog.NewPool(opts.TempDir, catalogsAtOnce, opts.CatalogLimits)
 	if err != nil {
 		return e.report, &FatalError{err}
 	}
-	e.catalogs = pool
+	e.catalogs = &catalogReader{ledger: e.ledger, src: e.src, sink: e.sink, opts: opts, pool: pool, transfer: e.transfer,
+		slots: slots{
+			catalog: make(chan struct{}, catalogsAtOnce), version: make(chan struct{}, 2),
+			ahead: make(chan struct{}, 8), aheadFetch: make(chan struct{}, 1),
+		}}
+	e.publish = &publisher{ledger: e.ledger, src: e.src, sink: e.sink, opts: opts, planner: e.planner,
+		catalogs: e.catalogs, transfer: e.transfer, ancestry: e.ancestry}
 	err = e.run(ctx)
 	pool.Close()
 	// A run that lost its lock says so first, whatever stopped it: the
@@ -163,8 +212,9 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 }
 
 func (e *engine) run(ctx context.Context) error {
-	if err := e.readSettings(ctx); err != nil {
-		return err
+	// The upstream's fdl.json, read and checked.
+	if _, err := e.src.ReadSettings(ctx); err != nil {
+		return &FatalError{err}
 	}
 	refusedBefore := len(e.report.Refused)
 	upstream, head, inv, err := e.readBothSides(ctx)
@@ -224,13 +274,13 @@ func (e *engine) run(ctx context.Context) error {
 	}
 
 	// Stage two: refs, refs.json, HEAD.
-	if err := e.publishRefs(ctx, upstream, head, inv); err != nil {
+	if err := e.publish.publishRefs(ctx, upstream, head, inv); err != nil {
 		return err
 	}
 	if err := e.checkLock(ctx); err != nil {
 		return err
 	}
-	e.saveUpstreamState(ctx, upstream, !e.upstream.unread)
+	e.publish.saveUpstreamState(ctx, upstream, !e.upstream.unread)
 	return nil
 }
 
@@ -252,7 +302,7 @@ func (e *engine) stageOne(ctx context.Context, upstream repo.Refs) error {
 	for _, id := range roots {
 		isRoot[id] = true
 	}
-	e.savePending(ctx, isRoot)
+	e.publish.savePending(ctx, isRoot)
 	return nil
 }
 

@@ -25,8 +25,9 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 	if err := e.checkSource(ctx, inv.Settings != nil); err != nil {
 		return nil, err
 	}
-	if err := e.listSourceVersions(ctx); err != nil {
-		return nil, err
+	// versions/ in the source, where it can list.
+	if err := e.src.ListVersions(ctx); err != nil {
+		return nil, &FatalError{err}
 	}
 	e.inv = inv
 	e.versions.published = map[string]bool{}
@@ -82,14 +83,6 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 		e.upstream.excluded[name] = id
 	}
 	return sel.selected, sel.head
-}
-
-// listSourceVersions lists versions/ in the source, where it can list.
-func (e *engine) listSourceVersions(ctx context.Context) error {
-	if err := e.src.ListVersions(ctx); err != nil {
-		return &FatalError{err}
-	}
-	return nil
 }
 
 // listPart is how many names a part of a split listing of data_dir is

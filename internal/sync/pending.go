@@ -9,16 +9,16 @@ import (
 )
 
 // savePending writes what is pending after this run (nextPending).
-func (e *engine) savePending(ctx context.Context, roots map[string]bool) {
-	e.mu.Lock()
-	list, more := nextPending(pendingView{before: e.versions.pending, published: e.versions.published,
-		absent: e.versions.absent, refused: e.versions.refused, roots: roots}, time.Now().UTC())
-	e.mu.Unlock()
-	e.report.Pending, e.report.PendingMore = list, more
-	if e.opts.DryRun || (len(list) == 0 && len(e.versions.pending) == 0) {
+func (p *publisher) savePending(ctx context.Context, roots map[string]bool) {
+	p.mu.Lock()
+	list, more := nextPending(pendingView{before: p.versions.pending, published: p.versions.published,
+		absent: p.versions.absent, refused: p.versions.refused, roots: roots}, time.Now().UTC())
+	p.mu.Unlock()
+	p.report.Pending, p.report.PendingMore = list, more
+	if p.opts.DryRun || (len(list) == 0 && len(p.versions.pending) == 0) {
 		return
 	}
-	if err := e.sink.WritePending(ctx, list, more); err != nil {
-		e.addRefusal(refuse(ReasonCopy, "", backend.ReservedPrefix+sink.PendingFile, "writing the list of pending versions: %v", err))
+	if err := p.sink.WritePending(ctx, list, more); err != nil {
+		p.addRefusal(refuse(ReasonCopy, "", backend.ReservedPrefix+sink.PendingFile, "writing the list of pending versions: %v", err))
 	}
 }

@@ -14,18 +14,18 @@ import (
 // sink before a ref moves to it: it may have been mirrored under another
 // policy (signatures optional, a key since removed). Its record and
 // signature are read from the sink, once per version and run.
-func (e *engine) checkRefTarget(ctx context.Context, id string) *refusal {
-	e.mu.Lock()
-	now := e.versions.publishedNow[id]
-	r, seen := e.versions.targetChecks[id]
-	e.mu.Unlock()
+func (p *publisher) checkRefTarget(ctx context.Context, id string) *refusal {
+	p.mu.Lock()
+	now := p.versions.publishedNow[id]
+	r, seen := p.versions.targetChecks[id]
+	p.mu.Unlock()
 	if now || seen {
 		return r // published by this run: checked as it was copied
 	}
-	r = e.judgeSinkVersion(ctx, id)
-	e.mu.Lock()
-	e.versions.targetChecks[id] = r
-	e.mu.Unlock()
+	r = p.judgeSinkVersion(ctx, id)
+	p.mu.Lock()
+	p.versions.targetChecks[id] = r
+	p.mu.Unlock()
 	return r
 }
 
@@ -36,24 +36,24 @@ func (e *engine) checkRefTarget(ctx context.Context, id string) *refusal {
 // version this run published was confirmed as it was, and costs nothing
 // here; another is confirmed once per run, from its catalogs in the sink
 // and the sink's answer for each file they name (see missingDataFiles).
-func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) {
-	e.mu.Lock()
-	now := e.versions.publishedNow[id]
-	missing, seen := e.versions.confirmed[id]
-	e.mu.Unlock()
-	if now || e.opts.DryRun {
+func (p *publisher) confirmFiles(ctx context.Context, id string) ([]string, error) {
+	p.mu.Lock()
+	now := p.versions.publishedNow[id]
+	missing, seen := p.versions.confirmed[id]
+	p.mu.Unlock()
+	if now || p.opts.DryRun {
 		return nil, nil
 	}
 	if seen {
 		return missing, nil
 	}
-	missing, err := e.missingDataFiles(ctx, id)
+	missing, err := p.missingDataFiles(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	e.mu.Lock()
-	e.versions.confirmed[id] = missing
-	e.mu.Unlock()
+	p.mu.Lock()
+	p.versions.confirmed[id] = missing
+	p.mu.Unlock()
 	return missing, nil
 }
 
@@ -65,19 +65,19 @@ func (e *engine) confirmFiles(ctx context.Context, id string) ([]string, error) 
 // version of three files costs three requests, not a listing of the
 // mirror's whole data_dir); one of many, a pass merged with the listing
 // of data_dir a page at a time (see sink.DataCursor).
-func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, error) {
-	have := e.inv.Versions[id]
-	dataDir := e.src.Settings().DataDir
+func (p *publisher) missingDataFiles(ctx context.Context, id string) ([]string, error) {
+	have := p.inv.Versions[id]
+	dataDir := p.src.Settings().DataDir
 	var missing []string
 	listed := map[string]bool{} // of missing
 	for _, file := range append([]string{repo.MainCatalog(have)}, repo.AlternateCatalogs(have)...) {
-		files, err := e.readSinkSorted(ctx, id, file)
+		files, err := p.catalogs.readSinkSorted(ctx, id, file)
 		if err != nil {
 			return nil, fmt.Errorf("catalog %s: %w", repo.VersionFile(id, file), err)
 		}
 		var pass *sink.DataCursor
 		if files.Len() > int64(maxStatChecks) {
-			pass = e.sink.DataCursor(ctx, dataDir)
+			pass = p.sink.DataCursor(ctx, dataDir)
 		}
 		err = files.Each(func(f catalog.File) error {
 			name := dataDir + f.Path
@@ -85,15 +85,15 @@ func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, err
 			var ok bool
 			var err error
 			if pass == nil {
-				size, ok, err = e.sink.DataFile(ctx, dataDir, name, false)
+				size, ok, err = p.sink.DataFile(ctx, dataDir, name, false)
 			} else {
 				size, ok, err = pass.DataFile(ctx, name)
 			}
-			if listed, _ := e.sink.DataListed(); (listed || pass != nil) && err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
+			if listed, _ := p.sink.DataListed(); (listed || pass != nil) && err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
 				// A listing (a page, or the whole of data_dir from the
 				// run's start) may predate a file this run copied since
 				// (a repair): one it lacks is asked for alone.
-				size, ok, err = e.sink.StatFile(ctx, name)
+				size, ok, err = p.sink.StatFile(ctx, name)
 			}
 			if err != nil {
 				return err
@@ -114,22 +114,22 @@ func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, err
 
 // judgeSinkVersion judges the mirror's copy of a version's record and
 // signature by the run's policy, as upstream's are judged (source).
-func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {
+func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	recordName := repo.VersionFile(id, repo.RecordFile)
-	raw, err := e.sink.ReadRecord(ctx, id)
+	raw, err := p.sink.ReadRecord(ctx, id)
 	if err != nil {
 		return refuse(ReasonRecord, id, recordName, "version %s: reading the mirror's %s: %v", id, recordName, err)
 	}
 	if _, bad := source.JudgeRecord(id, raw); bad != nil {
 		return bad
 	}
-	if e.opts.Trust == nil {
+	if p.opts.Trust == nil {
 		return nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
-	sig, err := e.sink.ReadSignature(ctx, id)
+	sig, err := p.sink.ReadSignature(ctx, id)
 	if err != nil {
 		return refuse(ReasonSignature, id, sigName, "version %s: reading the mirror's %s: %v", id, sigName, err)
 	}
-	return source.JudgeSignature(e.opts.Trust, id, raw, sig)
+	return source.JudgeSignature(p.opts.Trust, id, raw, sig)
 }

@@ -32,7 +32,7 @@ func (e *engine) repair(ctx context.Context) {
 		have := e.inv.Versions[id]
 		var files []catalog.File
 		for _, file := range append([]string{repo.MainCatalog(have)}, repo.AlternateCatalogs(have)...) {
-			cat, err := e.readSinkFile(ctx, id, file)
+			cat, err := e.catalogs.readSinkFile(ctx, id, file)
 			if err != nil {
 				e.addRefusal(refuse(ReasonCatalog, id, repo.VersionFile(id, file), "repair: version %s: the mirror's catalog %s: %v", id, repo.VersionFile(id, file), err))
 				continue
@@ -71,8 +71,8 @@ func (e *engine) repair(ctx context.Context) {
 
 // sinkCatalogIs says whether the catalog an interrupted run left in a
 // version's folder (name) has the record's sha256: its size proves nothing.
-func (e *engine) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
-	fetched, err := e.sink.FetchFile(ctx, name, e.opts.TempDir, e.opts.CatalogLimits.MaxSize)
+func (c *catalogReader) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
+	fetched, err := c.sink.FetchFile(ctx, name, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return false
 	}

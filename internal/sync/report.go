@@ -118,36 +118,36 @@ type Report struct {
 // OK is true when nothing was refused or failed.
 func (r *Report) OK() bool { return len(r.Refused) == 0 }
 
-func (e *engine) addRefusal(r *refusal) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.report.Refused = append(e.report.Refused, r.Refusal)
-	e.log.Warn("refused", zap.String("reason", r.Reason), zap.String("ref", r.Ref),
+func (l *ledger) addRefusal(r *refusal) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.report.Refused = append(l.report.Refused, r.Refusal)
+	l.log.Warn("refused", zap.String("reason", r.Reason), zap.String("ref", r.Ref),
 		zap.String("version", r.Version), zap.String("file", r.File), zap.String("message", r.Message))
 }
 
-func (e *engine) copied(n int64) {
-	e.mu.Lock()
-	e.report.FilesCopied++
-	e.report.BytesCopied += n
-	files, bytes := e.report.FilesCopied, e.report.BytesCopied
-	e.mu.Unlock()
-	if e.opts.Progress != nil {
-		e.opts.Progress(files, bytes)
+func (l *ledger) copied(n int64) {
+	l.mu.Lock()
+	l.report.FilesCopied++
+	l.report.BytesCopied += n
+	files, bytes := l.report.FilesCopied, l.report.BytesCopied
+	l.mu.Unlock()
+	if l.progress != nil {
+		l.progress(files, bytes)
 	}
 }
 
-func (e *engine) plan(name string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.plannedData >= maxPlannedListed && strings.HasPrefix(name, e.src.Settings().DataDir) {
-		e.report.PlannedMore++
+func (l *ledger) plan(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.plannedData >= maxPlannedListed && strings.HasPrefix(name, l.src.Settings().DataDir) {
+		l.report.PlannedMore++
 		return
 	}
-	if strings.HasPrefix(name, e.src.Settings().DataDir) {
-		e.plannedData++
+	if strings.HasPrefix(name, l.src.Settings().DataDir) {
+		l.plannedData++
 	}
-	e.report.Planned = append(e.report.Planned, name)
+	l.report.Planned = append(l.report.Planned, name)
 }
 
 // maxPlannedListed is how many data files a dry run's report names.

@@ -9,14 +9,6 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
-// readSettings reads and checks the upstream's fdl.json.
-func (e *engine) readSettings(ctx context.Context) error {
-	if _, err := e.src.ReadSettings(ctx); err != nil {
-		return &FatalError{err}
-	}
-	return nil
-}
-
 // sameRepository refuses a sink whose fdl.json is another repository's.
 func (e *engine) sameRepository(have []byte) error {
 	mine, err := repo.ParseSettings(have)

@@ -33,24 +33,24 @@ func (e *engine) loadUpstreamState(ctx context.Context) {
 
 // upstreamStateStale says whether the state on record differs from
 // upstream's refs now (see upstreamStateStale).
-func (e *engine) upstreamStateStale(upstream repo.Refs) bool {
-	if e.upstream.state == nil {
+func (l *ledger) upstreamStateStale(upstream repo.Refs) bool {
+	if l.upstream.state == nil {
 		return false
 	}
-	return upstreamStateStale(e.upstream.state.loaded, e.upstream.state.raw == nil, upstream)
+	return upstreamStateStale(l.upstream.state.loaded, l.upstream.state.raw == nil, upstream)
 }
 
 // saveUpstreamState records when upstream refs changed; only a run that
 // writes (and so holds the lock) saves it, and only a run that read
 // upstream's refs without error.
-func (e *engine) saveUpstreamState(ctx context.Context, upstream repo.Refs, readOK bool) {
-	if e.opts.DryRun || !readOK || !e.upstreamStateStale(upstream) {
+func (p *publisher) saveUpstreamState(ctx context.Context, upstream repo.Refs, readOK bool) {
+	if p.opts.DryRun || !readOK || !p.upstreamStateStale(upstream) {
 		return
 	}
-	next := nextUpstreamState(e.upstream.state.loaded, upstream, e.upstream.state.now)
-	if err := e.sink.WriteUpstreamState(ctx, next); err != nil {
-		e.log.Warn("writing the mirror's upstream state", zap.Error(err))
+	next := nextUpstreamState(p.upstream.state.loaded, upstream, p.upstream.state.now)
+	if err := p.sink.WriteUpstreamState(ctx, next); err != nil {
+		p.log.Warn("writing the mirror's upstream state", zap.Error(err))
 		return
 	}
-	e.report.UpstreamLastChange = next.LastChange()
+	p.report.UpstreamLastChange = next.LastChange()
 }

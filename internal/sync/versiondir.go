@@ -15,8 +15,8 @@ import (
 // writeVersionFiles copies the version's own directory but for its
 // record and signature: the opaque files, then the catalogs from the
 // local copies that were read (their bytes are not fetched again).
-func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[string]int64, main *versionCatalog, alternates []*versionCatalog) error {
-	have := e.inv.Versions[id]
+func (p *publisher) writeVersionFiles(ctx context.Context, id string, files map[string]int64, main *versionCatalog, alternates []*versionCatalog) error {
+	have := p.inv.Versions[id]
 	catalogs := map[string]bool{main.file: true}
 	for _, a := range alternates {
 		catalogs[a.file] = true
@@ -31,7 +31,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 	// Written without an fsync each: the barrier before version.json
 	// covers them, and a folder without version.json is rewritten by the
 	// next run whatever it holds (see durability.go).
-	dctx := e.sink.WithoutSync(ctx)
+	dctx := p.sink.WithoutSync(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, len(opaque))
 	for i, f := range opaque {
@@ -45,7 +45,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = e.transfer.copyFile(dctx, name, files[f])
+			errs[i] = p.transfer.copyFile(dctx, name, files[f])
 		}()
 	}
 	wg.Wait()
@@ -55,15 +55,15 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		}
 	}
 	for _, a := range alternates {
-		if err := e.sink.PutCatalog(dctx, a.name, a.fetched); err != nil {
+		if err := p.sink.PutCatalog(dctx, a.name, a.fetched); err != nil {
 			return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 		}
 	}
 	cat := main.fetched
-	if size, ok := have[main.file]; ok && size == cat.Size && e.sinkCatalogIs(ctx, main.name, cat.SHA256) {
+	if size, ok := have[main.file]; ok && size == cat.Size && p.catalogs.sinkCatalogIs(ctx, main.name, cat.SHA256) {
 		// Written by an interrupted run from a copy of this record's
 		// catalog (same sha256).
-	} else if err := e.sink.PutCatalog(dctx, main.name, cat); err != nil {
+	} else if err := p.sink.PutCatalog(dctx, main.name, cat); err != nil {
 		return refuse(ReasonCopy, id, main.name, "version %s: writing catalog: %v", id, err)
 	}
 	return nil
@@ -74,10 +74,10 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 // that fails refuses it, naming the file. A version.json another run
 // created with other bytes means this run lost the mirror: the lock is
 // lost, and the run stops at its next check (checkLock).
-func (e *engine) publishVersion(ctx context.Context, id string, record, sig []byte) error {
-	err := e.sink.PublishVersion(ctx, id, record, sig)
+func (p *publisher) publishVersion(ctx context.Context, id string, record, sig []byte) error {
+	err := p.sink.PublishVersion(ctx, id, record, sig)
 	if backend.IsPreconditionFailed(err) {
-		e.lockLost.Store(true)
+		p.lockLost.Store(true)
 	}
 	if fe := (*sink.FileError)(nil); errors.As(err, &fe) {
 		return refuse(ReasonCopy, id, fe.File, "version %s: %v", id, fe.Err)
@@ -122,7 +122,7 @@ func isAlternateCatalog(file string, have map[string]int64) bool {
 // files copied and checked, then the catalog itself; refused as a whole
 // (the catalog not written) when it cannot be.
 func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size int64) error {
-	a, err := e.readCatalog(ctx, id, file, map[string]int64{file: size}, "")
+	a, err := e.catalogs.readCatalog(ctx, id, file, map[string]int64{file: size}, "")
 	if err != nil {
 		return err
 	}

@@ -146,7 +146,7 @@ func (e *engine) mirrorVersion(ctx context.Context, n *versionJob) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := e.publishVersion(ctx, id, n.raw, n.sig); err != nil {
+	if err := e.publish.publishVersion(ctx, id, n.raw, n.sig); err != nil {
 		return err
 	}
 	e.ancestry.note(id, n.rec.Parents)
