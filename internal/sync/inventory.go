@@ -78,7 +78,9 @@ func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
 	if head != "" && sel.head == "" {
 		e.log.Info("HEAD names a ref that is not selected; HEAD not mirrored", zap.String("head", head))
 	}
-	e.report.Excluded = append(e.report.Excluded, sel.names...)
+	// Each read of upstream's refs is whole: a run that reads again under
+	// the lock reports what that read left out, not both reads'.
+	e.report.Excluded = sel.names
 	for name, id := range sel.excluded {
 		e.upstream.excluded[name] = id
 	}

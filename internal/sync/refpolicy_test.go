@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsink "github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -201,8 +202,19 @@ func TestTagsOnlyMirror(t *testing.T) {
 	if b, _ := os.ReadFile(filepath.Join(mirror, repo.RefsFile)); strings.Contains(string(b), "heads") {
 		t.Errorf("refs.json lists a ref the mirror does not have: %s", b)
 	}
-	if !slices.Contains(rep.Excluded, generate.MainRef) {
-		t.Errorf("report's excluded refs = %v, want main", rep.Excluded)
+	if !slices.Equal(rep.Excluded, []string{generate.MainRef}) {
+		t.Errorf("report's excluded refs = %v, want main alone", rep.Excluded)
+	}
+	// A run that takes the lock reads both sides again under it: main
+	// is still excluded once, not once per read.
+	setRefs(t, up, repo.Refs{"refs/tags/v3": g.Versions[1]})
+	lrep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: up, Sink: mirror,
+		Refs: repo.RefSelection{Include: []string{"refs/tags/*"}}}, nil, nil)
+	if err != nil || !lrep.OK() || refOf(t, mirror, "refs/tags/v3") != g.Versions[1] {
+		t.Fatalf("locked run: %v %+v", err, lrep)
+	}
+	if !slices.Equal(lrep.Excluded, []string{generate.MainRef}) {
+		t.Errorf("locked run's excluded refs = %v, want main alone", lrep.Excluded)
 	}
 }
 
