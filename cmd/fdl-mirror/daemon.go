@@ -150,7 +150,7 @@ func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard co
 			code = max(code, exitRefused)
 			continue
 		}
-		job := daemon.Job(m)
+		job := mirror.SyncJob(m)
 		job.DryRun = over.dryRun
 		job.Force = job.Force || over.force
 		job.Repair = job.Repair || over.repair

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
-	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
@@ -72,7 +71,7 @@ func cmdPrune(args []string) int {
 			return exitUsage
 		}
 		for _, m := range mirrors {
-			job := daemon.PruneJob(m)
+			job := mirror.PruneJob(m)
 			job.DryRun, job.Now, job.NowUnsafe = *dryRun, *now, *nowUnsafe
 			if flagSet(fs.Visit, "max-delete") {
 				job.MaxDelete = *maxDelete

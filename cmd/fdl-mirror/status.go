@@ -15,7 +15,6 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
-	"github.com/fdl-mirror/fdl-mirror/internal/daemon"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -65,7 +64,7 @@ func cmdStatus(args []string) int {
 			return exitUsage
 		}
 		for _, m := range mirrors {
-			jobs = append(jobs, daemon.Job(m))
+			jobs = append(jobs, mirror.SyncJob(m))
 		}
 	case *configPath == "" && *onlyMirror == "" && len(pos) == 2:
 		headers, err := access.headers()

@@ -75,6 +75,11 @@ type Mirror struct {
 	// "@every 10m" or "@hourly". "" means the daemon does not run this mirror;
 	// `sync --config` still can.
 	Schedule string
+	// Scrub, in the syntax of Schedule, is when the daemon runs the mirror
+	// with the repair's check (sync --repair): a plain sync trusts what it
+	// published before, so a file lost out of band comes back only through
+	// a repair. "" means never; `sync --config` ignores it.
+	Scrub string
 	// TrustedSigners is an allowed_signers file, made absolute against the
 	// config file's folder; "" checks no signatures.
 	TrustedSigners    string
@@ -460,6 +465,13 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			if m.Schedule != "" {
 				if _, err := cron.ParseStandard(m.Schedule); err != nil {
 					p.addf(v.Line, "%s.schedule: %q: %v", where, m.Schedule, err)
+				}
+			}
+		case "scrub":
+			m.Scrub = p.str(v, where+".scrub")
+			if m.Scrub != "" {
+				if _, err := cron.ParseStandard(m.Scrub); err != nil {
+					p.addf(v.Line, "%s.scrub: %q: %v", where, m.Scrub, err)
 				}
 			}
 		case "trusted_signers":

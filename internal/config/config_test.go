@@ -119,6 +119,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		Source:             "https://data.example.org/towns/",
 		Sink:               "s3://mirror-bucket/towns/",
 		Schedule:           "@every 10m",
+		Scrub:              "@weekly",
 		TrustedSigners:     signers,
 		RequireSignatures:  true,
 		SignatureNamespace: "fdl",
@@ -142,7 +143,6 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		ExcludeRefs:        []string{"refs/heads/wip/**"},
 		AllowRewind:        []string{"refs/heads/scratch"},
 		MaxUpstreamAge:     72 * time.Hour,
-		Repair:             true,
 		Notify: []NotifyTarget{hooks, {URL: "https://ci.example.org/hooks/towns", SecretFile: secrets["towns-ci.secret"],
 			Secret: "towns-ci.secret-0123456789abcdef", Line: notifyLine(t, data, "https://ci.example.org/hooks/towns")}},
 		Line: towns.Line,
@@ -152,16 +152,20 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	// The first mirror documents every key: a field added to Mirror without
 	// an example fails here. force is documented at its default (false):
-	// an example should not show a sink taking any source.
+	// an example should not show a sink taking any source. So is repair:
+	// the example scrubs weekly instead of at every run.
 	if !strings.Contains(string(data), "    force: false\n") {
 		t.Error("the example does not document force: false")
+	}
+	if !strings.Contains(string(data), "    repair: false\n") {
+		t.Error("the example does not document repair: false")
 	}
 	if !strings.Contains(string(data), "    http_allow_insecure_auth: false\n") {
 		t.Error("the example does not document http_allow_insecure_auth: false")
 	}
 	v := reflect.ValueOf(towns)
 	for i := 0; i < v.NumField(); i++ {
-		if name := v.Type().Field(i).Name; name == "Force" || name == "HTTPAllowInsecureAuth" {
+		if name := v.Type().Field(i).Name; name == "Force" || name == "HTTPAllowInsecureAuth" || name == "Repair" {
 			continue
 		}
 		if v.Field(i).IsZero() {
@@ -261,6 +265,32 @@ func TestPruneKeysAreCheckedWithTheirLines(t *testing.T) {
 	}
 	if m := cfg.Mirrors[0]; !m.Prune || m.PruneMaxDelete != 0 {
 		t.Errorf("prune: true parsed as %+v", m)
+	}
+}
+
+// scrub takes what schedule takes, is refused with its line like a bad
+// schedule, and is off when absent.
+func TestScrubIsAScheduleAndOffWhenAbsent(t *testing.T) {
+	text := "mirrors:\n  - {name: a, source: /u, sink: /d, schedule: \"@every 10m\", scrub: \"@weekly\"}\n" +
+		"  - {name: b, source: /u, sink: /e, schedule: \"@every 10m\", scrub: \"30 3 * * 0\"}\n" +
+		"  - {name: c, source: /u, sink: /f, schedule: \"@every 10m\"}\n"
+	cfg, err := Parse([]byte(text), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"@weekly", "30 3 * * 0", ""} {
+		if got := cfg.Mirrors[i].Scrub; got != want {
+			t.Errorf("mirror %s: scrub = %q, want %q", cfg.Mirrors[i].Name, got, want)
+		}
+	}
+	_, err = Parse([]byte("mirrors:\n  - name: a\n    source: /u\n    sink: /d\n    scrub: weekly\n    schedule: \"@every 10m\"\n"), "test.yaml", env(nil))
+	var ps Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("scrub: weekly: err = %v, want Problems", err)
+	}
+	wantProblem(t, ps, 5, "mirrors[0].scrub", `"weekly"`)
+	if len(ps) != 1 {
+		t.Errorf("problems = %v, want only the scrub's", ps)
 	}
 }
 

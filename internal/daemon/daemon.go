@@ -30,7 +30,6 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
-	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
@@ -126,6 +125,7 @@ type Daemon struct {
 	sched    *cron.Cron
 	running  map[string]bool
 	queued   map[string]bool // a trigger came during the run (trigger.go)
+	scrubDue map[string]bool // the mirror's next run is a scrub (scrub.go)
 	stopping bool
 	runs     sync.WaitGroup
 
@@ -239,6 +239,7 @@ func (d *Daemon) track(m config.Mirror) {
 	now := time.Now()
 	d.metrics.AddMirror(m.Name)
 	d.metrics.SchedulePeriod(m.Name, period(m.Schedule, now))
+	d.metrics.ScrubPeriod(m.Name, period(m.Scrub, now))
 	d.board.add(m.Name, now)
 }
 
@@ -460,6 +461,9 @@ func (d *Daemon) Reload() error {
 			d.board.remove(m.Name)
 			d.trig.forget(m.Name)
 		}
+		if n, ok := cfg.Mirror(m.Name); !ok || n.Scrub == "" {
+			delete(d.scrubDue, m.Name)
+		}
 	}
 	for _, m := range cfg.Mirrors {
 		d.track(m)
@@ -490,6 +494,14 @@ func (d *Daemon) scheduleLocked(cfg *config.Config) {
 		}
 		d.log.Info("mirror scheduled", zap.String("mirror", name), zap.String("schedule", m.Schedule),
 			zap.String("source", redact.URL(m.Source)), zap.String("sink", redact.URL(m.Sink)))
+		if m.Scrub == "" {
+			continue
+		}
+		if _, err := d.sched.AddFunc(m.Scrub, func() { d.scrubTick(gen, name) }); err != nil {
+			d.log.Error("mirror's scrub not scheduled", zap.String("mirror", name), zap.String("scrub", m.Scrub), zap.Error(err))
+			continue
+		}
+		d.log.Info("mirror's scrub scheduled", zap.String("mirror", name), zap.String("scrub", m.Scrub))
 	}
 	d.sched.Start()
 }
@@ -518,11 +530,14 @@ func (d *Daemon) tick(gen int, name string) {
 	d.runThenQueued(m)
 }
 
-// runOnce runs a mirror and records the outcome. A panic in the run is
-// recovered and counted as a failure: it must not take the other mirrors
-// down with it.
-func (d *Daemon) runOnce(m config.Mirror) {
+// runOnce runs a mirror, with the repair's check when scrub is set (or
+// the mirror has repair: true), and records the outcome. A panic in the
+// run is recovered and counted as a failure: it must not take the other
+// mirrors down with it.
+func (d *Daemon) runOnce(m config.Mirror, scrub bool) {
 	log := d.log.With(zap.String("mirror", m.Name))
+	job := mirror.SyncJob(m)
+	job.Repair = job.Repair || scrub
 	d.metrics.Running(m.Name, true)
 	defer d.metrics.Running(m.Name, false)
 	start := time.Now()
@@ -536,9 +551,9 @@ func (d *Daemon) runOnce(m config.Mirror) {
 				log.Error("run panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
-		log.Debug("run started")
+		log.Debug("run started", zap.Bool("scrub", job.Repair))
 		// The engine adds the mirror's name to its own logs.
-		rep, err = d.opts.Run(d.runCtx, Job(m), d.log, nil)
+		rep, err = d.opts.Run(d.runCtx, job, d.log, nil)
 	}()
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
@@ -548,6 +563,20 @@ func (d *Daemon) runOnce(m config.Mirror) {
 		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
 	}
 	d.board.finished(m.Name, start, end, result, rep, err)
+	if job.Repair {
+		sc := scrubOutcome(rep, result, start, end)
+		d.metrics.ObserveScrub(m.Name, sc)
+		if result != ResultCanceled && result != ResultLocked {
+			// Either says nothing of the mirror: the page keeps the
+			// scrub before.
+			d.board.scrubbed(m.Name, sc)
+		}
+		if result == ResultLocked && scrub {
+			d.scrubAgain(m.Name)
+		}
+		log.Info("scrub finished", zap.String("result", sc.Result),
+			zap.Int("files_missing", sc.FilesMissing), zap.Int("files_restored", sc.FilesRestored))
+	}
 	d.notify.AfterRun(m, rep)
 
 	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}
@@ -603,7 +632,7 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 				log.Error("prune panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
-		rep, err = d.opts.Prune(d.runCtx, PruneJob(m), d.log)
+		rep, err = d.opts.Prune(d.runCtx, mirror.PruneJob(m), d.log)
 	}()
 	d.metrics.ObservePrune(m.Name, rep, err)
 	fields := []zap.Field{zap.Duration("took", time.Since(start))}
@@ -619,62 +648,5 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 		log.Error("prune failed", append(fields, zap.Error(redact.Error(err)))...)
 	default:
 		log.Info("prune finished", fields...)
-	}
-}
-
-// Job turns a configured mirror into the engine's job.
-func Job(m config.Mirror) mirror.Job {
-	return mirror.Job{
-		Name:               m.Name,
-		Source:             m.Source,
-		Sink:               m.Sink,
-		HTTPHeaders:        m.HTTPHeaders,
-		TrustedSigners:     m.TrustedSigners,
-		RequireSignatures:  m.RequireSignatures,
-		SignatureNamespace: m.SignatureNamespace,
-		Concurrency:        m.Concurrency,
-		LockWait:           m.LockWait,
-		LockTTL:            m.LockTTL,
-		Retries:            m.Retries,
-		CatalogLimits:      catalogLimits(m),
-		HTTPAllowRedirects: m.HTTPAllowRedirects,
-		BWLimit:            m.BWLimit,
-		Refs:               repo.RefSelection{Include: m.Refs, Exclude: m.ExcludeRefs},
-		AllowRewind:        m.AllowRewind,
-		MaxUpstreamAge:     m.MaxUpstreamAge,
-		Repair:             m.Repair,
-		Force:              m.Force,
-		CAFile:             m.CAFile,
-
-		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
-	}
-}
-
-// catalogLimits are the mirror's bounds on reading one catalog.
-func catalogLimits(m config.Mirror) catalog.Limits {
-	return catalog.Limits{
-		MaxFiles: m.CatalogMaxFiles, Timeout: m.CatalogTimeout,
-		MemoryLimit: m.CatalogMemoryLimit, MaxSize: m.CatalogMaxSize,
-		RequireSandbox: m.RequireSandbox,
-	}
-}
-
-// PruneJob turns a configured mirror into a prune's job.
-func PruneJob(m config.Mirror) prune.Job {
-	return prune.Job{
-		Name:               m.Name,
-		Source:             m.Source,
-		Sink:               m.Sink,
-		HTTPHeaders:        m.HTTPHeaders,
-		HTTPAllowRedirects: m.HTTPAllowRedirects,
-		MaxDelete:          m.PruneMaxDelete,
-		Grace:              m.PruneGrace,
-		CatalogLimits:      catalogLimits(m),
-		LockWait:           m.LockWait,
-		LockTTL:            m.LockTTL,
-		Retries:            m.Retries,
-		CAFile:             m.CAFile,
-
-		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
 	}
 }

@@ -9,14 +9,12 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -401,45 +399,5 @@ func TestResult(t *testing.T) {
 		if got := Result(c.rep, c.err, c.canceled); got != c.want {
 			t.Errorf("Result(%v, %v, %v) = %s, want %s", c.rep, c.err, c.canceled, got, c.want)
 		}
-	}
-}
-
-// Every setting of a configured mirror reaches the engine's job; a field
-// added to both without the mapping fails here.
-func TestJobCarriesEveryMirrorSetting(t *testing.T) {
-	m := config.Mirror{
-		Name: "towns", Source: "/u", Sink: "/d", Schedule: "@hourly",
-		TrustedSigners: "/k", RequireSignatures: true, SignatureNamespace: "ns",
-		Concurrency: 3, HTTPHeaders: []string{"A: b"}, LockWait: time.Second, LockTTL: time.Minute, Retries: 2, Line: 4,
-		HTTPAllowRedirects: []string{"cdn.example.org"}, BWLimit: 1 << 20,
-		CatalogMaxFiles: 10, CatalogTimeout: time.Second, CatalogMemoryLimit: 1 << 30, CatalogMaxSize: 1 << 30,
-		Refs: []string{"refs/tags/*"}, ExcludeRefs: []string{"refs/tags/old"}, AllowRewind: []string{"**"}, MaxUpstreamAge: time.Hour,
-		Repair: true, Force: true, CAFile: "/ca.pem", HTTPAllowInsecureAuth: true,
-	}
-	job := Job(m)
-	v := reflect.ValueOf(job)
-	for i := 0; i < v.NumField(); i++ {
-		name := v.Type().Field(i).Name
-		if name != "DryRun" && v.Field(i).IsZero() {
-			t.Errorf("Job.%s not set from the mirror", name)
-		}
-	}
-	if job.DryRun {
-		t.Error("the daemon's jobs are dry runs")
-	}
-	if job.Name != m.Name || job.Source != m.Source || job.Sink != m.Sink || job.TrustedSigners != m.TrustedSigners ||
-		job.SignatureNamespace != m.SignatureNamespace || job.Concurrency != 3 || job.LockWait != time.Second || job.Retries != 2 {
-		t.Errorf("job = %+v", job)
-	}
-}
-
-// A configured mirror's prune reads catalogs under the mirror's catalog
-// limits, as its syncs do.
-func TestPruneJobCarriesTheCatalogLimits(t *testing.T) {
-	m := config.Mirror{Name: "towns", Source: "/u", Sink: "/d",
-		CatalogMaxFiles: 10, CatalogTimeout: time.Second, CatalogMemoryLimit: 1 << 30, CatalogMaxSize: 1 << 29}
-	got := PruneJob(m).CatalogLimits
-	if got != Job(m).CatalogLimits || got.MaxFiles != 10 || got.Timeout != time.Second || got.MemoryLimit != 1<<30 || got.MaxSize != 1<<29 {
-		t.Errorf("prune job's catalog limits = %+v, want the mirror's", got)
 	}
 }

@@ -23,10 +23,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
-	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -444,51 +444,38 @@ func contains(list []string, s string) bool {
 type recordText struct{ author, message string }
 
 // readRecords reads the author and message of the versions refs moved to,
-// from the mirror's copy of their records (checked by the run). A record
-// that cannot be read leaves them empty: the event still goes.
+// from the mirror's copy of their records (sink.ReadRecord), judged as
+// every record is (source.JudgeRecord) and cut to their bounds. A record
+// that cannot be read, or that breaks the rules, leaves them empty: the
+// event still goes.
 func (n *Notifier) readRecords(m config.Mirror, moves []fdlsync.RefMove) map[string]recordText {
 	out := map[string]recordText{}
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.RecordTimeout)
 	defer cancel()
-	sink, closeSink, err := location.Open(ctx, m.Sink, location.Options{Retries: m.Retries, CAFile: m.CAFile, Logger: n.log})
+	store, closeStore, err := location.Open(ctx, m.Sink, location.Options{Retries: m.Retries, CAFile: m.CAFile, Logger: n.log})
 	if err != nil {
 		n.log.Warn("notification: cannot open the mirror to read version records", zap.String("mirror", m.Name), zap.String("error", RedactText(err.Error())))
 		return out
 	}
-	defer closeSink()
+	defer closeStore()
 	for _, mv := range moves {
 		if _, done := out[mv.To]; done {
 			continue
 		}
-		raw, err := backend.ReadAll(ctx, sink, repo.VersionFile(mv.To, repo.RecordFile), repo.MaxRecordFile)
+		out[mv.To] = recordText{}
+		raw, err := sink.ReadRecord(ctx, store, mv.To)
 		if err != nil {
 			n.log.Warn("notification: cannot read a version record", zap.String("mirror", m.Name), zap.String("version", mv.To), zap.String("error", RedactText(err.Error())))
-			out[mv.To] = recordText{}
 			continue
 		}
-		out[mv.To] = parseRecordText(raw)
+		rec, bad := source.JudgeRecord(mv.To, raw)
+		if bad != nil {
+			n.log.Warn("notification: a version record breaks the rules; sent without its author and message", zap.String("mirror", m.Name), zap.String("version", mv.To), zap.String("error", RedactText(bad.Error())))
+			continue
+		}
+		out[mv.To] = recordText{author: cutUTF8(rec.Author, maxAuthorBytes), message: cutUTF8(rec.Message, maxMessageBytes)}
 	}
 	return out
-}
-
-// parseRecordText takes "author" and "message" from a version record
-// where they are strings, cut to their bounds; anything else is "".
-func parseRecordText(raw []byte) recordText {
-	var doc struct {
-		Author  json.RawMessage `json:"author"`
-		Message json.RawMessage `json:"message"`
-	}
-	if json.Unmarshal(raw, &doc) != nil {
-		return recordText{}
-	}
-	str := func(r json.RawMessage, limit int) string {
-		var s string
-		if json.Unmarshal(r, &s) != nil {
-			return ""
-		}
-		return cutUTF8(s, limit)
-	}
-	return recordText{author: str(doc.Author, maxAuthorBytes), message: str(doc.Message, maxMessageBytes)}
 }
 
 // cutUTF8 cuts s to at most limit bytes on a character boundary.

@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -23,6 +25,8 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -129,16 +133,15 @@ func testMirror(sink string, urls ...string) config.Mirror {
 
 func TestNotifierSendsASignedCloudEventForEveryRefMove(t *testing.T) {
 	long := strings.Repeat("é", maxMessageBytes) // cut on a character boundary
-	sink := mirrorWithRecords(t, map[string]string{
-		"v1": `{"id":"v1","sha256":"x","author":"Ada <ada@example.org>","message":"first"}`,
-		"v2": `{"id":"v2","sha256":"x","author":{"name":"not a string"},"message":` + jsonString(long) + `}`,
-	})
+	sink, v1, v2 := generatedMirror(t,
+		map[string]any{"author": "Ada <ada@example.org>", "message": "first"},
+		map[string]any{"author": map[string]any{"name": "not a string"}, "message": long})
 	a := newReceiver(t, accept)
 	b := newReceiver(t, accept)
 	n := NewNotifier(nil, prometheus.NewRegistry(), fastRetries)
 	rep := &fdlsync.Report{RefsMoved: []fdlsync.RefMove{
-		{Ref: "refs/heads/main", From: "v1", To: "v2"},
-		{Ref: "refs/tags/v1", To: "v1"},
+		{Ref: "refs/heads/main", From: v1, To: v2},
+		{Ref: "refs/tags/v1", To: v1},
 	}}
 	// A sink address with credentials: the event shows none.
 	m := testMirror(sink, a.URL+"/hook", b.URL)
@@ -164,11 +167,11 @@ func TestNotifierSendsASignedCloudEventForEveryRefMove(t *testing.T) {
 			t.Fatalf("data %+v", data)
 		}
 		main, tag := data.Refs[0], data.Refs[1]
-		if main != (RefUpdated{Ref: "refs/heads/main", From: "v1", To: "v2", Author: "", Message: main.Message}) ||
+		if main != (RefUpdated{Ref: "refs/heads/main", From: v1, To: v2, Author: "", Message: main.Message}) ||
 			len(main.Message) > maxMessageBytes || !strings.HasPrefix(long, main.Message) || len(main.Message) < maxMessageBytes-1 {
 			t.Errorf("main moved: %+v (message of %d bytes)", main, len(main.Message))
 		}
-		if tag != (RefUpdated{Ref: "refs/tags/v1", From: "", To: "v1", Author: "Ada <ada@example.org>", Message: "first"}) {
+		if tag != (RefUpdated{Ref: "refs/tags/v1", From: "", To: v1, Author: "Ada <ada@example.org>", Message: "first"}) {
 			t.Errorf("new tag: %+v", tag)
 		}
 	}
@@ -180,9 +183,78 @@ func TestNotifierSendsASignedCloudEventForEveryRefMove(t *testing.T) {
 	}
 }
 
-func jsonString(s string) string {
-	b, _ := json.Marshal(s)
-	return string(b)
+// A record in the mirror is judged as every record is: one that breaks
+// the rules (here the first version's record, signed text and all, copied
+// under the second's ID) lends the event neither its author nor its
+// message, and the event still goes.
+func TestNotifierTakesNoTextFromARecordThatBreaksTheRules(t *testing.T) {
+	sink, v1, v2 := generatedMirror(t, map[string]any{"author": "Ada <ada@example.org>", "message": "first"}, nil)
+	replayed, err := os.ReadFile(filepath.Join(sink, filepath.FromSlash(repo.VersionFile(v1, repo.RecordFile))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sink, filepath.FromSlash(repo.VersionFile(v2, repo.RecordFile))), replayed, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rc := newReceiver(t, accept)
+	n := NewNotifier(nil, prometheus.NewRegistry(), fastRetries)
+	n.AfterRun(testMirror(sink, rc.URL), &fdlsync.Report{RefsMoved: []fdlsync.RefMove{
+		{Ref: "refs/heads/main", From: v1, To: v2},
+		{Ref: "refs/tags/v1", To: v1},
+	}})
+	n.Close(10 * time.Second)
+	reqs := rc.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("receiver got %d requests, want 1", len(reqs))
+	}
+	var data RefsUpdated
+	raw, _ := json.Marshal(checkSigned(t, reqs[0], testSecret).Data)
+	json.Unmarshal(raw, &data)
+	if len(data.Refs) != 2 {
+		t.Fatalf("data %+v", data)
+	}
+	if main := data.Refs[0]; main != (RefUpdated{Ref: "refs/heads/main", From: v1, To: v2}) {
+		t.Errorf("main moved to a replayed record: %+v", main)
+	}
+	if tag := data.Refs[1]; tag != (RefUpdated{Ref: "refs/tags/v1", To: v1, Author: "Ada <ada@example.org>", Message: "first"}) {
+		t.Errorf("new tag: %+v", tag)
+	}
+}
+
+// generatedMirror is a repository of two versions the project's generator
+// made (a mirror has its layout: a sink), the fields of first and second
+// set in the records of the first version and of its child: real version
+// IDs and digests, records every reader takes.
+func generatedMirror(t *testing.T, first, second map[string]any) (dir, v1, v2 string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "mirror")
+	r, err := generate.Generate(context.Background(), dir, generate.Options{Versions: 2, FilesPerVersion: 1, RowsPerFile: 5, FastParquet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, v2 = r.Versions[0], r.Versions[1]
+	for id, fields := range map[string]map[string]any{v1: first, v2: second} {
+		p := filepath.Join(dir, filepath.FromSlash(repo.VersionFile(id, repo.RecordFile)))
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc map[string]any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		maps.Copy(doc, fields)
+		if raw, err = json.Marshal(doc); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := repo.ParseRecord(id, raw); err != nil {
+			t.Fatalf("the test's record is not valid: %v", err)
+		}
+		if err := os.WriteFile(p, raw, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, v1, v2
 }
 
 func TestEventSinkAddressHasNoCredentials(t *testing.T) {

@@ -5,7 +5,8 @@
 // something to write) or a prune (internal/prune), which themselves know
 // only the store interface.
 //
-// Files: mirror.go (Job, Run: a sync; Status, Pending), prune.go (Prune),
+// Files: mirror.go (Job, Run: a sync; Status, Pending), config.go
+// (SyncJob, PruneJob: a configured mirror's jobs), prune.go (Prune),
 // stores.go (opening a job's stores, taking the lock, ConfigError, the
 // one way both kinds of run do it), format.go (HumanBytes, for printers).
 package mirror
@@ -84,23 +85,6 @@ func (j Job) Policy() (*verify.Policy, error) {
 	return &verify.Policy{Signers: signers, Require: j.RequireSignatures, Namespace: j.SignatureNamespace}, nil
 }
 
-// policyTrust adapts *verify.Policy to the engine's Trust.
-type policyTrust struct{ p *verify.Policy }
-
-func (t policyTrust) CheckVersion(id string, record, sig []byte) error {
-	_, err := t.p.CheckVersion(id, record, sig)
-	return err
-}
-func (t policyTrust) CompareRepoSigners(lines []string) string { return t.p.CompareRepoSigners(lines) }
-
-// TrustOf returns the engine's Trust for a policy (nil for none).
-func TrustOf(p *verify.Policy) fdlsync.Trust {
-	if p == nil {
-		return nil
-	}
-	return policyTrust{p}
-}
-
 // Run opens the source and the sink and runs the engine, which takes
 // the sink's lock once it knows it has something to write (a run with
 // nothing new never waits for the lock) and releases it at the end.
@@ -129,7 +113,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	}
 	defer tmp.Close()
 
-	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: TrustOf(policy), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
+	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: policy.AsTrust(), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
 		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair, Source: location.Clean(job.Source), Force: job.Force}
 	if job.DryRun {
 		return fdlsync.Run(ctx, src, st.dst, opts)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -27,7 +26,7 @@ func trustFrom(t *testing.T, allowed string, require bool, namespace string) fdl
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fdlmirror.TrustOf(&verify.Policy{Signers: signers, Require: require, Namespace: namespace})
+	return (&verify.Policy{Signers: signers, Require: require, Namespace: namespace}).AsTrust()
 }
 
 func TestVersionsSignedByTrustedKeysArePublished(t *testing.T) {

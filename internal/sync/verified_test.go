@@ -19,7 +19,6 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
-	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
@@ -140,7 +139,7 @@ func requireSigned(t *testing.T, allowed string) fdlsync.Trust {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fdlmirror.TrustOf(&verify.Policy{Signers: signers, Require: true})
+	return (&verify.Policy{Signers: signers, Require: true}).AsTrust()
 }
 
 // A version mirrored while signatures were optional stays in the mirror;
