@@ -68,13 +68,10 @@ type graceState struct {
 // sync that moves it changes): what is due stays in the plan, the rest
 // is recorded as candidates. Candidates the plan no longer lists (named
 // again) leave the list; those removed leave it once removed (Run).
-func (p *pruner) applyGrace(ctx context.Context, pl *plan) (*graceState, error) {
+func (p *pruner) applyGrace(pl *plan) *graceState {
 	now := p.opts.Now().UTC().Round(0)
-	old, version, err := p.sink.ReadCandidates(ctx)
-	if err != nil {
-		return nil, err
-	}
-	st := &graceState{next: &sink.Candidates{Objects: map[string]sink.Candidate{}}, version: version}
+	old := p.listed
+	st := &graceState{next: &sink.Candidates{Objects: map[string]sink.Candidate{}}, version: p.listedVersion}
 	// mark records name as a candidate and says whether it is due.
 	mark := func(name string) bool {
 		c, ok := old.Objects[name]
@@ -119,7 +116,7 @@ func (p *pruner) applyGrace(ctx context.Context, pl *plan) (*graceState, error) 
 		return a.Version == b.Version && a.Since.Equal(b.Since)
 	})
 	p.report.candidatesChanged = st.changed
-	return st, nil
+	return st
 }
 
 // objects is every object of the version's folder the plan removes.

@@ -46,6 +46,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -146,6 +147,13 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		return rep, err
 	}
 	p.versionOf = m.versionOf
+	if opts.Grace > 0 {
+		// Read before the plan: a data file listed whose version went
+		// since is named by no catalog any more, and stays a candidate.
+		if p.listed, p.listedVersion, err = p.sink.ReadCandidates(ctx); err != nil {
+			return rep, err
+		}
+	}
 	pl, err := p.plan(ctx, up, m)
 	if err != nil {
 		return rep, err
@@ -153,9 +161,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	var grace *graceState
 	if opts.Grace > 0 {
 		rep.Grace = opts.Grace
-		if grace, err = p.applyGrace(ctx, pl); err != nil {
-			return rep, err
-		}
+		grace = p.applyGrace(pl)
 	}
 	rep.Deletions, rep.Unnamed = pl.deletions(), append(rep.Unnamed, pl.unnamed...)
 	for _, name := range pl.unnamed {
@@ -263,6 +269,10 @@ type pruner struct {
 	opts      Options
 	log       *zap.Logger
 	report    *Report
+	// listed is the candidates file as read (with Options.Grace), and
+	// listedVersion its token.
+	listed        *sink.Candidates
+	listedVersion string
 }
 
 // plan is everything a prune will remove, decided before it removes any.
@@ -401,6 +411,16 @@ func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 			for _, f := range files {
 				candidates[m.settings.DataDir+f] = true
 				v.names = append(v.names, m.settings.DataDir+f)
+			}
+		}
+	}
+	if p.listed != nil {
+		// Listed by an earlier prune while the version that named it was
+		// removed (its own grace restarted by a rewrite): still a
+		// candidate, though no catalog names it any more.
+		for name := range p.listed.Objects {
+			if strings.HasPrefix(name, m.settings.DataDir) && !strings.HasPrefix(name, repo.VersionsDir) && !strings.HasPrefix(name, backend.ReservedPrefix) {
+				candidates[name] = true
 			}
 		}
 	}
