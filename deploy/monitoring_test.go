@@ -175,6 +175,8 @@ func exportedMetrics(t *testing.T) map[string]bool {
 	m.Running("towns", true)
 	m.Skipped("towns")
 	m.ObserveUpstream("towns", now.Add(-time.Hour), time.Minute, now)
+	m.ScrubPeriod("towns", 7*24*time.Hour)
+	m.ObserveScrub("towns", daemon.ScrubStatus{Started: now, Ended: now, Result: daemon.ResultSuccess, FilesMissing: 1, FilesRestored: 1})
 	families, err := m.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +232,7 @@ func TestMonitoringUsesOnlyExportedMetrics(t *testing.T) {
 			t.Errorf("the dashboard does not show %s", name)
 		}
 	}
-	for _, alert := range []string{"FdlMirrorNotSucceeding", "FdlMirrorNeverSucceeded", "FdlMirrorRefusing", "FdlMirrorLagging", "FdlMirrorUpstreamStale"} {
+	for _, alert := range []string{"FdlMirrorNotSucceeding", "FdlMirrorNeverSucceeded", "FdlMirrorRefusing", "FdlMirrorLagging", "FdlMirrorUpstreamStale", "FdlMirrorScrubOverdue"} {
 		if _, ok := alerts[alert]; !ok {
 			t.Errorf("no alert %s in %s", alert, alertsPath)
 		}

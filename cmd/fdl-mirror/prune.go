@@ -22,6 +22,8 @@ func cmdPrune(args []string) int {
 	fs := newFlagSet("prune", "prune [flags] SOURCE SINK | prune --config FILE [--mirror NAME]")
 	dryRun := fs.Bool("dry-run", false, "list every ref, version and file that would be removed; remove nothing")
 	maxDelete := fs.Int("max-delete", prune.DefaultMaxDelete, "refuse, removing nothing, when more than `N` objects would be removed")
+	now := fs.Bool("now", false, "remove what is unreferenced at once, without the grace period; on an object store refused: see --now-unsafe-on-object-stores")
+	nowUnsafe := fs.Bool("now-unsafe-on-object-stores", false, "remove at once on an object store too: a prune paused past its lock's lease can then remove files a sync just relied on")
 	jsonOut := fs.Bool("json", false, "print a machine-readable summary on stdout")
 	configPath := fs.String("config", "", "prune the mirrors of this config `file`")
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
@@ -56,7 +58,7 @@ func cmdPrune(args []string) int {
 	var jobs []prune.Job
 	switch {
 	case *configPath != "" && len(pos) == 0:
-		if refuseUnreadWithConfig(fs, "dry-run", "max-delete") {
+		if refuseUnreadWithConfig(fs, "dry-run", "max-delete", "now", "now-unsafe-on-object-stores") {
 			return exitUsage
 		}
 		cfg, err := config.Load(*configPath)
@@ -70,7 +72,7 @@ func cmdPrune(args []string) int {
 		}
 		for _, m := range mirrors {
 			job := mirror.PruneJob(m)
-			job.DryRun = *dryRun
+			job.DryRun, job.Now, job.NowUnsafe = *dryRun, *now, *nowUnsafe
 			if flagSet(fs.Visit, "max-delete") {
 				job.MaxDelete = *maxDelete
 			}
@@ -87,7 +89,7 @@ func cmdPrune(args []string) int {
 		}
 		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects,
 			CatalogLimits: limits.Limits, DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries,
-			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth})
+			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth, Now: *now, NowUnsafe: *nowUnsafe})
 	default:
 		fs.Usage()
 		return exitUsage
@@ -167,6 +169,13 @@ func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
 	}
 	for _, f := range r.Unnamed {
 		fmt.Fprintf(w, "  left %s: no catalog in the mirror names it\n", f)
+	}
+	if r.Candidates > 0 {
+		fmt.Fprintf(w, "  held %d unreferenced objects for the grace period (%s)", r.Candidates, r.Grace)
+		if r.NextDue != nil {
+			fmt.Fprintf(w, "; the first may go at %s", r.NextDue.Format(time.RFC3339))
+		}
+		fmt.Fprintln(w)
 	}
 	if err != nil {
 		fmt.Fprintf(w, "  STOPPED: %s\n", shown(err))

@@ -64,7 +64,8 @@ func TestAPruneThatLostItsLockStopsAndExitsOne(t *testing.T) {
 
 			a := startPaused(t, st.proxy, removalOf(func(key string) bool {
 				return strings.HasPrefix(key, prefix+"/") && key != prefix+"/"+lock.Name
-			}), env, "prune", "--config", configA, "--mirror", "m", "--json", "--log-level", "error")
+			}), env, "prune", "--config", configA, "--mirror", "m", "--json", "--log-level", "error",
+				"--now-unsafe-on-object-stores")
 			a.waitStopped(t)
 			// Past the lease, another run takes the lock over.
 			time.Sleep(fenceTTL + fenceTTL/2)

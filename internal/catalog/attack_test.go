@@ -658,6 +658,7 @@ func TestAReaderSpinsNotWhileIdle(t *testing.T) {
 			if c, err := pool.Read(context.Background(), f.Path, catalogName); err != nil || len(c.Files) == 0 {
 				t.Fatalf("the planted catalog: %v, %v", c, err)
 			}
+			pool.ending.Wait()
 			pids := readerChildren(t)
 			if tc.reads == 0 {
 				if len(pids) != 0 {

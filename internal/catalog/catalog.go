@@ -308,6 +308,10 @@ func (r *reader) release(ok bool) {
 		return
 	}
 	r.db, r.conn, r.pooled = nil, nil, nil
+	if r.pool.oneShot && ok && !r.dirty {
+		// The reader's one catalog: it ends, and its DuckDB with it.
+		return
+	}
 	if r.attached {
 		// A context of its own: the read's may have run out.
 		if _, err := pooled.conn.ExecContext(context.Background(), "DETACH cat"); err != nil {

@@ -77,6 +77,12 @@ type readerArgs struct {
 	keepFDs      bool // tests only: inherited descriptors left open
 	keepCaps     bool // tests only: capabilities left as they are
 	parent       bool // descriptor 4 is a parent's catalog, read-only too
+	// The limits of its catalogs' DuckDB, which it starts before its
+	// request comes, and how many catalogs it reads (0: unsaid).
+	memoryLimit int64
+	threads     int
+	reads       int
+	nproc       uint64 // RLIMIT_NPROC as the mirror counted it; 0: the reader counts
 }
 
 func (a readerArgs) argv() []string {
@@ -94,6 +100,15 @@ func (a readerArgs) argv() []string {
 	}
 	if a.parent {
 		v = append(v, "parent=4")
+	}
+	if a.memoryLimit > 0 && a.threads > 0 {
+		v = append(v, "mem="+strconv.FormatInt(a.memoryLimit, 10), "threads="+strconv.Itoa(a.threads))
+	}
+	if a.reads > 0 {
+		v = append(v, "reads="+strconv.Itoa(a.reads))
+	}
+	if a.nproc > 0 {
+		v = append(v, "nproc="+strconv.FormatUint(a.nproc, 10))
 	}
 	return v
 }
@@ -125,6 +140,14 @@ func parseReaderArgs(args []string) (readerArgs, error) {
 			if a.parent = v == "4"; !a.parent {
 				err = errors.New("not descriptor 4")
 			}
+		case "mem":
+			a.memoryLimit, err = strconv.ParseInt(v, 10, 64)
+		case "threads":
+			a.threads, err = strconv.Atoi(v)
+		case "reads":
+			a.reads, err = strconv.Atoi(v)
+		case "nproc":
+			a.nproc, err = strconv.ParseUint(v, 10, 64)
 		default:
 			err = errors.New("unknown")
 		}
@@ -179,7 +202,7 @@ func readerMain(args []string) int {
 		return exitProtocol
 	}
 	in := newFrameReader(os.Stdin)
-	var pool *dbPool
+	pool := aheadPool(a, root)
 	for {
 		typ, err := in.next()
 		if errors.Is(err, io.EOF) {
@@ -218,21 +241,26 @@ func readerMain(args []string) int {
 				fmt.Fprintf(os.Stderr, "catalog reader: a difference of files %q and %q asked of a reader of descriptors 3 and 4 (%v)\n", q.file, q.parentFile, a.parent)
 				return exitProtocol
 			}
-			if err := answerDifference(out, child, parent, q); err != nil {
+			var dp *dbPool
+			if q.file != "" {
+				dp = pool
+			}
+			if err := answerDifference(out, child, parent, q, dp); err != nil {
 				fmt.Fprintf(os.Stderr, "catalog reader: answering: %v\n", err)
 				return exitProtocol
 			}
 			continue
 		}
 		w := &frameSink{out: out}
-		if q.file == "" {
-			err = readRows(context.Background(), root, q.name, q.lim, nil, w)
-		} else {
-			if pool == nil {
-				pool = &dbPool{dir: root, lim: q.lim.WithDefaults(), size: 1}
-			}
-			err = readRows(context.Background(), root+"/"+q.file, q.name, q.lim, pool, w)
+		file := root
+		if q.file != "" {
+			file = root + "/" + q.file
 		}
+		if pool == nil {
+			pool = &dbPool{dir: root, lim: q.lim.WithDefaults(), size: 1}
+		}
+		pool.relimit(q.lim)
+		err = readRows(context.Background(), file, q.name, q.lim, pool, w)
 		if err == nil {
 			err = w.end()
 		} else if !errors.As(err, new(errAnswer)) {
@@ -245,6 +273,24 @@ func readerMain(args []string) int {
 			return exitProtocol
 		}
 	}
+}
+
+// aheadPool is the DuckDB of a reader whose limits its arguments say,
+// started now, before its request comes: the reader is confined already,
+// and has read no byte of a catalog. A reader of a folder (Pool) may open
+// the files in it; a reader of one catalog, that file (and its WAL name,
+// which DuckDB probes). nil where the arguments say no limits, or for a
+// difference of descriptors 3 and 4 (Diff), which starts its own.
+func aheadPool(a readerArgs, root string) *dbPool {
+	if a.memoryLimit <= 0 || a.threads <= 0 || a.parent {
+		return nil
+	}
+	p := &dbPool{dir: root, lim: Limits{MemoryLimit: a.memoryLimit, Threads: a.threads}.WithDefaults(), size: 1, oneShot: a.reads == 1}
+	if fi, err := os.Stat(root); err == nil && !fi.IsDir() {
+		p.allow = "SET allowed_paths=[" + sqlString(root) + ", " + sqlString(root+".wal") + "]"
+	}
+	p.startAhead()
+	return p
 }
 
 // parseRequest reads a request frame; a file name that is not a plain

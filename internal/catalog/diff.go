@@ -202,9 +202,9 @@ const (
 // answerDifference takes the difference of the child catalog at file
 // and the parent's at parentFile, and writes it to out: a meta frame
 // with the counts, the files, the end; or a refusal, at any point.
-func answerDifference(out *frameWriter, file, parentFile string, q request) error {
+func answerDifference(out *frameWriter, file, parentFile string, q request, pool *dbPool) error {
 	w := &diffWriter{out: out}
-	err := difference(context.Background(), file, parentFile, q, w)
+	err := difference(context.Background(), file, parentFile, q, w, pool)
 	var ea errAnswer
 	var pe parentError
 	switch {
@@ -280,7 +280,7 @@ func (w *diffWriter) end() error {
 // generated column, rows within the limits, a data path), their file
 // rows resolved and compared by DuckDB, and the files of the child not
 // in the parent written to w in path order.
-func difference(ctx context.Context, file, parentFile string, q request, w *diffWriter) (err error) {
+func difference(ctx context.Context, file, parentFile string, q request, w *diffWriter, pool *dbPool) (err error) {
 	lim := q.lim.WithDefaults()
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
@@ -298,12 +298,21 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 			return r.errf("a SQLite database: %v", ErrNoDifference)
 		}
 	}
-	allow := []string{sqlString(file), sqlString(file + ".wal"), sqlString(parentFile), sqlString(parentFile + ".wal")}
-	inst, err := startDuckDB(ctx, lim, "SET allowed_paths=["+strings.Join(allow, ", ")+"]")
+	var inst *instance
+	if pool != nil {
+		// A pooled reader's one request, its DuckDB started ahead
+		// (dbPool), which may open the files of its folder: these two.
+		inst, err = pool.get(ctx)
+	} else {
+		allow := []string{sqlString(file), sqlString(file + ".wal"), sqlString(parentFile), sqlString(parentFile + ".wal")}
+		inst, err = startDuckDB(ctx, lim, "SET allowed_paths=["+strings.Join(allow, ", ")+"]")
+	}
 	if err != nil {
 		return child.errf("%w", err)
 	}
-	defer inst.close()
+	if pool == nil || !pool.oneShot {
+		defer inst.close()
+	}
 	// Both attached, the objects of both listed at once.
 	for _, r := range []*reader{child, parent} {
 		r.db, r.conn = inst.db, inst.conn

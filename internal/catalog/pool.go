@@ -37,6 +37,11 @@ type Pool struct {
 	warming int
 	warmed  chan struct{}
 	started gosync.WaitGroup
+	// stop ends the starts under way as the pool closes; ending waits
+	// for the readers ended in the background after their read.
+	stop   context.Context
+	cancel context.CancelFunc
+	ending gosync.WaitGroup
 }
 
 // pooledReader is a reader of the pool and its folder.
@@ -59,7 +64,8 @@ func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 		os.Remove(dir)
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
-	return &Pool{dir: dir, sortIn: filepath.Dir(dir), lim: lim.WithDefaults(), size: max(size, 1), warmed: make(chan struct{})}, nil
+	stop, cancel := context.WithCancel(context.Background())
+	return &Pool{dir: dir, sortIn: filepath.Dir(dir), lim: lim.WithDefaults(), size: max(size, 1), warmed: make(chan struct{}), stop: stop, cancel: cancel}, nil
 }
 
 // Dir is the pool's folder.
@@ -88,7 +94,7 @@ func (p *Pool) warm() {
 	p.mu.Unlock()
 	go func() {
 		defer p.started.Done()
-		r, err := p.start(context.Background())
+		r, err := p.start(p.stop)
 		p.mu.Lock()
 		p.warming--
 		if err == nil && !p.closed {
@@ -268,7 +274,13 @@ func (p *Pool) done(r *pooledReader, ok bool) {
 		p.mu.Unlock()
 	}
 	if r != nil {
-		r.close()
+		// Not waited for: it has answered, and ends as its stdin
+		// closes. Close waits.
+		p.ending.Add(1)
+		go func() {
+			defer p.ending.Done()
+			r.close()
+		}()
 	}
 }
 
@@ -278,7 +290,9 @@ func (p *Pool) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.cancel()
 	p.started.Wait()
+	p.ending.Wait()
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil

@@ -77,6 +77,7 @@ func TestPoolReadsCatalogsOneAfterAnotherAsReadDoes(t *testing.T) {
 		if started != 1 {
 			t.Fatalf("catalog %d read by %d new readers, want 1", i, started)
 		}
+		pool.ending.Wait() // the reader that answered, ended in the background
 		if pids := readerChildren(t); len(pids) != 0 || pool.idleCount() != 0 {
 			t.Fatalf("after catalog %d readers %v run, %d idle; want none", i, pids, pool.idleCount())
 		}
@@ -230,6 +231,7 @@ func TestPoolStartsAReaderWhileACatalogIsFetched(t *testing.T) {
 		if c, err := pool.Read(context.Background(), c.Path, catalogName); err != nil || len(c.Files) == 0 {
 			t.Fatalf("%v, %v", c, err)
 		}
+		pool.ending.Wait()
 		select {
 		case <-warmed.exited:
 		default:
@@ -269,6 +271,7 @@ func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("pooled difference %+v, %v; alone %+v", got, err, want)
 	}
+	pool.ending.Wait()
 	if n := readersStarted.Load() - before; n != 0 || pool.idleCount() != 0 || len(readerChildren(t)) != 0 {
 		t.Fatalf("the difference started %d readers beside the one started ahead, left %d idle, %v running; want none", n, pool.idleCount(), readerChildren(t))
 	}
@@ -285,6 +288,7 @@ func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 	if d != nil || err == nil || !strings.Contains(err.Error(), "outside the catalog's data path") || !strings.Contains(err.Error(), catalogName) {
 		t.Fatalf("a hostile child: %v, %v", d, err)
 	}
+	pool.ending.Wait()
 	select {
 	case <-first.exited:
 	default:

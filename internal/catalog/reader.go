@@ -274,7 +274,8 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	nonDumpable.Do(func() { _ = makeNonDumpable() })
 	readersStarted.Add(1)
 	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), landlockABI: maxLandlockABI, noSeccomp: knobs.noSeccomp,
-		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps, parent: len(parent) > 0}
+		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps, parent: len(parent) > 0,
+		memoryLimit: lim.MemoryLimit, threads: lim.Threads, reads: reads, nproc: readerNproc()}
 	if knobs.landlockABI > 0 {
 		a.landlockABI = knobs.landlockABI
 	}
@@ -283,7 +284,7 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	}
 	cmd := exec.Command("/proc/self/exe")
 	cmd.Args = append([]string{"fdl-mirror-catalog-reader"}, a.argv()...)
-	cmd.Env = []string{} // not nil: nil would pass on the mirror's, credentials and all
+	cmd.Env = readerEnv // nothing of the mirror's, credentials and all
 	cmd.Dir = "/"
 	if !knobs.noGroup {
 		// A process group of its own, killed as one (killGroup): what

@@ -13,6 +13,8 @@ func ProbeSandbox() Layers { return Layers{} }
 
 func makeNonDumpable() error { return nil }
 
+func readerNproc() uint64 { return 0 }
+
 const maxLandlockABI = 0
 
 func readerProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }

@@ -9,6 +9,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/url"
@@ -74,6 +75,11 @@ type Mirror struct {
 	// "@every 10m" or "@hourly". "" means the daemon does not run this mirror;
 	// `sync --config` still can.
 	Schedule string
+	// Scrub, in the syntax of Schedule, is when the daemon runs the mirror
+	// with the repair's check (sync --repair): a plain sync trusts what it
+	// published before, so a file lost out of band comes back only through
+	// a repair. "" means never; `sync --config` ignores it.
+	Scrub string
 	// TrustedSigners is an allowed_signers file, made absolute against the
 	// config file's folder; "" checks no signatures.
 	TrustedSigners    string
@@ -105,6 +111,11 @@ type Mirror struct {
 	// PruneMaxDelete bounds the objects one prune removes; 0 means the
 	// prune's default (1000).
 	PruneMaxDelete int
+	// PruneGrace is how long a prune of an object-store sink holds what
+	// it found unreferenced before it removes it; 0 means the prune's
+	// default (24h). At least MinPruneGrace and PruneGraceLockTTLs times
+	// lock_ttl.
+	PruneGrace time.Duration
 	// HTTPAllowRedirects are the hosts ("HOST" or "HOST:PORT") an HTTP(S)
 	// source may redirect to besides its own origin.
 	HTTPAllowRedirects []string
@@ -144,6 +155,18 @@ type Mirror struct {
 	// Line is where the mirror's entry starts in the file.
 	Line int
 }
+
+// MinPruneGrace is the shortest prune_grace accepted (prune.MinGrace):
+// longer than S3's SigV4 request lifetime (15 minutes) and a GCS access
+// token's (1 hour), so that no request signed before an object was
+// marked can land after it is removed. PruneGraceLockTTLs: a grace must
+// also span that many lock_ttl (prune.GraceLockTTLs).
+const (
+	MinPruneGrace      = time.Hour
+	PruneGraceLockTTLs = 10
+	// defaultLockTTL is lock.DefaultTTL, a lock_ttl left unset.
+	defaultLockTTL = 2 * time.Minute
+)
 
 // MinLockTTL is the shortest lock_ttl accepted: the lock is renewed every
 // third of it, so far shorter would not survive a slow store.
@@ -411,6 +434,7 @@ func endpointOf(addr string) string {
 func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 	m := Mirror{Line: n.Line}
 	var nameNode, sourceNode, sinkNode, signersNode, requireNode *yaml.Node
+	var graceLine int
 	// expanded is false where a value was already reported as unusable, so
 	// that it is not reported a second time as missing.
 	expanded := map[string]bool{}
@@ -441,6 +465,13 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			if m.Schedule != "" {
 				if _, err := cron.ParseStandard(m.Schedule); err != nil {
 					p.addf(v.Line, "%s.schedule: %q: %v", where, m.Schedule, err)
+				}
+			}
+		case "scrub":
+			m.Scrub = p.str(v, where+".scrub")
+			if m.Scrub != "" {
+				if _, err := cron.ParseStandard(m.Scrub); err != nil {
+					p.addf(v.Line, "%s.scrub: %q: %v", where, m.Scrub, err)
 				}
 			}
 		case "trusted_signers":
@@ -489,6 +520,18 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			m.PruneMaxDelete = p.integer(v, where+".prune_max_delete")
 			if m.PruneMaxDelete <= 0 && p.isInt(v) {
 				p.addf(v.Line, "%s.prune_max_delete: %d: must be at least 1", where, m.PruneMaxDelete)
+			}
+		case "prune_grace":
+			s := p.str(v, where+".prune_grace")
+			if s != "" {
+				d, err := time.ParseDuration(s)
+				switch {
+				case err != nil:
+					p.addf(v.Line, "%s.prune_grace: %q is not a duration such as 24h", where, s)
+				case d < MinPruneGrace:
+					p.addf(v.Line, "%s.prune_grace: %s: must be at least %s, longer than any request signed before a prune marked an object can live", where, s, MinPruneGrace)
+				}
+				m.PruneGrace, graceLine = d, v.Line
 			}
 		case "http_allow_redirects":
 			m.HTTPAllowRedirects = p.strings(v, where+".http_allow_redirects", httpstore.CheckAllowRedirect)
@@ -578,6 +621,10 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 		}
 		return true
 	})
+	if ttl := cmp.Or(m.LockTTL, defaultLockTTL); m.PruneGrace >= MinPruneGrace && m.PruneGrace < PruneGraceLockTTLs*ttl {
+		p.addf(graceLine, "%s.prune_grace: %s: must be at least %d times lock_ttl (%s), far longer than any lease a paused run could outlive",
+			where, m.PruneGrace, PruneGraceLockTTLs, ttl)
+	}
 	if nameNode == nil {
 		p.addf(n.Line, "%s: no name", where)
 	} else if m.Name != "" {

@@ -119,6 +119,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		Source:             "https://data.example.org/towns/",
 		Sink:               "s3://mirror-bucket/towns/",
 		Schedule:           "@every 10m",
+		Scrub:              "@weekly",
 		TrustedSigners:     signers,
 		RequireSignatures:  true,
 		SignatureNamespace: "fdl",
@@ -130,6 +131,7 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		Retries:            5,
 		Prune:              true,
 		PruneMaxDelete:     5000,
+		PruneGrace:         48 * time.Hour,
 		HTTPAllowRedirects: []string{"cdn.example.org"},
 		BWLimit:            10 << 20,
 		CatalogMaxFiles:    20_000_000,
@@ -141,7 +143,6 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 		ExcludeRefs:        []string{"refs/heads/wip/**"},
 		AllowRewind:        []string{"refs/heads/scratch"},
 		MaxUpstreamAge:     72 * time.Hour,
-		Repair:             true,
 		Notify: []NotifyTarget{hooks, {URL: "https://ci.example.org/hooks/towns", SecretFile: secrets["towns-ci.secret"],
 			Secret: "towns-ci.secret-0123456789abcdef", Line: notifyLine(t, data, "https://ci.example.org/hooks/towns")}},
 		Line: towns.Line,
@@ -151,16 +152,20 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	// The first mirror documents every key: a field added to Mirror without
 	// an example fails here. force is documented at its default (false):
-	// an example should not show a sink taking any source.
+	// an example should not show a sink taking any source. So is repair:
+	// the example scrubs weekly instead of at every run.
 	if !strings.Contains(string(data), "    force: false\n") {
 		t.Error("the example does not document force: false")
+	}
+	if !strings.Contains(string(data), "    repair: false\n") {
+		t.Error("the example does not document repair: false")
 	}
 	if !strings.Contains(string(data), "    http_allow_insecure_auth: false\n") {
 		t.Error("the example does not document http_allow_insecure_auth: false")
 	}
 	v := reflect.ValueOf(towns)
 	for i := 0; i < v.NumField(); i++ {
-		if name := v.Type().Field(i).Name; name == "Force" || name == "HTTPAllowInsecureAuth" {
+		if name := v.Type().Field(i).Name; name == "Force" || name == "HTTPAllowInsecureAuth" || name == "Repair" {
 			continue
 		}
 		if v.Field(i).IsZero() {
@@ -260,6 +265,62 @@ func TestPruneKeysAreCheckedWithTheirLines(t *testing.T) {
 	}
 	if m := cfg.Mirrors[0]; !m.Prune || m.PruneMaxDelete != 0 {
 		t.Errorf("prune: true parsed as %+v", m)
+	}
+}
+
+// scrub takes what schedule takes, is refused with its line like a bad
+// schedule, and is off when absent.
+func TestScrubIsAScheduleAndOffWhenAbsent(t *testing.T) {
+	text := "mirrors:\n  - {name: a, source: /u, sink: /d, schedule: \"@every 10m\", scrub: \"@weekly\"}\n" +
+		"  - {name: b, source: /u, sink: /e, schedule: \"@every 10m\", scrub: \"30 3 * * 0\"}\n" +
+		"  - {name: c, source: /u, sink: /f, schedule: \"@every 10m\"}\n"
+	cfg, err := Parse([]byte(text), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"@weekly", "30 3 * * 0", ""} {
+		if got := cfg.Mirrors[i].Scrub; got != want {
+			t.Errorf("mirror %s: scrub = %q, want %q", cfg.Mirrors[i].Name, got, want)
+		}
+	}
+	_, err = Parse([]byte("mirrors:\n  - name: a\n    source: /u\n    sink: /d\n    scrub: weekly\n    schedule: \"@every 10m\"\n"), "test.yaml", env(nil))
+	var ps Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("scrub: weekly: err = %v, want Problems", err)
+	}
+	wantProblem(t, ps, 5, "mirrors[0].scrub", `"weekly"`)
+	if len(ps) != 1 {
+		t.Errorf("problems = %v, want only the scrub's", ps)
+	}
+}
+
+// prune_grace: a duration, at least an hour, and at least ten lock_ttl
+// (the default's too when lock_ttl is unset); a good one is kept.
+func TestPruneGraceIsBoundedBelow(t *testing.T) {
+	ps := problems(t, `mirrors:
+  - name: a
+    source: /u
+    sink: /d
+    prune_grace: 59m
+  - name: b
+    source: /u
+    sink: /e
+    prune_grace: 2h
+    lock_ttl: 15m
+  - name: c
+    source: /u
+    sink: /f
+    prune_grace: a while
+`, nil)
+	wantProblem(t, ps, 5, "prune_grace", "59m", "at least 1h0m0s")
+	wantProblem(t, ps, 9, "prune_grace", "10 times lock_ttl (15m0s)")
+	wantProblem(t, ps, 14, "prune_grace", `"a while"`)
+	cfg, err := Parse([]byte("mirrors:\n  - {name: a, source: /u, sink: /d, prune_grace: 36h, lock_ttl: 3h}\n"), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := cfg.Mirrors[0]; m.PruneGrace != 36*time.Hour {
+		t.Errorf("prune_grace: 36h parsed as %v", m.PruneGrace)
 	}
 }
 

@@ -125,6 +125,7 @@ type Daemon struct {
 	sched    *cron.Cron
 	running  map[string]bool
 	queued   map[string]bool // a trigger came during the run (trigger.go)
+	scrubDue map[string]bool // the mirror's next run is a scrub (scrub.go)
 	stopping bool
 	runs     sync.WaitGroup
 
@@ -238,6 +239,7 @@ func (d *Daemon) track(m config.Mirror) {
 	now := time.Now()
 	d.metrics.AddMirror(m.Name)
 	d.metrics.SchedulePeriod(m.Name, period(m.Schedule, now))
+	d.metrics.ScrubPeriod(m.Name, period(m.Scrub, now))
 	d.board.add(m.Name, now)
 }
 
@@ -459,6 +461,9 @@ func (d *Daemon) Reload() error {
 			d.board.remove(m.Name)
 			d.trig.forget(m.Name)
 		}
+		if n, ok := cfg.Mirror(m.Name); !ok || n.Scrub == "" {
+			delete(d.scrubDue, m.Name)
+		}
 	}
 	for _, m := range cfg.Mirrors {
 		d.track(m)
@@ -489,6 +494,14 @@ func (d *Daemon) scheduleLocked(cfg *config.Config) {
 		}
 		d.log.Info("mirror scheduled", zap.String("mirror", name), zap.String("schedule", m.Schedule),
 			zap.String("source", redact.URL(m.Source)), zap.String("sink", redact.URL(m.Sink)))
+		if m.Scrub == "" {
+			continue
+		}
+		if _, err := d.sched.AddFunc(m.Scrub, func() { d.scrubTick(gen, name) }); err != nil {
+			d.log.Error("mirror's scrub not scheduled", zap.String("mirror", name), zap.String("scrub", m.Scrub), zap.Error(err))
+			continue
+		}
+		d.log.Info("mirror's scrub scheduled", zap.String("mirror", name), zap.String("scrub", m.Scrub))
 	}
 	d.sched.Start()
 }
@@ -517,11 +530,14 @@ func (d *Daemon) tick(gen int, name string) {
 	d.runThenQueued(m)
 }
 
-// runOnce runs a mirror and records the outcome. A panic in the run is
-// recovered and counted as a failure: it must not take the other mirrors
-// down with it.
-func (d *Daemon) runOnce(m config.Mirror) {
+// runOnce runs a mirror, with the repair's check when scrub is set (or
+// the mirror has repair: true), and records the outcome. A panic in the
+// run is recovered and counted as a failure: it must not take the other
+// mirrors down with it.
+func (d *Daemon) runOnce(m config.Mirror, scrub bool) {
 	log := d.log.With(zap.String("mirror", m.Name))
+	job := mirror.SyncJob(m)
+	job.Repair = job.Repair || scrub
 	d.metrics.Running(m.Name, true)
 	defer d.metrics.Running(m.Name, false)
 	start := time.Now()
@@ -535,9 +551,9 @@ func (d *Daemon) runOnce(m config.Mirror) {
 				log.Error("run panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
-		log.Debug("run started")
+		log.Debug("run started", zap.Bool("scrub", job.Repair))
 		// The engine adds the mirror's name to its own logs.
-		rep, err = d.opts.Run(d.runCtx, mirror.SyncJob(m), d.log, nil)
+		rep, err = d.opts.Run(d.runCtx, job, d.log, nil)
 	}()
 	end := time.Now()
 	result := Result(rep, err, d.runCtx.Err() != nil)
@@ -547,6 +563,20 @@ func (d *Daemon) runOnce(m config.Mirror) {
 		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
 	}
 	d.board.finished(m.Name, start, end, result, rep, err)
+	if job.Repair {
+		sc := scrubOutcome(rep, result, start, end)
+		d.metrics.ObserveScrub(m.Name, sc)
+		if result != ResultCanceled && result != ResultLocked {
+			// Either says nothing of the mirror: the page keeps the
+			// scrub before.
+			d.board.scrubbed(m.Name, sc)
+		}
+		if result == ResultLocked && scrub {
+			d.scrubAgain(m.Name)
+		}
+		log.Info("scrub finished", zap.String("result", sc.Result),
+			zap.Int("files_missing", sc.FilesMissing), zap.Int("files_restored", sc.FilesRestored))
+	}
 	d.notify.AfterRun(m, rep)
 
 	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}

@@ -51,6 +51,11 @@ type Metrics struct {
 	sandbox       *prometheus.GaugeVec
 	connRefused   *prometheus.CounterVec
 	landlockABI   prometheus.Gauge
+	scrubs        *prometheus.CounterVec
+	lastScrub     *prometheus.GaugeVec
+	scrubMissing  *prometheus.CounterVec
+	scrubRestored *prometheus.CounterVec
+	scrubPeriod   *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics and registers them, with the Go runtime and
@@ -152,6 +157,26 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "catalog_sandbox_landlock_abi",
 			Help: "The Landlock ABI catalog readers are confined with (0: none). Landlock counts as a layer from ABI 1 with seccomp, from 6 without.",
 		}),
+		scrubs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "scrubs_total",
+			Help: "Scrubs (runs with the repair's check: the scrub schedule, or every run with repair: true) by result: success, refused (a data file could not be checked or copied back), failed, canceled, locked.",
+		}, []string{"mirror", "result"}),
+		lastScrub: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "last_scrub_timestamp_seconds",
+			Help: "Unix time of the end of the last scrub that checked every data file of every complete version and copied back each one missing.",
+		}, mirror),
+		scrubMissing: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "scrub_missing_files_total",
+			Help: "Data files scrubs found missing from the mirror, or of another size than their catalog records.",
+		}, mirror),
+		scrubRestored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: ns, Name: "scrub_restored_files_total",
+			Help: "Data files scrubs copied back from upstream.",
+		}, mirror),
+		scrubPeriod: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "scrub_period_seconds",
+			Help: "Time between two scrubs of the mirror's scrub schedule; absent for a mirror without one.",
+		}, mirror),
 	}
 	m.connRefused.WithLabelValues(refusedPerAddress)
 	m.connRefused.WithLabelValues(refusedFull)
@@ -160,6 +185,7 @@ func NewMetrics() *Metrics {
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
+		m.scrubs, m.lastScrub, m.scrubMissing, m.scrubRestored, m.scrubPeriod,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
@@ -201,12 +227,39 @@ func (m *Metrics) SchedulePeriod(name string, p time.Duration) {
 	m.period.WithLabelValues(name).Set(p.Seconds())
 }
 
+// ScrubPeriod records the time between two scrubs of a mirror's scrub
+// schedule, and makes its scrub counters at zero; 0 (no scrub schedule)
+// removes the period.
+func (m *Metrics) ScrubPeriod(name string, p time.Duration) {
+	if p <= 0 {
+		m.scrubPeriod.DeleteLabelValues(name)
+		return
+	}
+	m.scrubPeriod.WithLabelValues(name).Set(p.Seconds())
+	for _, r := range results {
+		m.scrubs.WithLabelValues(name, r)
+	}
+	m.scrubMissing.WithLabelValues(name)
+	m.scrubRestored.WithLabelValues(name)
+}
+
+// ObserveScrub records one finished scrub.
+func (m *Metrics) ObserveScrub(name string, s ScrubStatus) {
+	m.scrubs.WithLabelValues(name, s.Result).Inc()
+	m.scrubMissing.WithLabelValues(name).Add(float64(s.FilesMissing))
+	m.scrubRestored.WithLabelValues(name).Add(float64(s.FilesRestored))
+	if s.Result == ResultSuccess {
+		m.lastScrub.WithLabelValues(name).Set(float64(s.Ended.UnixNano()) / 1e9)
+	}
+}
+
 // RemoveMirror drops every series of a mirror no longer in the config.
 func (m *Metrics) RemoveMirror(name string) {
 	l := prometheus.Labels{"mirror": name}
 	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending, m.prunes, m.pruned,
+		m.scrubs, m.lastScrub, m.scrubMissing, m.scrubRestored, m.scrubPeriod,
 	} {
 		v.DeletePartialMatch(l)
 	}

@@ -114,6 +114,14 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 {{- with .LastTrigger}}
 <dt>Last trigger</dt><dd>{{when .At}} ({{ago .At}}): {{.Result}}</dd>
 {{- end}}
+{{- if .Scrub}}
+<dt>Scrub</dt><dd><code>{{.Scrub}}</code></dd>
+{{- end}}
+{{- with .LastScrub}}
+<dt>Last scrub</dt><dd>{{when .Ended}} ({{ago .Ended}}): {{.Result}}; {{.FilesMissing}} data files found missing, {{.FilesRestored}} restored</dd>
+{{- else}}{{if .Scrub}}
+<dt>Last scrub</dt><dd>none yet</dd>
+{{- end}}{{end}}
 </dl>
 {{- with .Error}}
 <p class="error">Error: {{.}}</p>

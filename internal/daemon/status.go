@@ -71,6 +71,11 @@ type MirrorStatus struct {
 	RefsCompared *time.Time `json:"refs_compared,omitempty"`
 	// LastTrigger is the last POST /mirrors/{name}/sync (trigger.go).
 	LastTrigger *TriggerStatus `json:"last_trigger,omitempty"`
+	// Scrub is the mirror's scrub schedule ("" none); LastScrub its last
+	// scrub since the daemon started that was neither canceled nor locked
+	// out (scrub.go).
+	Scrub     string       `json:"scrub,omitempty"`
+	LastScrub *ScrubStatus `json:"last_scrub,omitempty"`
 }
 
 // RunStatus is one finished run.
@@ -109,6 +114,7 @@ type mirrorRecord struct {
 	pending      []fdlsync.PendingVersion // as the last run that went to the end left them
 	pendingMore  int
 	refsCompared time.Time
+	scrub        *ScrubStatus
 }
 
 // board keeps the outcome of every mirror's runs for the status page.
@@ -195,6 +201,13 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 	}
 }
 
+// scrubbed records a scrub's outcome.
+func (b *board) scrubbed(name string, s ScrubStatus) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.record(name, s.Started).scrub = &s
+}
+
 // snapshot returns the status of the mirrors of cfg, in the config's order.
 func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 	b.mu.Lock()
@@ -243,6 +256,11 @@ func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 		if !r.refsCompared.IsZero() {
 			t := r.refsCompared
 			ms.RefsCompared = &t
+		}
+		ms.Scrub = m.Scrub
+		if r.scrub != nil {
+			sc := *r.scrub
+			ms.LastScrub = &sc
 		}
 		ms.State = r.state(m.Schedule, ms.Lag, now)
 		st.Mirrors = append(st.Mirrors, ms)

@@ -419,7 +419,7 @@ func (d *Daemon) runThenQueued(m config.Mirror) {
 	defer d.runs.Done()
 	name := m.Name
 	for {
-		d.runOnce(m)
+		d.runOnce(m, d.takeScrub(name))
 		d.mu.Lock()
 		next, still := d.cfg.Mirror(name)
 		if still && !d.stopping && d.queued[name] {

@@ -58,6 +58,7 @@ func PruneJob(m config.Mirror) prune.Job {
 		Retries:               m.Retries,
 		CatalogLimits:         catalogLimits(m),
 		MaxDelete:             m.PruneMaxDelete,
+		Grace:                 m.PruneGrace,
 	}
 }
 

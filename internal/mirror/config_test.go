@@ -44,6 +44,8 @@ var configToJob = map[string]carried{
 	"Repair":                {sync: "Repair"},
 	"Force":                 {sync: "Force"},
 	"PruneMaxDelete":        {prune: "MaxDelete"},
+	"PruneGrace":            {prune: "Grace"},
+	"Scrub":                 {neither: "when the daemon runs the mirror with Repair"},
 	"Schedule":              {neither: "when the daemon runs the mirror"},
 	"Prune":                 {neither: "whether the daemon prunes after a sync"},
 	"Notify":                {neither: "the notifier's receivers"},
@@ -94,7 +96,8 @@ func TestEveryMirrorSettingReachesItsJob(t *testing.T) {
 }
 
 // The other way: with every setting of a mirror given, every field of
-// its jobs is set, but for what only the command line sets (a dry run)
+// its jobs is set, but for what only the command line sets (a dry run,
+// a prune at once)
 // and what no config says (the refs a prune may remove: all).
 func TestEveryJobFieldComesFromTheMirror(t *testing.T) {
 	var m config.Mirror
@@ -107,7 +110,7 @@ func TestEveryJobFieldComesFromTheMirror(t *testing.T) {
 		unread map[string]bool
 	}{
 		{SyncJob(m), map[string]bool{"DryRun": true}},
-		{PruneJob(m), map[string]bool{"DryRun": true, "Selected": true}},
+		{PruneJob(m), map[string]bool{"DryRun": true, "Selected": true, "Now": true, "NowUnsafe": true}},
 	} {
 		jv := reflect.ValueOf(job.value)
 		for i := range jv.NumField() {

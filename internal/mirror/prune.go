@@ -2,10 +2,14 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
@@ -34,6 +38,9 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 
 	opts := prune.Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits,
 		TempDir: tmp.Path(), Source: location.Clean(job.Source), Logger: log}
+	if opts.Grace, err = pruneGrace(job, st.dst); err != nil {
+		return nil, err
+	}
 	if job.DryRun {
 		return prune.Run(ctx, st.src, st.dst, opts)
 	}
@@ -45,7 +52,7 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 	planOpts := opts
 	planOpts.DryRun = true
 	planOpts.Logger = zap.NewNop()
-	if rep, err := prune.Run(ctx, st.src, st.dst, planOpts); err != nil || rep.Deletions == 0 {
+	if rep, err := prune.Run(ctx, st.src, st.dst, planOpts); err != nil || !rep.Writes() {
 		if rep != nil {
 			rep.DryRun = false
 		}
@@ -80,4 +87,29 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 	default:
 	}
 	return rep, err
+}
+
+// ErrNowOnObjectStore is the refusal of prune --now on an object store.
+var ErrNowOnObjectStore = errors.New("--now removes at once only on a local mirror")
+
+// pruneGrace is the grace the job's removals wait for: none on a local
+// mirror, whose lock is flock(2), held by the kernel through any pause of
+// its holder; on an object store, whose lock is a lease a paused run can
+// outlive, the job's (DefaultGrace when unset), or none when the job says
+// it knows the risk.
+func pruneGrace(job prune.Job, dst backend.Backend) (time.Duration, error) {
+	if _, ok := backend.As[*local.Local](dst); ok {
+		return 0, nil
+	}
+	switch {
+	case job.NowUnsafe:
+		return 0, nil
+	case job.Now:
+		return 0, fmt.Errorf("sink %s: %w: on an object store a prune paused past its lock's lease could remove files a sync relies on; "+
+			"nothing removed (without --now, what is unreferenced is removed by a prune after prune_grace; "+
+			"--now-unsafe-on-object-stores removes at once, taking that risk)", dst.Location(), ErrNowOnObjectStore)
+	case job.Grace == 0:
+		return prune.DefaultGrace, nil
+	}
+	return job.Grace, prune.CheckGrace(job.Grace, job.LockTTL)
 }

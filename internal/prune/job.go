@@ -20,6 +20,16 @@ type Job struct {
 	LockWait           time.Duration // how long to wait for another run's lock
 	LockTTL            time.Duration // an object-store lock's lifetime; 0 = lock.DefaultTTL
 	Retries            int           // retries of one request; 0 = each backend's default
+	// Grace holds removals on an object store back (Options.Grace); 0 is
+	// DefaultGrace. A local mirror removes at once: its flock holds.
+	Grace time.Duration
+	// Now removes at once, on a local mirror; on an object store it is
+	// refused unless NowUnsafe says the risk was understood.
+	Now bool
+	// NowUnsafe removes at once on an object store as well: a run paused
+	// past its lease may then have its removals land under a sync that
+	// relies on the files (--now-unsafe-on-object-stores).
+	NowUnsafe bool
 	// Selected says which refs may be removed; nil selects all (see Options).
 	Selected func(ref string) bool
 	// CatalogLimits bound reading the mirror's catalogs (Options.CatalogLimits).

@@ -29,7 +29,13 @@
 // whether a version is expired or gone), the mirror's source record and
 // the repository check through internal/sink. It does not import sync.
 //
-// Files: prune.go (Run, the plan, the removals), upstream.go (what the
+// On an object store, whose lock is a lease a paused run can outlive,
+// steps 2 to 4 wait a grace period (grace.go): what the plan finds
+// unreferenced is first recorded as a candidate, and removed by a later
+// prune that finds it still so after Options.Grace.
+//
+// Files: prune.go (Run, the plan, the removals), grace.go (the grace
+// period and its candidates), upstream.go (what the
 // upstream still has), mirror.go (the mirror's refs, versions, data
 // files and catalogs), job.go (Job, as the command line or config gives
 // it), report.go (Report).
@@ -87,6 +93,12 @@ type Options struct {
 	// against another repository every ref would look withdrawn.
 	Source string
 	Logger *zap.Logger
+	// Grace, when above 0, holds every removal but the refs' back until
+	// its object has been a candidate for that long (see grace.go); 0
+	// removes at once, as on a local mirror, whose flock holds.
+	Grace time.Duration
+	// Now is the clock the grace is judged by; nil is time.Now.
+	Now func() time.Time
 	// Lease, when set, is asked before every removal and write
 	// (sink.Options.Lease): a prune paused past its lock's lease removes
 	// nothing more once it wakes.
@@ -105,6 +117,9 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	rep := &Report{
 		Source: src.Location(), Sink: dst.Location(), DryRun: opts.DryRun, Started: time.Now(),
@@ -135,6 +150,13 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if err != nil {
 		return rep, err
 	}
+	var grace *graceState
+	if opts.Grace > 0 {
+		rep.Grace = opts.Grace
+		if grace, err = p.applyGrace(ctx, pl); err != nil {
+			return rep, err
+		}
+	}
 	rep.Deletions, rep.Unnamed = pl.deletions(), append(rep.Unnamed, pl.unnamed...)
 	for _, name := range pl.unnamed {
 		p.log.Info("data file named by no catalog in the mirror; left", zap.String("file", name))
@@ -152,7 +174,26 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		return rep, nil
 	}
 
-	return rep, p.execute(ctx, pl)
+	if err := p.execute(ctx, pl); err != nil {
+		return rep, err
+	}
+	if grace == nil && len(rep.Removed) > 0 {
+		// Removed at once: what an earlier prune listed leaves the list,
+		// or an object copied again with the same token (an S3 ETag is
+		// the bytes' MD5) would count its grace from the first listing.
+		if grace, err = p.forgetRemoved(ctx); err != nil {
+			return rep, err
+		}
+	}
+	if grace != nil && grace.changed {
+		// Last: a prune stopped before it leaves the list it read, which
+		// the next one reads again (the objects removed since are no
+		// longer listed, and leave it).
+		if err := p.sink.WriteCandidates(ctx, grace.next, grace.version); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
 }
 
 // execute removes what the plan says, step by step. Each step's removals
@@ -242,6 +283,9 @@ type versionPlan struct {
 	complete bool     // has version.json (else a folder an earlier run left)
 	files    []string // every object of its folder but the record and the catalogs
 	catalogs []string // its catalogs, removed last
+	// names are the data files its catalogs name (data_dir included),
+	// for a grace that holds it back (applyGrace).
+	names []string
 }
 
 func (pl *plan) deletions() int {
@@ -356,6 +400,7 @@ func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 			}
 			for _, f := range files {
 				candidates[m.settings.DataDir+f] = true
+				v.names = append(v.names, m.settings.DataDir+f)
 			}
 		}
 	}

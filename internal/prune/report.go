@@ -40,4 +40,17 @@ type Report struct {
 	// over, or its lease ran out by its own clock) and stopped; Removed
 	// lists what it removed before it noticed.
 	LockLost bool `json:"lock_lost,omitempty"`
+	// Grace is the grace period the prune held removals for (0: it
+	// removed at once; see Options.Grace).
+	Grace time.Duration `json:"grace_ns,omitempty"`
+	// Candidates counts the objects found unreferenced and held for the
+	// grace, not removed by this run; NextDue is when the first may go.
+	Candidates int        `json:"candidates"`
+	NextDue    *time.Time `json:"next_due,omitempty"`
+	// candidatesChanged: the list of candidates is to be written.
+	candidatesChanged bool
 }
+
+// Writes says whether the prune writes anything: removals, or its list
+// of candidates (a run that does takes the lock).
+func (r *Report) Writes() bool { return r.Deletions > 0 || r.candidatesChanged }

@@ -25,6 +25,7 @@
 // the unsynced record), versions.go (publishing a version folder),
 // refs.go (reading and writing refs, the marker), reads.go (catalogs and
 // state read back), state.go (pending.json, source.json, upstream.json),
+// candidates.go (the prune's candidates for removal, prune-candidates.json),
 // same.go (whether the mirror holds the upstream's repository), runs.go
 // (scratch folder, stale uploads), lock/ (the mirror's lock, and the
 // state files' reading and writing).

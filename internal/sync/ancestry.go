@@ -37,9 +37,9 @@ type ancestry struct {
 }
 
 // newAncestry reads the mirror in sink (nil: none yet) and the upstream
-// in src, judging upstream's records by trust (nil: no signature policy).
-func newAncestry(sink, src backend.Reader, trust Trust) *ancestry {
-	return &ancestry{sink: sink, src: source.New(src, trust, nil), parents: map[string][]string{}}
+// through src, which judges upstream's records by its Trust.
+func newAncestry(sink backend.Reader, src *source.Source) *ancestry {
+	return &ancestry{sink: sink, src: src, parents: map[string][]string{}}
 }
 
 // relation says how version to relates to version from through parents.

@@ -25,23 +25,23 @@ const (
 // server-side), refusing it when its size is not the recorded one. size -1
 // means unknown: whatever the source has is taken. Transient failures are
 // retried.
-func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
+func (t *transfer) copyFile(ctx context.Context, name string, size int64) error {
 	select {
-	case e.slots.copy <- struct{}{}:
+	case t.copySlots <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	defer func() { <-e.slots.copy }()
-	if e.opts.DryRun {
-		e.plan(name)
+	defer func() { <-t.copySlots }()
+	if t.dryRun {
+		t.plan(name)
 		return nil
 	}
 	var err error
 	for attempt := 1; attempt <= CopyAttempts; attempt++ {
-		if err = e.copyOnce(ctx, name, size); err == nil {
+		if err = t.copyOnce(ctx, name, size); err == nil {
 			return nil
 		}
-		if err := e.waitToRetry(ctx, "copy failed; retrying", name, attempt, err); err != nil {
+		if err := t.waitToRetry(ctx, "copy failed; retrying", name, attempt, err); err != nil {
 			return err
 		}
 	}
@@ -52,11 +52,11 @@ func (e *engine) copyFile(ctx context.Context, name string, size int64) error {
 // err) of a copy or a catalog's fetch is tried again: not after a
 // permanent error, a stopped run or the last of CopyAttempts. It returns
 // the error to give up with, or nil once it has waited for the next try.
-func (e *engine) waitToRetry(ctx context.Context, msg, name string, attempt int, err error) error {
+func (t *transfer) waitToRetry(ctx context.Context, msg, name string, attempt int, err error) error {
 	if backend.IsPermanent(err) || ctx.Err() != nil || attempt >= CopyAttempts {
 		return err
 	}
-	e.log.Warn(msg, zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
+	t.log.Warn(msg, zap.String("file", name), zap.Int("attempt", attempt), zap.Error(err))
 	select {
 	case <-time.After(time.Duration(attempt) * CopyRetryWait):
 		return nil
@@ -68,20 +68,20 @@ func (e *engine) waitToRetry(ctx context.Context, msg, name string, attempt int,
 // copyOnce is one try of copyFile: server-side where the sink's store
 // copies from the upstream's (the size checked upstream first), else the
 // source's stream of the file into the sink.
-func (e *engine) copyOnce(ctx context.Context, name string, size int64) error {
-	if origin := e.src.Origin(); e.sink.CanCopyFrom(origin) {
-		have, err := e.sourceSize(ctx, name)
+func (t *transfer) copyOnce(ctx context.Context, name string, size int64) error {
+	if origin := t.src.Origin(); t.sink.CanCopyFrom(origin) {
+		have, err := t.sourceSize(ctx, name)
 		if err != nil {
 			return &sourceError{err}
 		}
 		if size >= 0 && have != size {
 			return source.SizeRefusal(name, have, size)
 		}
-		if ok, err := e.sink.CopyDataFile(ctx, origin, name, have); ok || err != nil {
+		if ok, err := t.sink.CopyDataFile(ctx, origin, name, have); ok || err != nil {
 			return err
 		}
 	}
-	f, err := e.src.OpenFile(ctx, name, size, source.Spool{Dir: e.opts.TempDir, MaxSize: e.opts.CatalogLimits.MaxSize})
+	f, err := t.src.OpenFile(ctx, name, size, t.spool)
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
@@ -90,7 +90,7 @@ func (e *engine) copyOnce(ctx context.Context, name string, size int64) error {
 		return &sourceError{err}
 	}
 	defer f.Close()
-	return e.sink.PutDataFile(ctx, name, f)
+	return t.sink.PutDataFile(ctx, name, f)
 }
 
 // sourceError is a request to the source that failed after the backend's
@@ -106,15 +106,15 @@ func (e *sourceError) Permanent() bool { return true }
 // from the catalog's pass over the upstream's data_dir where it has one
 // (withSourcePass), else as source.Size says (one listing where the sink's
 // data_dir was listed whole, a request per file otherwise).
-func (e *engine) sourceSize(ctx context.Context, name string) (int64, error) {
+func (t *transfer) sourceSize(ctx context.Context, name string) (int64, error) {
 	if pass, _ := ctx.Value(sourcePassKey{}).(*backend.Cursor); pass != nil {
 		if size, ok, err := pass.Size(ctx, name); err == nil && ok {
 			return size, nil
 		}
 		// Not listed, or the listing failed: asked for alone below.
 	}
-	sinkListed, sinkFiles := e.sink.DataListed()
-	return e.src.Size(ctx, name, sinkListed, sinkFiles)
+	sinkListed, sinkFiles := t.sink.DataListed()
+	return t.src.Size(ctx, name, sinkListed, sinkFiles)
 }
 
 type sourcePassKey struct{}
@@ -126,11 +126,11 @@ type sourcePassKey struct{}
 // a Stat each would cost a request per file. Only where the sink copies
 // from the source server-side and the source lists pages; a size asked
 // out of order is a Stat.
-func (e *engine) withSourcePass(ctx context.Context) context.Context {
-	if !e.sink.CanCopyFrom(e.src.Origin()) {
+func (t *transfer) withSourcePass(ctx context.Context) context.Context {
+	if !t.sink.CanCopyFrom(t.src.Origin()) {
 		return ctx
 	}
-	pass := e.src.DataPass()
+	pass := t.src.DataPass()
 	if pass == nil {
 		return ctx
 	}

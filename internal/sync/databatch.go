@@ -158,13 +158,13 @@ func (k *parentFiles) close() {
 	}
 }
 
-// readSinkCatalog reads the catalog of a version complete in the sink:
-// ducklake.duckdb, or metadata.db where it has none.
+// readSinkCatalog reads the main catalog of a version complete in the
+// sink (repo.FindMainCatalog: ducklake.duckdb, or metadata.db where it
+// has none).
 func (e *engine) readSinkCatalog(ctx context.Context, id string) (*catalog.Sorted, error) {
-	c, err := e.readSinkSorted(ctx, id, repo.CatalogFile)
-	if backend.IsNotExist(err) {
-		return e.readSinkSorted(ctx, id, repo.MetadataFile)
-	}
+	_, c, err := repo.FindMainCatalog(func(file string) (*catalog.Sorted, error) {
+		return e.readSinkSorted(ctx, id, file)
+	})
 	return c, err
 }
 
@@ -193,16 +193,16 @@ func (e *engine) readSinkFile(ctx context.Context, id, file string) (*catalog.Ca
 // mirrorDataFiles makes sure the sink has every file of a catalog, with
 // the recorded size, a batch at a time. Files known (see
 // knownFromParents) at the recorded size are there already.
-func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.Sorted, known *parentFiles) error {
-	if sinkListed, _ := e.sink.DataListed(); files.Len() >= 2*listPart && (!sinkListed || !e.src.DataListed()) {
+func (t *transfer) mirrorDataFiles(ctx context.Context, id string, files *catalog.Sorted, known *parentFiles) error {
+	if sinkListed, _ := t.sink.DataListed(); files.Len() >= 2*listPart && (!sinkListed || !t.src.DataListed()) {
 		// Where data_dir is listed for this version, in parts split
 		// among the files its catalog names (worked out only by a store
 		// that lists in parts).
-		ctx = backend.WithListBounds(ctx, func() []string { return e.listBounds(files) })
+		ctx = backend.WithListBounds(ctx, func() []string { return t.listBounds(files) })
 	}
-	m := &batchMirror{e: e, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
+	m := &batchMirror{t: t, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
 	if m.many {
-		m.sinkFiles = e.sink.DataCursor(ctx, e.src.Settings().DataDir)
+		m.sinkFiles = t.sink.DataCursor(ctx, t.src.Settings().DataDir)
 		// Where the sink's data_dir was listed whole (it fitted a page:
 		// a first mirror), source.Size lists the upstream's once for the
 		// run; a pass per version would list the pages that version's
@@ -211,7 +211,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 		// But not past sourcePassFiles, where that listing would hold
 		// more than the heap should.
 		if m.sinkFiles.Paged() || files.Len() > sourcePassFiles {
-			ctx = e.withSourcePass(ctx)
+			ctx = t.withSourcePass(ctx)
 		}
 	}
 	batch := make([]catalog.File, 0, min(files.Len(), int64(dataBatch)))
@@ -226,7 +226,7 @@ func (e *engine) mirrorDataFiles(ctx context.Context, id string, files *catalog.
 			// More batches follow: this one's copies are made durable
 			// while the next is copied, so that the record of names
 			// written without a barrier stays two batches long.
-			err = barrier.start(ctx, e.sink)
+			err = barrier.start(ctx, t.sink)
 		}
 		return err
 	})
@@ -273,7 +273,7 @@ func (b *pendingBarrier) wait() error {
 // listBounds picks the bounds of a split listing of data_dir among a
 // catalog's files, as backend.SplitBounds picks them among their names,
 // going through them once instead of holding every name.
-func (e *engine) listBounds(files *catalog.Sorted) []string {
+func (t *transfer) listBounds(files *catalog.Sorted) []string {
 	n := files.Len()
 	if n < 2*listPart {
 		return nil
@@ -283,7 +283,7 @@ func (e *engine) listBounds(files *catalog.Sorted) []string {
 	var i int64
 	files.Each(func(f catalog.File) error {
 		if k := int64(len(bounds)) + 1; k < parts && i == n*k/parts {
-			bounds = append(bounds, e.src.Settings().DataDir+f.Path)
+			bounds = append(bounds, t.src.Settings().DataDir+f.Path)
 		}
 		i++
 		return nil
@@ -293,7 +293,7 @@ func (e *engine) listBounds(files *catalog.Sorted) []string {
 
 // batchMirror mirrors the files of one catalog a batch at a time.
 type batchMirror struct {
-	e       *engine
+	t       *transfer
 	id      string
 	known   *parentFiles
 	checked int // files looked up so far, to choose stats or a listing
@@ -323,12 +323,12 @@ type sinkFile struct {
 // this one's copies are settled. copied says whether this version copied
 // any of the batch's files.
 func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied bool, err error) {
-	e := m.e
+	t := m.t
 	names := make([]string, len(batch)) // each file's name in both stores
 	for i, f := range batch {
-		names[i] = e.src.DataFileName(f.Path)
+		names[i] = t.src.DataFileName(f.Path)
 	}
-	todo, parents := e.filesToCheck(batch, names, m.known)
+	todo, parents := t.filesToCheck(batch, names, m.known)
 	byStat := m.known != nil && m.checked+len(todo) <= maxStatChecks
 	found := m.lookUp(ctx, batch, names, todo, parents, byStat)
 	todo = append(todo, m.gone(ctx, batch, names, parents, found)...)
@@ -338,10 +338,10 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied 
 	var mine []int // indexes whose copy this version makes
 	calls := make([]*dataFileCall, len(batch))
 	owned := make([]bool, len(batch))
-	e.each(len(todo), func(k int) {
+	t.each(len(todo), func(k int) {
 		i := todo[k]
 		name := names[i]
-		calls[i], owned[i] = e.claimDataFile(name, batch[i].Size)
+		calls[i], owned[i] = t.claimDataFile(name, batch[i].Size)
 		if !owned[i] {
 			return
 		}
@@ -349,9 +349,9 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied 
 		if found != nil {
 			known = found[i]
 		}
-		need, err := e.needsCopy(ctx, name, batch[i].Size, byStat, known)
+		need, err := t.needsCopy(ctx, name, batch[i].Size, byStat, known)
 		if err != nil || !need {
-			e.settleDataFile(name, calls[i], err)
+			t.settleDataFile(name, calls[i], err)
 			errs[i] = err
 			return
 		}
@@ -365,7 +365,7 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied 
 	}
 	for _, i := range todo {
 		if !owned[i] {
-			errs[i] = e.awaitDataFile(ctx, calls[i], names[i], batch[i].Size)
+			errs[i] = t.awaitDataFile(ctx, calls[i], names[i], batch[i].Size)
 		}
 	}
 	for i, err := range errs {
@@ -380,25 +380,25 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied 
 // indexes into batch and batchNames) as written without a barrier, and
 // copies them.
 func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, batchNames []string, mine []int, calls []*dataFileCall, errs []error) error {
-	e := m.e
+	t := m.t
 	names := make([]string, len(mine))
 	sizes := make([]int64, len(mine))
 	for k, i := range mine {
 		names[k], sizes[k] = batchNames[i], batch[i].Size
 	}
-	if err := e.sink.RecordUnsynced(ctx, names, sizes); err != nil {
+	if err := t.sink.RecordUnsynced(ctx, names, sizes); err != nil {
 		for k, i := range mine {
-			e.settleDataFile(names[k], calls[i], err)
+			t.settleDataFile(names[k], calls[i], err)
 		}
 		return err
 	}
-	dctx := e.sink.WithoutSync(ctx)
-	defer e.readAhead(ctx, names, sizes)()
-	e.each(len(mine), func(k int) {
+	dctx := t.sink.WithoutSync(ctx)
+	defer t.readAhead(ctx, names, sizes)()
+	t.each(len(mine), func(k int) {
 		i, name := mine[k], names[k]
-		err := e.copyFile(dctx, name, batch[i].Size)
-		e.sink.WroteUnsynced(name)
-		e.settleDataFile(name, calls[i], err)
+		err := t.copyFile(dctx, name, batch[i].Size)
+		t.sink.WroteUnsynced(name)
+		t.settleDataFile(name, calls[i], err)
 		errs[i] = err
 	})
 	return nil
@@ -417,8 +417,8 @@ const (
 // readAhead announces the small files among the batch's copies (names,
 // of sizes) to the source, in the order they are copied, while they are
 // copied; stop ends it and waits for it.
-func (e *engine) readAhead(ctx context.Context, names []string, sizes []int64) (stop func()) {
-	if !e.src.CanReadAhead() || e.opts.DryRun {
+func (t *transfer) readAhead(ctx context.Context, names []string, sizes []int64) (stop func()) {
+	if !t.src.CanReadAhead() || t.dryRun {
 		return func() {}
 	}
 	var small []string
@@ -436,7 +436,7 @@ func (e *engine) readAhead(ctx context.Context, names []string, sizes []int64) (
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.src.ReadAhead(ctx, small)
+		t.src.ReadAhead(ctx, small)
 	}()
 	return func() {
 		cancel()
@@ -449,12 +449,12 @@ func (e *engine) readAhead(ctx context.Context, names []string, sizes []int64) (
 // at the recorded size; and of those a parent lists, the ones only to be
 // confirmed there (parents: not those of a parent this run published,
 // which it copied or confirmed).
-func (e *engine) filesToCheck(batch []catalog.File, names []string, known *parentFiles) (todo, parents []int) {
+func (t *transfer) filesToCheck(batch []catalog.File, names []string, known *parentFiles) (todo, parents []int) {
 	for i, f := range batch {
 		name := names[i]
 		listed, now := known.has(f.Path, f.Size)
 		switch {
-		case !listed || f.Size < 0 || e.sink.IsDistrusted(name):
+		case !listed || f.Size < 0 || t.sink.IsDistrusted(name):
 			todo = append(todo, i)
 		case !now:
 			parents = append(parents, i)
@@ -474,14 +474,14 @@ func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, names []
 	if m.sinkFiles == nil || !m.sinkFiles.Paged() {
 		return nil
 	}
-	e := m.e
+	t := m.t
 	ask := make([]bool, len(batch))
 	for _, i := range parents {
 		ask[i] = true
 	}
 	if !byStat {
 		for _, i := range todo {
-			ask[i] = !e.sink.IsDistrusted(names[i])
+			ask[i] = !t.sink.IsDistrusted(names[i])
 		}
 	}
 	found := make([]sinkFile, len(batch))
@@ -502,7 +502,7 @@ func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, names []
 // it asked; otherwise several at a time: on a disk, or for a catalog of
 // few files, each is a stat.
 func (m *batchMirror) gone(ctx context.Context, batch []catalog.File, names []string, parents []int, found []sinkFile) []int {
-	e := m.e
+	t := m.t
 	lost := make([]bool, len(parents))
 	if found != nil {
 		for k, i := range parents {
@@ -510,9 +510,9 @@ func (m *batchMirror) gone(ctx context.Context, batch []catalog.File, names []st
 			lost[k] = f.err != nil || !f.ok || (batch[i].Size >= 0 && f.size != batch[i].Size)
 		}
 	} else {
-		e.each(len(parents), func(k int) {
+		t.each(len(parents), func(k int) {
 			i := parents[k]
-			lost[k] = !e.sink.HasDataFile(ctx, e.src.Settings().DataDir, names[i], batch[i].Size, m.many)
+			lost[k] = !t.sink.HasDataFile(ctx, t.src.Settings().DataDir, names[i], batch[i].Size, m.many)
 		})
 	}
 	var todo []int
@@ -542,29 +542,29 @@ type dataCalls struct {
 
 // claimDataFile returns the run's call for a data file; owner is true for
 // the first version to ask, which must settle it (settleDataFile).
-func (e *engine) claimDataFile(name string, size int64) (call *dataFileCall, owner bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if call, ok := e.dataCalls.calls[name]; ok {
+func (t *transfer) claimDataFile(name string, size int64) (call *dataFileCall, owner bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if call, ok := t.calls.calls[name]; ok {
 		return call, false
 	}
 	call = &dataFileCall{done: make(chan struct{}), size: size}
-	if e.dataCalls.calls == nil {
-		e.dataCalls.calls = map[string]*dataFileCall{}
+	if t.calls.calls == nil {
+		t.calls.calls = map[string]*dataFileCall{}
 	}
-	e.dataCalls.calls[name] = call
+	t.calls.calls[name] = call
 	return call, true
 }
 
 // settleDataFile settles the call for name with err, and lets the oldest
 // settled call go past maxSettledCalls: versions that have it keep it, one
 // that asks later is its owner and asks the sink.
-func (e *engine) settleDataFile(name string, call *dataFileCall, err error) {
+func (t *transfer) settleDataFile(name string, call *dataFileCall, err error) {
 	call.err = err
 	close(call.done)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	d := &e.dataCalls
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := &t.calls
 	if len(d.settled) < maxSettledCalls {
 		d.settled = append(d.settled, name)
 		return
@@ -584,14 +584,14 @@ func (e *engine) settleDataFile(name string, call *dataFileCall, err error) {
 // it. Another version may record another size: each is judged on its own
 // record against the file, so the refusal lands on the one that
 // disagrees with it, whichever came first.
-func (e *engine) awaitDataFile(ctx context.Context, call *dataFileCall, name string, size int64) error {
+func (t *transfer) awaitDataFile(ctx context.Context, call *dataFileCall, name string, size int64) error {
 	select {
 	case <-call.done:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
 	if size >= 0 && call.size >= 0 && call.size != size {
-		return e.ensureDataFile(ctx, name, size, true)
+		return t.ensureDataFile(ctx, name, size, true)
 	}
 	return call.err
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -145,14 +144,14 @@ func (e *engine) copyDataFiles(ctx context.Context, id string, parents []string,
 		known = e.knownFromParents(ctx, parents)
 	}
 	defer known.close()
-	if err := e.mirrorDataFiles(ctx, id, files, known); err != nil {
+	if err := e.transfer.mirrorDataFiles(ctx, id, files, known); err != nil {
 		return 0, err
 	}
 	for _, a := range alternates {
 		// Each catalog's files in path order: the parents' lists are
 		// gone through again from their start.
 		known.rewind()
-		if err := e.mirrorDataFiles(ctx, id, a.list(), known); err != nil {
+		if err := e.transfer.mirrorDataFiles(ctx, id, a.list(), known); err != nil {
 			return 0, listedBy(err, a.name)
 		}
 		dataFiles += int(a.files.Len())
@@ -242,7 +241,7 @@ func (e *engine) fetchCatalog(ctx context.Context, id, file string, files map[st
 			if le := (*catalog.LimitError)(nil); errors.As(err, &le) {
 				return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id, err)
 			}
-			if err := e.waitToRetry(ctx, "catalog fetch failed; retrying", catalogName, attempt, err); err != nil {
+			if err := e.transfer.waitToRetry(ctx, "catalog fetch failed; retrying", catalogName, attempt, err); err != nil {
 				return nil, err
 			}
 			continue
@@ -323,61 +322,4 @@ func dataFileRefusal(id, name string, err error) error {
 		return refuse(ReasonMissingFile, id, name, "version %s: data file %s is missing upstream", id, name)
 	}
 	return refuse(ReasonCopy, id, name, "version %s: data file %s: %v", id, name, err)
-}
-
-// each calls fn for 0 to n-1 from at most Concurrency goroutines, each
-// taking the next k when done with its last: a catalog may list millions
-// of files, and a goroutine per file (a stack each, grown again for each,
-// and a semaphore's channel between them) was a fifth of the CPU of a
-// dry run of 10,000,000 rows.
-func (e *engine) each(n int, fn func(k int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(e.opts.Concurrency, n) {
-		wg.Go(func() {
-			for k := int(next.Add(1)) - 1; k < n; k = int(next.Add(1)) - 1 {
-				fn(k)
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// ensureDataFile copies one data file unless the sink has it.
-func (e *engine) ensureDataFile(ctx context.Context, name string, size int64, byStat bool) error {
-	need, err := e.needsCopy(ctx, name, size, byStat, sinkFile{})
-	if err != nil || !need {
-		return err
-	}
-	if err := e.sink.RecordUnsynced(ctx, []string{name}, []int64{size}); err != nil {
-		return err
-	}
-	err = e.copyFile(e.sink.WithoutSync(ctx), name, size)
-	e.sink.WroteUnsynced(name)
-	return err
-}
-
-// needsCopy says whether the sink lacks a data file (or holds one an
-// interrupted run wrote with no barrier behind it), and refuses one of
-// another size than recorded: data files are immutable. byStat: the
-// caller checks few files (see sink.DataFile). found is the sink's
-// answer where it was asked already in path order (lookUp).
-func (e *engine) needsCopy(ctx context.Context, name string, size int64, byStat bool, found sinkFile) (bool, error) {
-	if e.sink.IsDistrusted(name) {
-		return true, nil
-	}
-	have, known, err := found.size, found.ok, found.err
-	if !found.asked {
-		have, known, err = e.sink.DataFile(ctx, e.src.Settings().DataDir, name, !byStat)
-	}
-	if err != nil {
-		return false, err
-	}
-	if known {
-		if size >= 0 && have != size {
-			return false, refuse(ReasonSizeMismatch, "", name, "data file %s exists in the sink with %d bytes, the catalog records %d; immutable, left alone", name, have, size)
-		}
-		return false, nil
-	}
-	return true, nil
 }

@@ -55,6 +55,8 @@ type engine struct {
 	opts Options
 	log  *zap.Logger
 
+	planner planner // the run's decisions, from values
+
 	slots    slots           // bounds on the work done at once
 	inv      *sink.Inventory // what the sink holds, as last read
 	versions versionStates   // where each version stands in this run
@@ -63,17 +65,17 @@ type engine struct {
 	ancestry *ancestry       // parents of versions, read once (see ancestry.go)
 	catalogs *catalog.Pool   // fetches and reads catalogs, upstream's and the sink's
 
+	transfer *transfer // source streams to sink writes
+
 	mu          sync.Mutex
 	report      *Report
-	dataCalls   dataCalls // one copy per data file across versions (databatch.go)
-	plannedData int       // data files a dry run named in the report
+	plannedData int // data files a dry run named in the report
 
 	lockLost atomic.Bool
 }
 
 // slots bound the work of a run done at once.
 type slots struct {
-	copy       chan struct{} // file copies across all versions
 	catalog    chan struct{} // catalogs fetched and read at once
 	version    chan struct{} // versions holding a catalog's file list
 	ahead      chan struct{} // versions with a catalog fetched, waiting for a version slot
@@ -113,11 +115,12 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		opts.Source = src.Location()
 	}
 	e := &engine{
-		src:  source.New(src, opts.Trust, opts.Logger),
-		opts: opts,
-		log:  opts.Logger,
+		src:     source.New(src, opts.Trust, opts.Logger),
+		opts:    opts,
+		log:     opts.Logger,
+		planner: planner{sel: opts.Refs, allowRewind: opts.AllowRewind},
 		slots: slots{
-			copy: make(chan struct{}, opts.Concurrency), catalog: make(chan struct{}, 2), version: make(chan struct{}, 2),
+			catalog: make(chan struct{}, 2), version: make(chan struct{}, 2),
 			ahead: make(chan struct{}, 8), aheadFetch: make(chan struct{}, 1),
 		},
 		versions: versionStates{
@@ -133,7 +136,8 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	e.sink = sink.New(dst, sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
 		Copied: e.copied, Planned: e.plan, NoUnsyncedRecord: noUnsyncedRecord, Lease: opts.Lease})
-	e.ancestry = newAncestry(dst, src, opts.Trust)
+	e.transfer = newTransfer(e.src, e.sink, opts, e.plan)
+	e.ancestry = newAncestry(dst, e.src)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
 	pool, err := catalog.NewPool(opts.TempDir, cap(e.slots.catalog), opts.CatalogLimits)
@@ -205,7 +209,7 @@ func (e *engine) run(ctx context.Context) error {
 	// Files an earlier run wrote with no barrier behind them (a power
 	// cut) are copied again before any version that needs them is
 	// published.
-	e.sink.RewriteDistrusted(ctx, e.copyFile)
+	e.sink.RewriteDistrusted(ctx, e.transfer.copyFile)
 	if e.opts.Repair {
 		e.repair(ctx)
 	}

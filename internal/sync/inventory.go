@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"iter"
 
 	"go.uber.org/zap"
 
@@ -41,29 +40,13 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 	return inv, nil
 }
 
-// hasWork says whether the run would write anything: it errs towards yes,
-// and a write without the lock fails loudly (see guarded) rather than race.
+// hasWork says whether the run would write anything (planner.hasWork).
 func (e *engine) hasWork(inv *sink.Inventory, upstream repo.Refs, head string) bool {
-	if inv.Settings == nil || len(e.versions.pending) > 0 || e.opts.Repair || len(inv.Distrusted) > 0 || e.sourceUnrecorded() || inv.RefsMoving {
-		return true
-	}
-	for name, id := range upstream {
-		if inv.Refs[name] != id || !e.versions.published[id] {
-			return true
-		}
-	}
-	for range e.newFilesInCompleteVersions() {
-		return true
-	}
-	if !e.upstream.unread && e.upstreamStateStale(upstream) {
-		return true // when upstream refs changed is to be recorded
-	}
-	// Every upstream ref is as upstream has it: what is left to write is
-	// refs.json and HEAD, if they do not say what the ref files say.
-	if string(inv.RefsJSON) != string(repo.RefsJSON(inv.Refs)) {
-		return true
-	}
-	return head != "" && inv.Refs[head] != "" && string(inv.Head) != "ref: "+head+"\n"
+	return e.planner.hasWork(workView{
+		inv: inv, upstream: upstream, head: head, published: e.versions.published,
+		sourceVersions: e.src.Versions(), repair: e.opts.Repair, sourceUnrecorded: e.sourceUnrecorded(),
+		stateStale: !e.upstream.unread && e.upstreamStateStale(upstream),
+	})
 }
 
 // upstreamRefs reads every ref upstream (source.ReadRefs), refusing those
@@ -84,25 +67,21 @@ func (e *engine) upstreamRefs(ctx context.Context) (repo.Refs, string) {
 	return e.selectRefs(got.Refs, got.Head)
 }
 
-// selectRefs keeps the refs the operator chose (Options.Refs); the others,
-// and the versions only they reach, are not mirrored. HEAD is kept only
-// when its ref is selected.
+// selectRefs keeps the refs the operator chose (planner.selectRefs);
+// the others, and the versions only they reach, are not mirrored.
 func (e *engine) selectRefs(refs repo.Refs, head string) (repo.Refs, string) {
-	selected := repo.Refs{}
-	for _, name := range refs.Names() {
-		if e.opts.Refs.Selects(name) {
-			selected[name] = refs[name]
-			continue
-		}
-		e.report.Excluded = append(e.report.Excluded, name)
-		e.upstream.excluded[name] = refs[name]
+	sel := e.planner.selectRefs(refs, head)
+	for _, name := range sel.names {
 		e.log.Debug("ref not selected; not mirrored", zap.String("ref", name))
 	}
-	if head != "" && !e.opts.Refs.Selects(head) {
+	if head != "" && sel.head == "" {
 		e.log.Info("HEAD names a ref that is not selected; HEAD not mirrored", zap.String("head", head))
-		head = ""
 	}
-	return selected, head
+	e.report.Excluded = append(e.report.Excluded, sel.names...)
+	for name, id := range sel.excluded {
+		e.upstream.excluded[name] = id
+	}
+	return sel.selected, sel.head
 }
 
 // listSourceVersions lists versions/ in the source, where it can list.
@@ -111,42 +90,6 @@ func (e *engine) listSourceVersions(ctx context.Context) error {
 		return &FatalError{err}
 	}
 	return nil
-}
-
-// newVersionFile is a file upstream in a version the sink holds complete,
-// missing from the sink's copy of that version.
-type newVersionFile struct {
-	version, file string
-	size          int64
-}
-
-// newFilesInCompleteVersions yields the files that appeared upstream in
-// versions the sink already holds complete (expired.json is added when a
-// version passes its retention period), from the two listings taken. It
-// alone decides it: hasWork (whether to take the lock) and
-// completeVersionDirs (what to write) must never disagree. Nothing where
-// the source cannot list. A version's catalog and signature are never
-// among them: they are written before version.json, never after.
-func (e *engine) newFilesInCompleteVersions() iter.Seq[newVersionFile] {
-	return func(yield func(newVersionFile) bool) {
-		upstream := e.src.Versions()
-		if upstream == nil {
-			return
-		}
-		for id, have := range e.inv.Versions {
-			if _, complete := have[repo.RecordFile]; !complete {
-				continue
-			}
-			for f, size := range upstream[id] {
-				if _, ok := have[f]; ok || f == repo.SignatureFile || f == repo.CatalogFile {
-					continue
-				}
-				if !yield(newVersionFile{id, f, size}) {
-					return
-				}
-			}
-		}
-	}
 }
 
 // listPart is how many names a part of a split listing of data_dir is

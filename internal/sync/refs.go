@@ -2,7 +2,6 @@ package sync
 
 import (
 	"context"
-	"fmt"
 
 	"go.uber.org/zap"
 
@@ -39,84 +38,39 @@ func (e *engine) publishRefs(ctx context.Context, upstream repo.Refs, head strin
 	return nil
 }
 
-// refMove is how a ref the run writes moves: from its value in the sink,
-// and whether it is a branch rewound or diverged (allowed).
-type refMove struct{ from, rewound string }
-
-// decideRefs applies the ref policy to every upstream ref the sink does
-// not hold at its value: a tag never moves, a ref moves only to a version
-// complete in the sink that passes the run's policy, a branch only
-// forward unless Options.AllowRewind follows it. It refuses the others
-// and returns the ref files to write.
+// decideRefs applies the ref policy (planner.decideRefs), the facts it
+// needs asked of this run, and reports its refusals.
 func (e *engine) decideRefs(ctx context.Context, upstream, sinkRefs repo.Refs) ([]*sink.RefWrite, map[string]refMove) {
-	var writes []*sink.RefWrite
-	moves := map[string]refMove{}
-	for _, name := range upstream.Names() {
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		id := upstream[name]
-		cur, exists := sinkRefs[name]
-		if exists && cur == id {
-			continue
-		}
-		rewound, r := e.decideRef(ctx, name, id, cur, exists)
-		if r != nil {
-			r.Ref = name
-			e.addRefusal(r)
-			continue
-		}
-		writes = append(writes, &sink.RefWrite{Name: name, ID: id})
-		moves[name] = refMove{from: cur, rewound: rewound}
+	d := e.planner.decideRefs(ctx, upstream, sinkRefs, runFacts{e})
+	for _, r := range d.refused {
+		e.addRefusal(r)
 	}
-	return writes, moves
+	for _, name := range upstream.Names() {
+		if m, ok := d.moves[name]; ok && m.rewound != "" {
+			e.log.Warn("ref moved to a version that does not descend from its value (allowed)",
+				zap.String("ref", name), zap.String("from", m.from), zap.String("to", upstream[name]), zap.String("relation", m.rewound))
+		}
+	}
+	return d.writes, d.moves
 }
 
-// decideRef is the policy for one ref moving from cur (exists: the sink
-// has the ref) to id: a refusal, or how it moves.
-func (e *engine) decideRef(ctx context.Context, name, id, cur string, exists bool) (rewound string, r *refusal) {
-	kind, _ := repo.CheckRefName(name)
-	if kind == repo.Tag && exists {
-		return "", refuse(ReasonTagMoved, id, name, "tag %s is %s in the mirror and %s upstream; tags never move", name, cur, id)
-	}
-	e.mu.Lock()
-	complete, why := e.versions.published[id], e.versions.refused[id]
-	e.mu.Unlock()
-	if !complete {
-		msg := fmt.Sprintf("ref %s not moved to %s: version not complete", name, id)
-		if why != nil {
-			msg = fmt.Sprintf("ref %s not moved to %s: version refused (%s)", name, id, why.Reason)
-		}
-		return "", refuse(ReasonVersion, id, name, "%s", msg)
-	}
-	if missing, err := e.confirmFiles(ctx, id); err != nil || len(missing) > 0 {
-		why := fmt.Sprintf("%d data files it needs are not in the mirror (%s first); sync --repair copies them back", len(missing), firstOf(missing))
-		if err != nil {
-			why = "its data files in the mirror could not be confirmed: " + err.Error()
-		}
-		return "", refuse(ReasonVersion, id, name, "ref %s not moved to %s: %s", name, id, why)
-	}
-	if bad := e.checkRefTarget(ctx, id); bad != nil {
-		return "", refuse(bad.Reason, id, name, "ref %s not moved to %s: %s", name, id, bad.Message)
-	}
-	if kind != repo.Branch || !exists {
-		return "", nil
-	}
-	rel := e.ancestry.relation(ctx, cur, id)
-	if rel == relForward {
-		return "", nil
-	}
-	if !e.rewindAllowed(name) {
-		reason, what := ReasonRewound, "an ancestor of"
-		if rel == relDiverged {
-			reason, what = ReasonDiverged, "unrelated to"
-		}
-		return "", refuse(reason, id, name, "ref %s not moved from %s to %s: %s upstream (%s is %s %s); branches move forward only, --allow-rewind follows",
-			name, cur, id, rel, id, what, cur)
-	}
-	e.log.Warn("ref moved to a version that does not descend from its value (allowed)",
-		zap.String("ref", name), zap.String("from", cur), zap.String("to", id), zap.String("relation", rel))
-	return rel, nil
+// runFacts answers the ref policy's questions (refFacts) from this run.
+type runFacts struct{ e *engine }
+
+func (f runFacts) version(id string) (bool, *refusal) {
+	f.e.mu.Lock()
+	defer f.e.mu.Unlock()
+	return f.e.versions.published[id], f.e.versions.refused[id]
+}
+
+func (f runFacts) missingFiles(ctx context.Context, id string) ([]string, error) {
+	return f.e.confirmFiles(ctx, id)
+}
+
+func (f runFacts) target(ctx context.Context, id string) *refusal { return f.e.checkRefTarget(ctx, id) }
+
+func (f runFacts) relation(ctx context.Context, from, to string) string {
+	return f.e.ancestry.relation(ctx, from, to)
 }
 
 // reportRefWrites reports how the sink's writes of stage two went: the
@@ -155,45 +109,11 @@ func (e *engine) reportRefWrites(writes []*sink.RefWrite, moves map[string]refMo
 // reportRefs says how every upstream ref stands in the sink after the
 // run (sinkRefs), and the refs the selection leaves out.
 func (e *engine) reportRefs(upstream, sinkRefs repo.Refs) {
-	refusedRefs := map[string]string{}
 	e.mu.Lock()
-	for _, r := range e.report.Refused {
-		if r.Ref != "" {
-			refusedRefs[r.Ref] = r.Reason
-		}
-	}
+	refused := e.report.Refused
 	e.mu.Unlock()
-	seen := e.nextUpstreamState(upstream, e.upstream.state.now)
-	for _, name := range upstream.Names() {
-		behind := sinkRefs[name] != upstream[name]
-		st := RefStatus{Ref: name, Upstream: upstream[name], Mirror: sinkRefs[name], Behind: behind,
-			State: RefCurrent, LastChange: seen.Refs[name].Changed}
-		if behind {
-			e.report.Lag++
-			st.State = RefBehind
-			switch reason, refused := refusedRefs[name]; {
-			case reason == ReasonRewound:
-				st.State = RefRewound
-			case reason == ReasonDiverged:
-				st.State = RefDiverged
-			case refused:
-				st.State = RefRefused
-			}
-		}
-		e.report.Refs = append(e.report.Refs, st)
-	}
-	for _, name := range e.report.Excluded {
-		e.report.Refs = append(e.report.Refs, RefStatus{Ref: name, Upstream: e.upstream.excluded[name], Mirror: sinkRefs[name], State: RefExcluded})
-	}
-}
-
-// rewindAllowed says whether the operator lets branch name follow a move
-// that is not forward (Options.AllowRewind).
-func (e *engine) rewindAllowed(name string) bool {
-	for _, p := range e.opts.AllowRewind {
-		if repo.MatchRef(p, name) {
-			return true
-		}
-	}
-	return false
+	seen := nextUpstreamState(e.upstream.state.loaded, upstream, e.upstream.state.now)
+	st, lag := refStatuses(upstream, sinkRefs, refused, seen, e.report.Excluded, e.upstream.excluded)
+	e.report.Lag += lag
+	e.report.Refs = append(e.report.Refs, st...)
 }

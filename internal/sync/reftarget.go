@@ -112,13 +112,6 @@ func (e *engine) missingDataFiles(ctx context.Context, id string) ([]string, err
 	return missing, nil
 }
 
-func firstOf(names []string) string {
-	if len(names) == 0 {
-		return ""
-	}
-	return names[0]
-}
-
 // judgeSinkVersion judges the mirror's copy of a version's record and
 // signature by the run's policy, as upstream's are judged (source).
 func (e *engine) judgeSinkVersion(ctx context.Context, id string) *refusal {

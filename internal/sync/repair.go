@@ -53,7 +53,7 @@ func (e *engine) repair(ctx context.Context) {
 			if ok && (f.Size < 0 || have == f.Size) {
 				continue
 			}
-			if err := e.copyFile(ctx, name, f.Size); err != nil {
+			if err := e.transfer.copyFile(ctx, name, f.Size); err != nil {
 				e.addRefusal(refuse(ReasonCopy, id, name, "repair: version %s: data file %s: %v", id, name, err))
 				continue
 			}

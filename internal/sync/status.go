@@ -31,14 +31,15 @@ func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
 	}
-	got := source.New(src, nil, nil).ReadRefsWithoutHead(ctx)
+	upstream := source.New(src, nil, nil)
+	got := upstream.ReadRefsWithoutHead(ctx)
 	if got.Unread {
 		return nil, fmt.Errorf("source %s: %w", src.Location(), got.Err)
 	}
 	up := got.Refs
 	// Compare has no signature policy: upstream records count when they
 	// name their own folder. It only reports; sync judges a move itself.
-	anc := newAncestry(dst, src, nil)
+	anc := newAncestry(dst, upstream)
 	out := []RefStatus{}
 	for _, name := range up.Names() {
 		st := RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], State: RefCurrent}

@@ -31,36 +31,13 @@ func (e *engine) loadUpstreamState(ctx context.Context) {
 	e.report.UpstreamLastChange = s.LastChange()
 }
 
-// nextUpstreamState is the state after seeing upstream refs now: a ref
-// keeps its change time while its value is the same.
-func (e *engine) nextUpstreamState(upstream repo.Refs, now time.Time) sink.UpstreamState {
-	next := sink.UpstreamState{LastRead: now, Refs: map[string]sink.RefSeen{}}
-	for name, id := range upstream {
-		seen, ok := e.upstream.state.loaded.Refs[name]
-		if !ok || seen.Version != id {
-			seen = sink.RefSeen{Version: id, Changed: now}
-		}
-		next.Refs[name] = seen
-	}
-	return next
-}
-
 // upstreamStateStale says whether the state on record differs from
-// upstream's refs now (a ref changed, appeared or went).
+// upstream's refs now (see upstreamStateStale).
 func (e *engine) upstreamStateStale(upstream repo.Refs) bool {
 	if e.upstream.state == nil {
 		return false
 	}
-	have := e.upstream.state.loaded.Refs
-	if e.upstream.state.raw == nil || len(have) != len(upstream) {
-		return true
-	}
-	for name, id := range upstream {
-		if have[name].Version != id {
-			return true
-		}
-	}
-	return false
+	return upstreamStateStale(e.upstream.state.loaded, e.upstream.state.raw == nil, upstream)
 }
 
 // saveUpstreamState records when upstream refs changed; only a run that
@@ -70,7 +47,7 @@ func (e *engine) saveUpstreamState(ctx context.Context, upstream repo.Refs, read
 	if e.opts.DryRun || !readOK || !e.upstreamStateStale(upstream) {
 		return
 	}
-	next := e.nextUpstreamState(upstream, e.upstream.state.now)
+	next := nextUpstreamState(e.upstream.state.loaded, upstream, e.upstream.state.now)
 	if err := e.sink.WriteUpstreamState(ctx, next); err != nil {
 		e.log.Warn("writing the mirror's upstream state", zap.Error(err))
 		return

@@ -45,7 +45,7 @@ func (e *engine) writeVersionFiles(ctx context.Context, id string, files map[str
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = e.copyFile(dctx, name, files[f])
+			errs[i] = e.transfer.copyFile(dctx, name, files[f])
 		}()
 	}
 	wg.Wait()
@@ -89,7 +89,7 @@ func (e *engine) publishVersion(ctx context.Context, id string, record, sig []by
 // the sink already had (see newFilesInCompleteVersions): it costs no
 // request beyond the copies.
 func (e *engine) completeVersionDirs(ctx context.Context) {
-	for nf := range e.newFilesInCompleteVersions() {
+	for nf := range newFilesInCompleteVersions(e.src.Versions(), e.inv.Versions) {
 		name := repo.VersionFile(nf.version, nf.file)
 		if isAlternateCatalog(nf.file, e.inv.Versions[nf.version]) {
 			if err := e.addAlternateCatalog(ctx, nf.version, nf.file, nf.size); err != nil && ctx.Err() == nil {
@@ -101,7 +101,7 @@ func (e *engine) completeVersionDirs(ctx context.Context) {
 			}
 			continue
 		}
-		if err := e.copyFile(ctx, name, nf.size); err != nil && ctx.Err() == nil {
+		if err := e.transfer.copyFile(ctx, name, nf.size); err != nil && ctx.Err() == nil {
 			e.addRefusal(refuse(ReasonCopy, nf.version, name, "version %s: new file %s: %v", nf.version, name, err))
 		}
 	}
@@ -128,7 +128,7 @@ func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size 
 	}
 	defer a.fetched.Remove()
 	defer a.closeFiles()
-	if err := e.mirrorDataFiles(ctx, id, a.list(), nil); err != nil {
+	if err := e.transfer.mirrorDataFiles(ctx, id, a.list(), nil); err != nil {
 		return listedBy(err, a.name)
 	}
 	if err := e.sink.PutCatalog(ctx, a.name, a.fetched); err != nil {

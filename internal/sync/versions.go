@@ -31,10 +31,10 @@ type versionJob struct {
 // moment a run is stopped at; that is what lets a later run treat a
 // complete version as a leaf.
 func (e *engine) mirrorVersions(ctx context.Context, roots []string) {
-	nodes := e.walkVersions(ctx, roots)
-	e.refuseCycles(nodes)
+	g := e.walkVersions(ctx, roots)
+	e.refuseCycles(g)
 	var wg sync.WaitGroup
-	for _, n := range nodes {
+	for _, n := range g.nodes {
 		if n.done == nil {
 			continue // refused as part of a cycle
 		}
@@ -66,30 +66,19 @@ func (e *engine) mirrorVersions(ctx context.Context, roots []string) {
 
 // walkVersions reads the records of the versions the refs name and of
 // their ancestors, level by level, stopping at versions complete in the
-// sink. An ancestor absent upstream is logged and left out.
-func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*versionJob {
-	nodes := map[string]*versionJob{}
-	level := []*versionJob{}
-	add := func(id string, isRoot bool) {
-		if _, seen := nodes[id]; seen || e.versions.published[id] {
-			return
-		}
-		n := &versionJob{id: id, isRoot: isRoot, done: make(chan struct{})}
-		nodes[id] = n
-		level = append(level, n)
-	}
+// sink (versionGraph). An ancestor absent upstream is left out.
+func (e *engine) walkVersions(ctx context.Context, roots []string) *versionGraph {
+	g := newVersionGraph(e.versions.published)
 	for _, id := range roots {
-		add(id, true)
+		g.add(id, true)
 	}
 	for id := range e.versions.pending {
-		add(id, false) // retried: see PendingVersion
+		g.add(id, false) // retried: see PendingVersion
 	}
-	for len(level) > 0 && ctx.Err() == nil {
-		current := level
-		level = nil
+	for level := g.take(); len(level) > 0 && ctx.Err() == nil; level = g.take() {
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, e.opts.Concurrency)
-		for _, n := range current {
+		for _, n := range level {
 			wg.Add(1)
 			slots <- struct{}{}
 			go func() {
@@ -98,33 +87,12 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) map[string]*v
 			}()
 		}
 		wg.Wait()
-		for _, n := range current {
-			if n.rec == nil {
-				continue
-			}
-			for _, p := range n.rec.Parents {
-				add(p, false)
-			}
-		}
+		g.addParents(level)
 	}
-	for id, n := range nodes {
-		if n.rec == nil && n.err == nil {
-			delete(nodes, id) // an ancestor absent upstream
-			e.versions.absent[id] = true
-			continue
-		}
+	for _, id := range g.finish() {
+		e.versions.absent[id] = true
 	}
-	for _, n := range nodes {
-		if n.rec == nil {
-			continue
-		}
-		for _, p := range n.rec.Parents {
-			if pn, ok := nodes[p]; ok && pn != n {
-				n.wait = append(n.wait, pn)
-			}
-		}
-	}
-	return nodes
+	return g
 }
 
 // readRecord fetches and parses a version's record into n (see
@@ -143,36 +111,12 @@ func (e *engine) readRecord(ctx context.Context, n *versionJob) {
 	n.raw, n.rec, n.err = e.src.ReadRecord(ctx, n.id, n.isRoot)
 }
 
-// refuseCycles refuses the versions whose parents lead back to themselves
-// (a hostile or broken upstream), and those that wait on them: they could
-// never be published parents first. They are marked by a nil done.
-func (e *engine) refuseCycles(nodes map[string]*versionJob) {
-	waiting := map[*versionJob]int{}
-	children := map[*versionJob][]*versionJob{}
-	var ready []*versionJob
-	for _, n := range nodes {
-		waiting[n] = len(n.wait)
-		for _, p := range n.wait {
-			children[p] = append(children[p], n)
-		}
-		if len(n.wait) == 0 {
-			ready = append(ready, n)
-		}
-	}
-	for len(ready) > 0 {
-		n := ready[len(ready)-1]
-		ready = ready[:len(ready)-1]
-		delete(waiting, n)
-		for _, c := range children[n] {
-			if waiting[c]--; waiting[c] == 0 {
-				ready = append(ready, c)
-			}
-		}
-	}
-	for n := range waiting {
+// refuseCycles refuses the versions in a cycle, and those that wait on
+// them (versionGraph.cycles). They are marked by a nil done.
+func (e *engine) refuseCycles(g *versionGraph) {
+	for _, n := range g.cycles() {
 		n.done = nil
-		r := refuse(ReasonRecord, n.id, repo.VersionFile(n.id, repo.RecordFile),
-			"version %s: its parents lead back to itself (a cycle of versions); refused", n.id)
+		r := cycleRefusal(n.id)
 		e.versions.refused[n.id] = r
 		e.addRefusal(r)
 	}
