@@ -18,9 +18,10 @@ import (
 // here, as on backend.ReadOnly), and is its own Copier, so that As[Copier]
 // finds it before the store.
 //
-// The state files' writers in internal/sink/lock write a local folder
-// through its path (As[*local.Local] reaches past any wrapper): the
-// sink's writes of state files keep their own dry-run checks.
+// It says it cannot write (Properties().CanWrite), so that the state
+// files' writers in internal/sink/lock, which write a local folder
+// through its path, find no folder past it: a state file written here
+// is planned like any write (lock.writableFolder).
 type planned struct {
 	backend.Backend
 	plan func(name string)
@@ -48,10 +49,11 @@ func (p planned) Remove(_ context.Context, name string) error {
 }
 
 // Properties: no conditional writes, so that a write conditional on a
-// version token is a plain Put here.
+// version token is a plain Put here; no writes, so that nothing reaches
+// past it to a local folder.
 func (p planned) Properties() backend.Properties {
 	props := p.Backend.Properties()
-	props.ConditionalWrite = false
+	props.CanWrite, props.ConditionalWrite = false, false
 	return props
 }
 

@@ -23,6 +23,28 @@ import (
 // are written beside the lock (the local backend keeps that folder to
 // itself), in an object store as objects. Only a run holding the lock
 // writes them.
+//
+// A write reaches the local folder only through wrappers that write
+// (writableFolder): through one that writes nothing (backend.ReadOnly,
+// a dry run's store) it goes to that wrapper, which refuses or plans it,
+// as it does every other write. So this code has no dry-run branch.
+
+// writableFolder is the local folder under b that a write of a state
+// file may change: found through wrappers that can write, never past one
+// that cannot (Properties().CanWrite).
+func writableFolder(b backend.Reader) (*local.Local, bool) {
+	for b.Properties().CanWrite {
+		if l, ok := b.(*local.Local); ok {
+			return l, true
+		}
+		u, ok := b.(backend.Unwrapper)
+		if !ok {
+			break
+		}
+		b = u.Unwrap()
+	}
+	return nil, false
+}
 
 // ReadState returns the content of a state file; nil when there is none.
 // A file that is not a regular file (a symlink, a FIFO, a device), larger
@@ -124,7 +146,7 @@ func ReadStateOrSetAside(ctx context.Context, b backend.Reader, name string, lim
 // store it is copied there where the store copies, then removed.
 func SetAside(ctx context.Context, b backend.Reader, name string) (string, error) {
 	aside := name + "." + time.Now().UTC().Format("20060102T150405.000000000Z") + ".set-aside"
-	if l, ok := backend.As[*local.Local](b); ok {
+	if l, ok := writableFolder(b); ok {
 		dir := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix))
 		if err := os.Rename(filepath.Join(dir, filepath.FromSlash(name)), filepath.Join(dir, filepath.FromSlash(aside))); err != nil {
 			return "", err
@@ -149,7 +171,7 @@ func SetAside(ctx context.Context, b backend.Reader, name string) (string, error
 
 // WriteState replaces a state file, atomically.
 func WriteState(ctx context.Context, b backend.Backend, name string, data []byte) error {
-	if l, ok := backend.As[*local.Local](b); ok {
+	if l, ok := writableFolder(b); ok {
 		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
@@ -182,7 +204,7 @@ func WriteState(ctx context.Context, b backend.Backend, name string, data []byte
 // RemoveState removes a state file, durably; removing an absent one is
 // not an error.
 func RemoveState(ctx context.Context, b backend.Backend, name string) error {
-	if l, ok := backend.As[*local.Local](b); ok {
+	if l, ok := writableFolder(b); ok {
 		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
 		if err := os.Remove(p); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
