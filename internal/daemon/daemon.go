@@ -506,16 +506,27 @@ func (d *Daemon) scheduleLocked(cfg *config.Config) {
 	d.sched.Start()
 }
 
-// tick starts a run of the mirror unless one is going.
-func (d *Daemon) tick(gen int, name string) {
+// lockLive takes d.mu and returns the mirror a tick of schedule
+// generation gen is for. It returns false, with d.mu released, when the
+// daemon stops, the schedule was replaced, or the mirror is gone; on true
+// the caller holds d.mu.
+func (d *Daemon) lockLive(gen int, name string) (config.Mirror, bool) {
 	d.mu.Lock()
 	if d.stopping || gen != d.gen {
 		d.mu.Unlock()
-		return
+		return config.Mirror{}, false
 	}
 	m, ok := d.cfg.Mirror(name)
 	if !ok {
 		d.mu.Unlock()
+	}
+	return m, ok
+}
+
+// tick starts a run of the mirror unless one is going.
+func (d *Daemon) tick(gen int, name string) {
+	m, ok := d.lockLive(gen, name)
+	if !ok {
 		return
 	}
 	if d.running[name] {

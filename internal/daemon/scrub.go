@@ -23,14 +23,8 @@ import (
 // scrub that finds the sink locked (another replica, a manual sync) stays
 // due, and the mirror's next run is one.
 func (d *Daemon) scrubTick(gen int, name string) {
-	d.mu.Lock()
-	if d.stopping || gen != d.gen {
-		d.mu.Unlock()
-		return
-	}
-	m, ok := d.cfg.Mirror(name)
+	m, ok := d.lockLive(gen, name)
 	if !ok {
-		d.mu.Unlock()
 		return
 	}
 	if d.scrubDue == nil {
