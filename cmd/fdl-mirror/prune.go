@@ -167,6 +167,9 @@ func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
 			fmt.Fprintf(w, "  would remove %s\n", o)
 		}
 	}
+	for _, o := range r.MaybeRemoved {
+		fmt.Fprintf(w, "  may have removed %s: its removal was sent, and the run stopped before the answer came\n", inert(o))
+	}
 	for _, f := range r.Unnamed {
 		fmt.Fprintf(w, "  left %s: no catalog in the mirror names it\n", f)
 	}

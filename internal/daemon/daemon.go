@@ -650,6 +650,9 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 	if rep != nil {
 		fields = append(fields, zap.Int("refs_removed", len(rep.RefsRemoved)), zap.Int("versions_removed", len(rep.VersionsRemoved)),
 			zap.Int("data_files_removed", len(rep.DataFilesRemoved)), zap.Int("objects_removed", len(rep.Removed)))
+		if len(rep.MaybeRemoved) > 0 {
+			fields = append(fields, zap.Strings("maybe_removed", rep.MaybeRemoved))
+		}
 	}
 	switch {
 	case errors.Is(err, lock.ErrLocked):

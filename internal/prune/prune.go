@@ -611,6 +611,11 @@ func (p *pruner) remove(ctx context.Context, name string) error {
 	// keeps its version: that window is the lock's, checked before the
 	// removals begin.)
 	if err := p.sink.Remove(ctx, name, p.versionOf[name]); err != nil {
+		if ctx.Err() != nil && !backend.IsPreconditionFailed(err) {
+			// Stopped with the request out: a cancelled client gives up
+			// on the answer, not on the removal, which may have landed.
+			p.report.MaybeRemoved = append(p.report.MaybeRemoved, name)
+		}
 		return fmt.Errorf("sink %s: removing %s: %w", p.dst.Location(), name, err)
 	}
 	p.report.Removed = append(p.report.Removed, name)

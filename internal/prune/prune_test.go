@@ -88,3 +88,41 @@ func TestACancelledPruneStopsBeforeItsNextRemoval(t *testing.T) {
 		t.Fatalf("the ref went: %v", err)
 	}
 }
+
+// cancelAfterRemove is a mirror whose first removal lands and then the
+// run is cancelled before its answer is read: the lock lost, or a signal,
+// while the request was out.
+type cancelAfterRemove struct {
+	*local.Local
+	cancel context.CancelFunc
+	landed []string
+}
+
+func (c *cancelAfterRemove) Remove(ctx context.Context, name string) error {
+	if err := c.Local.Remove(ctx, name); err != nil {
+		return err
+	}
+	c.landed = append(c.landed, name)
+	c.cancel()
+	return ctx.Err()
+}
+
+// A removal the store carried out while the run was stopped, its answer
+// lost, is neither claimed removed nor left out: the report lists it as
+// maybe removed, and nothing after it was sent.
+func TestARemovalInFlightWhenStoppedIsReportedMaybeRemoved(t *testing.T) {
+	up, mirror, _ := withdrawnBranch(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &cancelAfterRemove{Local: mirror, cancel: cancel}
+	rep, err := Run(ctx, up, c, Options{})
+	if err == nil {
+		t.Fatal("a prune stopped mid-removal reported no error")
+	}
+	if len(c.landed) != 1 {
+		t.Fatalf("removals that reached the store: %v, want exactly the first", c.landed)
+	}
+	if len(rep.Removed) != 0 || len(rep.MaybeRemoved) != 1 || rep.MaybeRemoved[0] != c.landed[0] {
+		t.Errorf("report: removed %v, maybe removed %v; want maybe removed [%s] only", rep.Removed, rep.MaybeRemoved, c.landed[0])
+	}
+}

@@ -36,9 +36,14 @@ type Report struct {
 	// Unnamed lists data files that no catalog in the mirror names: left
 	// alone (listed only when the prune looked at data files).
 	Unnamed []string `json:"unnamed"`
+	// MaybeRemoved lists objects whose removal was sent when the run was
+	// stopped (the lock lost, a signal) before the store's answer came
+	// in: the store may have carried it out. The next prune finds out.
+	MaybeRemoved []string `json:"maybe_removed,omitempty"`
 	// LockLost: the prune lost the mirror's lock (another run took it
 	// over, or its lease ran out by its own clock) and stopped; Removed
-	// lists what it removed before it noticed.
+	// lists what it removed before it noticed, MaybeRemoved what was in
+	// flight then.
 	LockLost bool `json:"lock_lost,omitempty"`
 	// Grace is the grace period the prune held removals for (0: it
 	// removed at once; see Options.Grace).
