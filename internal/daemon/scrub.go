@@ -92,11 +92,6 @@ type ScrubStatus struct {
 // repairPrefix starts every refusal internal/sync's repair makes.
 const repairPrefix = "repair: "
 
-// unrestoredPrefix starts the repair's refusal of a data file it found
-// missing or damaged and could not copy back ("repair: version V: data
-// file F: why"); its other refusals are of a check it could not make.
-const unrestoredPrefix = repairPrefix + "version "
-
 // scrubOutcome sums up what a run with the repair's check found, from its
 // report and its result (one of the runs_total results).
 func scrubOutcome(rep *fdlsync.Report, result string, start, end time.Time) ScrubStatus {
@@ -104,16 +99,16 @@ func scrubOutcome(rep *fdlsync.Report, result string, start, end time.Time) Scru
 	if rep == nil {
 		return s
 	}
+	// Found missing: what the repair copied back and what it could not;
+	// the report counts both, so no message is parsed for them.
 	s.FilesRestored = len(rep.Repaired)
-	s.FilesMissing = s.FilesRestored
-	checkFailed := false
+	s.FilesMissing = s.FilesRestored + len(rep.Unrepaired)
+	checkFailed := len(rep.Unrepaired) > 0
 	for _, r := range rep.Refused {
-		if !strings.HasPrefix(r.Message, repairPrefix) {
-			continue
-		}
-		checkFailed = true
-		if r.Reason == fdlsync.ReasonCopy && r.File != "" && strings.HasPrefix(r.Message, unrestoredPrefix) {
-			s.FilesMissing++
+		// The repair's other refusals are of a check it could not make
+		// (a catalog of the mirror's unreadable, a file not asked).
+		if strings.HasPrefix(r.Message, repairPrefix) {
+			checkFailed = true
 		}
 	}
 	if result == ResultSuccess || result == ResultRefused {

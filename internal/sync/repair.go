@@ -55,6 +55,9 @@ func (e *engine) repair(ctx context.Context) {
 			}
 			if err := e.transfer.copyFile(ctx, name, f.Size); err != nil {
 				e.addRefusal(refuse(ReasonCopy, id, name, "repair: version %s: data file %s: %v", id, name, err))
+				e.mu.Lock()
+				e.report.Unrepaired = append(e.report.Unrepaired, name)
+				e.mu.Unlock()
 				continue
 			}
 			what := "missing"

@@ -105,6 +105,9 @@ type Report struct {
 	Distrusted []string `json:"distrusted,omitempty"`
 	// Repaired lists the data files a repair copied back.
 	Repaired []string `json:"repaired,omitempty"`
+	// Unrepaired lists the data files a repair found missing or of
+	// another size and could not copy back; each is refused too.
+	Unrepaired []string `json:"unrepaired,omitempty"`
 	// Refs compares every upstream ref with the sink after the run; empty
 	// when the run stopped before publishing refs.
 	Refs []RefStatus `json:"refs"`

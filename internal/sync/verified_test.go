@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -470,7 +471,17 @@ func TestRepairCopiesBackWhatTheMirrorLost(t *testing.T) {
 		t.Fatalf("verify after repair: %v", p)
 	}
 	fdltest.AssertMirrored(t, up, mirror, nil)
-	if rep := mustRun(t, up, mirror, fdlsync.Options{Repair: true}); len(rep.Repaired) != 0 || rep.FilesCopied != 0 {
-		t.Fatalf("a second repair: repaired %v, copied %d", rep.Repaired, rep.FilesCopied)
+	if rep := mustRun(t, up, mirror, fdlsync.Options{Repair: true}); len(rep.Repaired) != 0 || rep.FilesCopied != 0 || len(rep.Unrepaired) != 0 {
+		t.Fatalf("a second repair: repaired %v, unrepaired %v, copied %d", rep.Repaired, rep.Unrepaired, rep.FilesCopied)
+	}
+	// Lost on both sides: found, not copied back, listed and refused.
+	os.Remove(filepath.Join(mirror, gone))
+	os.Remove(filepath.Join(up, gone))
+	rep = mustRun(t, up, mirror, fdlsync.Options{Repair: true})
+	if len(rep.Repaired) != 0 || !slices.Equal(rep.Unrepaired, []string{gone}) {
+		t.Fatalf("lost upstream too: repaired %v, unrepaired %v, want %s unrepaired", rep.Repaired, rep.Unrepaired, gone)
+	}
+	if len(rep.Refused) != 1 || rep.Refused[0].Reason != fdlsync.ReasonCopy || rep.Refused[0].File != gone {
+		t.Fatalf("lost upstream too: refused %+v, want %s refused as %s", rep.Refused, gone, fdlsync.ReasonCopy)
 	}
 }
