@@ -115,10 +115,12 @@ func New(b backend.Backend, opts Options) *Sink {
 	return s
 }
 
-// NewReader is the mirror in r as a reader of it sees it (status): read
-// through the same operations as a run's, every write refused
-// (backend.ReadOnly).
-func NewReader(r backend.Reader) *Sink { return New(backend.ReadOnly(r), Options{}) }
+// NewReader is the mirror in r as a reader of it sees it (status, the
+// daemon's notifications): read through the same operations as a run's,
+// every write refused (backend.ReadOnly); log nil logs nothing.
+func NewReader(r backend.Reader, log *zap.Logger) *Sink {
+	return New(backend.ReadOnly(r), Options{Logger: log})
+}
 
 // Location is the mirror's address, for messages.
 func (s *Sink) Location() string { return s.b.Location() }
