@@ -144,6 +144,9 @@ func (s *Sink) loadUnsynced(ctx context.Context, dataDir string) ([]string, erro
 // stay distrusted: treated as absent, and so copied at the size a
 // catalog gives (or their versions refused) like any missing file.
 func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string, size int64) error) {
+	// Not in a dry run: its copies would only be planned, and the files
+	// then taken for copied again; left distrusted, they are planned
+	// with the versions that need them.
 	if len(s.dur.distrusted) == 0 || s.opts.DryRun {
 		return
 	}

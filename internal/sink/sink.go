@@ -115,6 +115,11 @@ func New(b backend.Backend, opts Options) *Sink {
 	return s
 }
 
+// NewReader is the mirror in r as a reader of it sees it (status): read
+// through the same operations as a run's, every write refused
+// (backend.ReadOnly).
+func NewReader(r backend.Reader) *Sink { return New(backend.ReadOnly(r), Options{}) }
+
 // Location is the mirror's address, for messages.
 func (s *Sink) Location() string { return s.b.Location() }
 
