@@ -25,9 +25,11 @@
 // files nothing needs.
 //
 // Its place: internal/mirror opens the stores, takes the lock and calls
-// Run; the upstream is read through internal/source (settings, versions,
-// whether a version is expired or gone), the mirror's source record and
-// the repository check through internal/sink. It does not import sync.
+// Run; the upstream is read through internal/source (settings, refs and
+// the versions they name, whether a version is expired or gone), the
+// mirror through internal/sink (its refs, versions, data files and
+// catalogs, each with its version token; its source record), which also
+// makes every removal. It does not import sync.
 //
 // On an object store, whose lock is a lease a paused run can outlive,
 // steps 2 to 4 wait a grace period (grace.go): what the plan finds

@@ -84,6 +84,9 @@ type durability struct {
 	distrusted map[string]int64 // found in the record, not copied again yet: name → recorded size, -1 if none
 }
 
+// deferSync says whether writes are made durable by barriers. Not in a
+// dry run: the barrier is the store's own, found past the planned
+// wrapper, and would fsync a mirror the run writes nothing to.
 func (s *Sink) deferSync() bool { return s.dur.barrier != nil && !s.opts.DryRun }
 
 // WithoutSync is ctx for a write the next barrier makes durable.

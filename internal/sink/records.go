@@ -11,30 +11,19 @@ import (
 // the sink judges nothing, and internal/source judges them
 // (source.JudgeRecord, source.JudgeSignature) as it judges upstream's.
 
-// ReadRecord reads the record of version id in the mirror r.
-func ReadRecord(ctx context.Context, r backend.Reader, id string) ([]byte, error) {
-	return backend.ReadAll(ctx, r, repo.VersionFile(id, repo.RecordFile), repo.MaxRecordFile)
-}
-
-// ReadSignature reads the signature of version id in the mirror r; nil
-// where it has none.
-func ReadSignature(ctx context.Context, r backend.Reader, id string) ([]byte, error) {
-	sig, err := backend.ReadAll(ctx, r, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile)
-	if backend.IsNotExist(err) {
-		return nil, nil
-	}
-	return sig, err
-}
-
 // ReadRecord reads the record of version id in the mirror.
 func (s *Sink) ReadRecord(ctx context.Context, id string) ([]byte, error) {
-	return ReadRecord(ctx, s.b, id)
+	return backend.ReadAll(ctx, s.b, repo.VersionFile(id, repo.RecordFile), repo.MaxRecordFile)
 }
 
 // ReadSignature reads the signature of version id in the mirror; nil
 // where it has none.
 func (s *Sink) ReadSignature(ctx context.Context, id string) ([]byte, error) {
-	return ReadSignature(ctx, s.b, id)
+	sig, err := backend.ReadAll(ctx, s.b, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	return sig, err
 }
 
 // ReadRefs reads the refs of the mirror as a reader of it finds them

@@ -24,7 +24,7 @@ func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection
 	var seen sink.UpstreamState
 	var mirror *sink.Sink // nil: no mirror yet
 	if dst != nil {
-		mirror = sink.NewReader(dst)
+		mirror = sink.NewReader(dst, nil)
 		var err error
 		if mine, _, err = mirror.ReadRefs(ctx); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
