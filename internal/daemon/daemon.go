@@ -192,9 +192,9 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.metrics.CatalogSandbox(catalog.ProbeSandbox())
 	if path, note := catalog.ReaderNow(); note != "" {
-		d.log.Info("catalog readers re-execute "+path, zap.String("why", note))
+		d.log.Info("catalog readers start from "+path+", re-executed", zap.String("why", note))
 	} else {
-		d.log.Info("catalog readers run " + path)
+		d.log.Info("catalog readers start from " + path)
 	}
 	return d, nil
 }
