@@ -611,9 +611,10 @@ func (p *pruner) remove(ctx context.Context, name string) error {
 	// keeps its version: that window is the lock's, checked before the
 	// removals begin.)
 	if err := p.sink.Remove(ctx, name, p.versionOf[name]); err != nil {
-		if ctx.Err() != nil && !backend.IsPreconditionFailed(err) {
+		if ctx.Err() != nil && !backend.IsPreconditionFailed(err) && !errors.Is(err, sink.ErrNotSent) {
 			// Stopped with the request out: a cancelled client gives up
 			// on the answer, not on the removal, which may have landed.
+			// (One the lease check held back never left.)
 			p.report.MaybeRemoved = append(p.report.MaybeRemoved, name)
 		}
 		return fmt.Errorf("sink %s: removing %s: %w", p.sink.Location(), name, err)

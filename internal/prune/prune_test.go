@@ -2,8 +2,10 @@ package prune
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
@@ -124,5 +126,37 @@ func TestARemovalInFlightWhenStoppedIsReportedMaybeRemoved(t *testing.T) {
 	}
 	if len(rep.Removed) != 0 || len(rep.MaybeRemoved) != 1 || rep.MaybeRemoved[0] != c.landed[0] {
 		t.Errorf("report: removed %v, maybe removed %v; want maybe removed [%s] only", rep.Removed, rep.MaybeRemoved, c.landed[0])
+	}
+}
+
+// A removal the lease check holds back never reaches the store: when the
+// lease runs out between two removals (and the lost lock cancels the
+// run), the report lists the first as removed and not the second at all,
+// not even as maybe removed, and the second object stays.
+func TestARemovalTheLeaseHeldBackIsNotReportedMaybeRemoved(t *testing.T) {
+	up, mirror, _ := withdrawnBranch(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	checks := 0
+	lease := func() error {
+		checks++
+		if checks <= 2 { // refs.json's write, then the first removal
+			return nil
+		}
+		cancel() // the lost lock cancels the run, as lock.Held.Watch does
+		return errors.New("the lock's lease may have run out")
+	}
+	rep, err := Run(ctx, up, mirror, Options{Lease: lease})
+	if err == nil {
+		t.Fatal("a prune whose lease ran out reported no error")
+	}
+	if len(rep.Removed) != 1 || len(rep.MaybeRemoved) != 0 {
+		t.Fatalf("report: removed %v, maybe removed %v; want the first removal only, nothing maybe removed", rep.Removed, rep.MaybeRemoved)
+	}
+	if _, err := os.Stat(filepath.Join(mirror.Dir(), rep.Removed[0])); !os.IsNotExist(err) {
+		t.Errorf("%s, reported removed, is still there: %v", rep.Removed[0], err)
+	}
+	if !strings.Contains(err.Error(), "not writing") {
+		t.Errorf("the error does not say a write was held back: %v", err)
 	}
 }

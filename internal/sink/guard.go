@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -19,13 +20,24 @@ type guarded struct {
 	lease  func() error // nil: no lease to check
 }
 
+// ErrNotSent is wrapped by the error of a write or removal the guard
+// refused before it reached the store: whatever the run's state, the
+// store never saw it (a prune's report tells it from one in flight).
+var ErrNotSent = errors.New("not sent to the store")
+
+// notSent is a refusal of the guard; its message is err's.
+type notSent struct{ error }
+
+func (e notSent) Unwrap() error        { return e.error }
+func (e notSent) Is(target error) bool { return target == ErrNotSent }
+
 func (g guarded) check(name string) error {
 	if g.locked != nil && !g.locked.Load() {
-		return fmt.Errorf("internal error: writing %s before holding the mirror's lock", name)
+		return notSent{fmt.Errorf("internal error: writing %s before holding the mirror's lock", name)}
 	}
 	if g.lease != nil {
 		if err := g.lease(); err != nil {
-			return fmt.Errorf("not writing %s: %w", name, err)
+			return notSent{fmt.Errorf("not writing %s: %w", name, err)}
 		}
 	}
 	return nil
