@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"maps"
 	"slices"
 	"strings"
@@ -116,12 +117,12 @@ func (s *Sink) Claimed() []string {
 
 // SettleClaims writes the prune's list back before the run's refs move,
 // conditional on the token the inventory read: what the run made its own
-// leaves the candidates and is recorded Rewritten at now. It writes even
-// when the run made nothing its own, and creates the list where there
-// was none: a prune that read it before then fails to record what it
-// planned, and plans again under its next lock (see the comment above).
-// An error means another run changed the list: this run lost the lock,
-// and moves no ref.
+// leaves the candidates and is recorded Rewritten at now. The caller
+// calls it whenever refs move, even when the run made nothing its own,
+// and it creates the list where there was none: a prune that read it
+// before then fails to record what it planned, and plans again under its
+// next lock (see the comment above). An error means another run changed
+// the list: this run lost the lock, and moves no ref.
 func (s *Sink) SettleClaims(ctx context.Context, now time.Time) error {
 	s.claims.mu.Lock()
 	defer s.claims.mu.Unlock()
@@ -138,13 +139,23 @@ func (s *Sink) SettleClaims(ctx context.Context, now time.Time) error {
 		delete(next.Removed, name)
 		next.Rewritten[name] = Candidate{Since: now, Version: old}
 	}
-	if err := s.WriteCandidates(ctx, next, s.claims.version); err != nil {
+	raw, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
 		return err
 	}
-	s.claims.list = next
-	s.claims.mine = map[string]string{}
+	raw = append(raw, '\n')
+	// Not counted as a file the run copied: a run that moves refs and
+	// copies nothing still says it copied nothing.
+	name := backend.ReservedPrefix + CandidatesFile
+	if err := backend.ReplaceIfUnchanged(ctx, s.b, name, raw, s.claims.version); err != nil {
+		if backend.IsPreconditionFailed(err) {
+			err = fenced(name, err)
+		}
+		return s.errorf("writing %s: %w", name, err)
+	}
 	// The list's new token is not known without a read; a second settle
 	// in the run would be refused, and none is made.
+	s.claims.list = next
 	s.claims.read = false
 	return nil
 }

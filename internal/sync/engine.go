@@ -267,18 +267,6 @@ func (e *engine) run(ctx context.Context) error {
 	if err := e.stageOne(ctx, upstream); err != nil {
 		return err // never move refs after an interrupted stage one
 	}
-	// Before any ref moves: what the run made its own of a prune's
-	// candidates leaves its list, by a write conditional on the list the
-	// inventory read (sink/claims.go). Refused, the run lost the mirror.
-	if e.opts.Lock == nil || e.sink.IsLocked() {
-		e.report.Claimed = e.sink.Claimed()
-		if err := e.sink.SettleClaims(ctx, time.Now()); err != nil {
-			if backend.IsPreconditionFailed(err) {
-				e.lockLost.Store(true)
-			}
-			return &FatalError{err}
-		}
-	}
 	// Stage two is only for the lock's holder, checked again now rather
 	// than at the next renewal, so that two runs never both move refs.
 	if err := e.checkLock(ctx); err != nil {
