@@ -3,7 +3,6 @@ package prune
 import (
 	"context"
 	"fmt"
-	"maps"
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -29,6 +28,16 @@ import (
 // A version goes whole or not at all: every object of its folder must be
 // due. A data file goes only when due and named by no version that
 // stays, candidates still in their grace included.
+//
+// A sync that needs a candidate makes it its own (sink/claims.go): it
+// writes it again with a new token, and records it Rewritten. What a
+// prune removed stays on the list as Removed, with the token removed,
+// for the grace after; a listed or removed object found again with
+// another token was rewritten by a run that did not get to record it,
+// and counts as Rewritten from now. A Rewritten object is not listed
+// again before the grace since: on S3, whose ETag is a digest of the
+// bytes, a second rewrite could give back the token a prune paused
+// since the first still holds, and the grace is longer than any pause.
 
 // MinGrace is the shortest grace accepted on an object store: longer than
 // S3's SigV4 request lifetime (15 minutes) and a GCS access token's (1
@@ -72,12 +81,35 @@ func (p *pruner) applyGrace(pl *plan) *graceState {
 	now := p.opts.Now().UTC().Round(0)
 	old := p.listed
 	st := &graceState{next: &sink.Candidates{Objects: map[string]sink.Candidate{}}, version: p.listedVersion}
+	st.next.Removed = keepUntil(old.Removed, now.Add(-p.opts.Grace))
+	st.next.Rewritten = keepUntil(old.Rewritten, now.Add(-p.opts.Grace))
 	// mark records name as a candidate and says whether it is due.
 	mark := func(name string) bool {
-		c, ok := old.Objects[name]
-		if !ok || c.Version != p.versionOf[name] {
-			c = sink.Candidate{Since: now, Version: p.versionOf[name]}
+		token := p.versionOf[name]
+		if _, ok := st.next.Rewritten[name]; ok {
+			return false // made a run's own within the grace: not listed
 		}
+		c, ok := old.Objects[name]
+		fromRemoved := false
+		if r, removed := st.next.Removed[name]; !ok && removed {
+			// Removed, and there again (a version upstream brought
+			// back, copied again): listed anew unless rewritten.
+			c, ok, fromRemoved = r, true, true
+		}
+		switch {
+		case ok && c.Version != token && c.Version != "" && token != "":
+			// Written again since it was listed or removed, by a run
+			// that did not record it: its own from now.
+			if st.next.Rewritten == nil {
+				st.next.Rewritten = map[string]sink.Candidate{}
+			}
+			st.next.Rewritten[name] = sink.Candidate{Since: now, Version: c.Version}
+			delete(st.next.Removed, name)
+			return false
+		case !ok || c.Version != token || fromRemoved:
+			c = sink.Candidate{Since: now, Version: token}
+		}
+		delete(st.next.Removed, name)
 		st.next.Objects[name] = c
 		if due := c.Since.Add(p.opts.Grace); !due.After(now) {
 			return true
@@ -112,11 +144,49 @@ func (p *pruner) applyGrace(pl *plan) *graceState {
 		delete(st.next.Objects, name)
 	}
 	p.report.Candidates = len(st.next.Objects)
-	st.changed = !maps.EqualFunc(old.Objects, st.next.Objects, func(a, b sink.Candidate) bool {
-		return a.Version == b.Version && a.Since.Equal(b.Since)
-	})
+	p.report.Rewritten = len(st.next.Rewritten)
+	st.changed = !old.Equal(st.next)
 	p.report.candidatesChanged = st.changed
 	return st
+}
+
+// keepUntil is the entries of m from after cutoff.
+func keepUntil(m map[string]sink.Candidate, cutoff time.Time) map[string]sink.Candidate {
+	var out map[string]sink.Candidate
+	for name, c := range m {
+		if c.Since.After(cutoff) {
+			if out == nil {
+				out = map[string]sink.Candidate{}
+			}
+			out[name] = c
+		}
+	}
+	return out
+}
+
+// recordRemoved lists what the prune removed of its candidates as
+// Removed, with the token it removed, for the grace after.
+func (p *pruner) recordRemoved(st *graceState, pl *plan) {
+	planned := map[string]bool{}
+	for _, v := range pl.versions {
+		for _, name := range v.objects() {
+			planned[name] = true
+		}
+	}
+	for _, name := range pl.dataFiles {
+		planned[name] = true
+	}
+	now := p.opts.Now().UTC().Round(0)
+	for _, name := range p.report.Removed {
+		if !planned[name] || p.versionOf[name] == "" {
+			continue
+		}
+		if st.next.Removed == nil {
+			st.next.Removed = map[string]sink.Candidate{}
+		}
+		st.next.Removed[name] = sink.Candidate{Since: now, Version: p.versionOf[name]}
+		st.changed = true
+	}
 }
 
 // objects is every object of the version's folder the plan removes.
@@ -135,7 +205,7 @@ func (p *pruner) forgetRemoved(ctx context.Context) (*graceState, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &graceState{next: &sink.Candidates{Objects: maps.Clone(old.Objects)}, version: version}
+	st := &graceState{next: old.Clone(), version: version}
 	for _, name := range p.report.Removed {
 		if _, ok := st.next.Objects[name]; ok {
 			delete(st.next.Objects, name)

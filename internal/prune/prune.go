@@ -185,6 +185,9 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if err := p.execute(ctx, pl); err != nil {
 		return rep, err
 	}
+	if grace != nil {
+		p.recordRemoved(grace, pl)
+	}
 	if grace == nil && len(rep.Removed) > 0 {
 		// Removed at once: what an earlier prune listed leaves the list,
 		// or an object copied again with the same token (an S3 ETag is
@@ -417,10 +420,13 @@ func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 	if p.listed != nil {
 		// Listed by an earlier prune while the version that named it was
 		// removed (its own grace restarted by a rewrite): still a
-		// candidate, though no catalog names it any more.
-		for name := range p.listed.Objects {
-			if strings.HasPrefix(name, m.settings.DataDir) && !strings.HasPrefix(name, repo.VersionsDir) && !strings.HasPrefix(name, backend.ReservedPrefix) {
-				candidates[name] = true
+		// candidate, though no catalog names it any more; so is one
+		// rewritten or removed within the grace (applyGrace holds it).
+		for _, m2 := range []map[string]sink.Candidate{p.listed.Objects, p.listed.Rewritten, p.listed.Removed} {
+			for name := range m2 {
+				if strings.HasPrefix(name, m.settings.DataDir) && !strings.HasPrefix(name, repo.VersionsDir) && !strings.HasPrefix(name, backend.ReservedPrefix) {
+					candidates[name] = true
+				}
 			}
 		}
 	}

@@ -52,6 +52,10 @@ type Report struct {
 	// grace, not removed by this run; NextDue is when the first may go.
 	Candidates int        `json:"candidates"`
 	NextDue    *time.Time `json:"next_due,omitempty"`
+	// Rewritten counts the objects a run made its own within the grace
+	// (written again with a new token): none is listed before the grace
+	// has passed since (see grace.go).
+	Rewritten int `json:"rewritten,omitempty"`
 	// candidatesChanged: the list of candidates is to be written.
 	candidatesChanged bool
 }

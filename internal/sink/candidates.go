@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -35,6 +36,19 @@ type Candidate struct {
 // Candidates is CandidatesFile's content.
 type Candidates struct {
 	Objects map[string]Candidate `json:"objects"`
+	// Removed are objects a prune removed, each with the token it removed
+	// (Version) and when (Since), kept for the grace after: a sync that
+	// writes one again (a version upstream brought back) writes it with
+	// another token (backend.WithNewToken), so that a removal of the same
+	// object by a prune paused since, conditional on that token, fails.
+	// On S3 the same bytes written the same way would give it back.
+	Removed map[string]Candidate `json:"removed,omitempty"`
+	// Rewritten are objects a sync made its own while listed or removed
+	// (claims.go): written again with another token than Version, at
+	// Since. A prune lists none of them again before the grace has passed
+	// since: S3 has two forms of token for the same bytes, and a second
+	// rewrite within a prune's pause could give the first back.
+	Rewritten map[string]Candidate `json:"rewritten,omitempty"`
 }
 
 // ReadCandidates reads the prune's candidates, and the file's version
@@ -79,6 +93,7 @@ func (s *Sink) ReadCandidates(ctx context.Context) (*Candidates, string, error) 
 	for name, cand := range f.Objects {
 		c.Objects[name] = cand
 	}
+	c.Removed, c.Rewritten = f.Removed, f.Rewritten
 	return c, version, nil
 }
 
@@ -100,4 +115,21 @@ func (s *Sink) WriteCandidates(ctx context.Context, c *Candidates, version strin
 		return s.errorf("writing %s%s: %w", backend.ReservedPrefix, CandidatesFile, err)
 	}
 	return nil
+}
+
+// Equal says whether c and o list the same.
+func (c *Candidates) Equal(o *Candidates) bool {
+	same := func(a, b map[string]Candidate) bool {
+		return maps.EqualFunc(a, b, func(x, y Candidate) bool { return x.Version == y.Version && x.Since.Equal(y.Since) })
+	}
+	return same(c.Objects, o.Objects) && same(c.Removed, o.Removed) && same(c.Rewritten, o.Rewritten)
+}
+
+// Clone is a copy of c that shares no map with it.
+func (c *Candidates) Clone() *Candidates {
+	out := &Candidates{Objects: maps.Clone(c.Objects), Removed: maps.Clone(c.Removed), Rewritten: maps.Clone(c.Rewritten)}
+	if out.Objects == nil {
+		out.Objects = map[string]Candidate{}
+	}
+	return out
 }

@@ -89,6 +89,11 @@ type Sink struct {
 	// first asked (see DataCursor); fitsOnce asks once.
 	fitsOnce sync.Once
 	fits     bool
+	// tokens: the store gives version tokens (backend.Conditional), and
+	// a prune there holds removals for a grace: the run reads the
+	// prune's list and claims what it relies on (claims.go).
+	tokens bool
+	claims claims
 }
 
 // New is the mirror in b.
@@ -102,7 +107,7 @@ func New(b backend.Backend, opts Options) *Sink {
 	if opts.Planned == nil {
 		opts.Planned = func(string) {}
 	}
-	s := &Sink{b: b, opts: opts, log: opts.Logger}
+	s := &Sink{b: b, opts: opts, log: opts.Logger, tokens: b.Properties().ConditionalWrite}
 	s.dur.barrier, _ = backend.As[backend.Barrier](b)
 	switch {
 	case opts.Guarded:
@@ -139,6 +144,7 @@ func (s *Sink) IsLocked() bool { return s.locked.Load() }
 
 // PutBytes writes a small file (a ref, a record, refs.json).
 func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
+	ctx = s.claim(ctx, name)
 	if err := s.b.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
 		return err
 	}
@@ -155,6 +161,7 @@ func (s *Sink) PutCatalog(ctx context.Context, name string, cat *catalog.Fetched
 		return err
 	}
 	defer f.Close()
+	ctx = s.claim(ctx, name)
 	if err := s.b.Put(backend.WithContentSHA256(ctx, cat.SHA256), name, f, cat.Size); err != nil {
 		return err
 	}
@@ -201,10 +208,17 @@ func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byt
 // published by another run, which is fine when it holds these bytes, and
 // means this run lost the mirror to another when it does not.
 func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
+	listed := s.Listed(name)
+	ctx = s.claim(ctx, name)
 	err := s.b.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
 	if errors.Is(err, backend.ErrExist) {
 		there, rerr := backend.ReadAll(ctx, s.b, name, int64(len(b))+1)
 		if rerr == nil && string(there) == string(b) {
+			if listed {
+				// A prune's candidate: made this run's own, the same
+				// bytes under a new token (claims.go).
+				return s.b.Put(ctx, name, strings.NewReader(string(b)), int64(len(b)))
+			}
 			return nil
 		}
 		return fenced(name, fmt.Errorf("%w: %w", backend.ErrPreconditionFailed, err))

@@ -2,6 +2,7 @@ package sync
 
 import (
 	"context"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -17,6 +18,21 @@ func (p *publisher) publishRefs(ctx context.Context, upstream repo.Refs, head st
 	writes, moves := p.decideRefs(ctx, upstream, inv.Refs)
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	// Before any ref moves: what the run made its own of a prune's
+	// candidates leaves its list, by a write conditional on the list the
+	// inventory read (sink/claims.go). Refused, the run lost the mirror.
+	claimed := p.sink.Claimed()
+	if len(writes) > 0 || len(claimed) > 0 {
+		p.mu.Lock()
+		p.report.Claimed = claimed
+		p.mu.Unlock()
+		if err := p.sink.SettleClaims(ctx, time.Now()); err != nil {
+			if backend.IsPreconditionFailed(err) {
+				p.lockLost.Store(true)
+			}
+			return fatalf("sink %s: %v", p.sink.Location(), err)
+		}
 	}
 	written, err := p.sink.WriteRefs(ctx, inv, writes, head)
 	if backend.IsPreconditionFailed(err) {

@@ -103,6 +103,11 @@ type Report struct {
 	// hold wrong bytes, and were copied again before any version that
 	// needs them was published (see .fdl-mirror/unsynced.json).
 	Distrusted []string `json:"distrusted,omitempty"`
+	// Claimed lists the objects a prune had listed as candidates for
+	// removal (or removed, or seen claimed, within its grace) that this
+	// run needed and wrote again with a new version token, so that no
+	// late removal of the old one lands (see sink/claims.go).
+	Claimed []string `json:"claimed,omitempty"`
 	// Repaired lists the data files a repair copied back.
 	Repaired []string `json:"repaired,omitempty"`
 	// Unrepaired lists the data files a repair found missing or of

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+)
+
+// deleteOf matches a request that removes an object whose key (the
+// bucket's, prefix included) want accepts: an S3 DELETE (path style) or
+// a GCS objects.delete.
+func deleteOf(want func(key string) bool) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		if r.Method != http.MethodDelete {
+			return false
+		}
+		p := r.URL.Path
+		if rest, ok := strings.CutPrefix(p, "/storage/v1/b/"); ok {
+			_, key, ok := strings.Cut(rest, "/o/")
+			return ok && want(key)
+		}
+		_, key, ok := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+		return ok && want(key)
+	}
+}
+
+// backdateCandidates moves every candidate's first sighting back by
+// age: the grace (a day by default) passes without the test waiting it.
+func backdateCandidates(t *testing.T, addr string, age time.Duration) int {
+	t.Helper()
+	var list sink.Candidates
+	if err := json.Unmarshal([]byte(readObject(t, addr, backend.ReservedPrefix+sink.CandidatesFile)), &list); err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range list.Objects {
+		c.Since = c.Since.Add(-age)
+		list.Objects[name] = c
+	}
+	raw, err := json.Marshal(&list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putObject(t, addr, backend.ReservedPrefix+sink.CandidatesFile, string(raw))
+	return len(list.Objects)
+}
+
+// The issue-42 interleaving, which lost files in 25 of 29 rounds before
+// a sync made what it relies on its own: upstream moves main to V2, a
+// child of W, and withdraws W. A prune lists W's objects; its grace
+// passes (backdated). A second prune, through the fault proxy, is
+// stopped at its first removal of one of W's data files, that DELETE
+// held in flight. A sync takes the expired lock over and publishes V2,
+// copying the listed files it needs again with new tokens. The prune
+// resumes: its held removal, conditional on the token it listed, is
+// refused, it exits 1, and every ref resolves to a complete version.
+func TestAPrunePausedInItsRemovalsLosesNoFileASyncNeeds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops and takes over runs on the test servers")
+	}
+	const rounds = 2 // per store
+	for _, st := range fenceStores(t) {
+		t.Run(st.name, func(t *testing.T) {
+			for round := range rounds {
+				parent := t.TempDir()
+				up := filepath.Join(parent, "upstream")
+				r := newBranchedRepo(t, up, 3, "old")
+				w := r.branches["refs/heads/old"]
+				prefix := fmt.Sprintf("claims-%d", round)
+				sinkAddr := st.direct(prefix)
+				pausedSink, env := st.paused(prefix)
+				configB := writeFenceConfig(t, parent, "b", up, sinkAddr)
+				configA := writeFenceConfig(t, parent, "a", up, pausedSink)
+				appendFile(t, configB, "    allow_rewind: true\n")
+				if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
+					t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+				}
+				// Upstream: V2 on W, on main; then W's branch and folder go.
+				writeFile(t, filepath.Join(up, "refs/heads/main"), w+"\n")
+				v2, err := generate.AddVersion(context.Background(), up, 1, generate.Options{RowsPerFile: 10, FastParquet: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.deleteBranch(t, "refs/heads/old")
+
+				if res := run(t, "prune", "--config", configB, "--mirror", "m"); res.code != 0 {
+					t.Fatalf("round %d: the prune that lists W: exit %d\n%s%s", round, res.code, res.stdout, res.stderr)
+				}
+				if n := backdateCandidates(t, sinkAddr, 48*time.Hour); n < len(r.only[w])+1 {
+					t.Fatalf("round %d: %d candidates listed; want W's version.json and its %d data files at least", round, n, len(r.only[w]))
+				}
+				onlyW := map[string]bool{}
+				for _, f := range r.only[w] {
+					onlyW[prefix+"/"+f] = true
+				}
+				a := startPaused(t, st.proxy, deleteOf(func(key string) bool { return onlyW[key] }),
+					env, "prune", "--config", configA, "--mirror", "m", "--log-level", "debug")
+				a.waitStopped(t)
+				b := run(t, "sync", "--config", configB, "--mirror", "m", "--json")
+				a.resumeAndWait(t)
+				mainFile := strings.TrimSpace(readObject(t, sinkAddr, generate.MainRef))
+				t.Logf("round %d: the prune stopped at %s, exited %d; the sync exited %d; main …%s (V2 …%s)",
+					round, a.pause.Request, a.code, b.code, idTail(mainFile), idTail(v2))
+				if b.code != 0 || mainFile != v2 {
+					t.Errorf("round %d: the sync over the paused prune exited %d with main at %s, want 0 and V2 %s\n%s", round, b.code, mainFile, v2, tail(b.stdout+b.stderr, 12))
+				}
+				if !strings.Contains(b.stdout, `"claimed"`) {
+					t.Errorf("round %d: the sync's report claims nothing:\n%s", round, tail(b.stdout, 20))
+				}
+				if a.code != 1 {
+					t.Errorf("round %d: the resumed prune exited %d, want 1 (its removal refused, the lock lost)\n%s", round, a.code, tail(a.out.String(), 12))
+				}
+				var missing []string
+				for _, f := range r.only[w] {
+					if readObject(t, sinkAddr, f) == "" {
+						missing = append(missing, f)
+					}
+				}
+				if len(missing) > 0 {
+					t.Errorf("round %d: the paused prune removed %d data files V2 names: %v\n%s", round, len(missing), missing, tail(a.out.String(), 20))
+				}
+				if res := run(t, "verify", sinkAddr); res.code != 0 {
+					t.Errorf("round %d: verify: exit %d\n%s%s", round, res.code, res.stdout, res.stderr)
+				}
+				if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
+					t.Errorf("round %d: the next plain sync: exit %d\n%s", round, res.code, tail(res.stdout+res.stderr, 12))
+				}
+			}
+		})
+	}
+}
