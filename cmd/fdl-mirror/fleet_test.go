@@ -368,6 +368,9 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of two daemons skipped in -short mode")
 	}
+	// Mostly waits: the minute is fixed, and the daemons idle between
+	// the upstream's new versions.
+	t.Parallel()
 	parent := t.TempDir()
 	opts := generate.Options{Versions: 1, FilesPerVersion: 4, RowsPerFile: 10, FastParquet: true, Tags: true}
 	// The generator writes ref files in place; a publisher's readers must

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,15 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	// The tests marked parallel mostly wait (see shared_test.go): all of
+	// them at once, rather than GOMAXPROCS (two on a small machine) at a
+	// time, unless -parallel says otherwise.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		flag.Set("test.parallel", "4")
+	}
 	dir, err := os.MkdirTemp("", "fdl-mirror-bin-")
 	if err != nil {
 		panic(err)
@@ -27,6 +37,7 @@ func TestMain(m *testing.M) {
 		panic("building fdl-mirror: " + err.Error())
 	}
 	code := m.Run()
+	stopSharedServers()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
