@@ -21,10 +21,6 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test skipped in -short mode")
 	}
-	// It computes (49 s of CPU in 55 s alone) while the other parallel
-	// tests wait; its kill window adapts to how fast runs go, and what it
-	// asserts after each kill holds at any speed.
-	t.Parallel()
 	_, up, sink := layout(t)
 	opts := generate.Options{Versions: 12, FilesPerVersion: 200, RowsPerFile: 10, Tags: true, FastParquet: true}
 	gen(t, up, opts)
