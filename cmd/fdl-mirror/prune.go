@@ -144,10 +144,10 @@ func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
 	fmt.Fprintf(w, "%s%s (against %s): %s %d refs, %d versions, %d data files (%d objects), in %s\n", name, redact.URL(r.Sink), redact.URL(r.Source), verb,
 		len(r.RefsRemoved), len(r.VersionsRemoved), len(r.DataFilesRemoved), objects, r.Duration.Round(time.Millisecond))
 	for _, ref := range r.RefsRemoved {
-		fmt.Fprintf(w, "  %s ref %s (was %s): upstream no longer has it\n", verb, ref.Ref, ref.Version)
+		fmt.Fprintf(w, "  %s ref %s (was %s): upstream no longer has it\n", verb, inert(ref.Ref), inert(ref.Version))
 	}
 	if r.HeadRemoved != "" {
-		fmt.Fprintf(w, "  %s HEAD: it names %s\n", verb, r.HeadRemoved)
+		fmt.Fprintf(w, "  %s HEAD: it names %s\n", verb, inert(r.HeadRemoved))
 	}
 	for _, v := range r.VersionsRemoved {
 		why := "expired upstream"
@@ -157,21 +157,21 @@ func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
 		if !v.Complete {
 			why += "; the rest of a folder an interrupted run left"
 		}
-		fmt.Fprintf(w, "  %s version %s: %s\n", verb, v.Version, why)
+		fmt.Fprintf(w, "  %s version %s: %s\n", verb, inert(v.Version), why)
 	}
 	for _, f := range r.DataFilesRemoved {
-		fmt.Fprintf(w, "  %s data file %s\n", verb, f)
+		fmt.Fprintf(w, "  %s data file %s\n", verb, inert(f))
 	}
 	if r.DryRun {
 		for _, o := range r.Removed {
-			fmt.Fprintf(w, "  would remove %s\n", o)
+			fmt.Fprintf(w, "  would remove %s\n", inert(o))
 		}
 	}
 	for _, o := range r.MaybeRemoved {
 		fmt.Fprintf(w, "  may have removed %s: its removal was sent, and the run stopped before the answer came\n", inert(o))
 	}
 	for _, f := range r.Unnamed {
-		fmt.Fprintf(w, "  left %s: no catalog in the mirror names it\n", f)
+		fmt.Fprintf(w, "  left %s: no catalog in the mirror names it\n", inert(f))
 	}
 	if r.Candidates > 0 {
 		fmt.Fprintf(w, "  held %d unreferenced objects for the grace period (%s)", r.Candidates, r.Grace)

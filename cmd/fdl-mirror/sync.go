@@ -154,7 +154,7 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		verb = "would copy"
 		fmt.Fprintf(w, "%sdry run: nothing written\n", name)
 		for _, p := range r.Planned {
-			fmt.Fprintf(w, "  would write %s\n", p)
+			fmt.Fprintf(w, "  would write %s\n", inert(p))
 		}
 		if r.PlannedMore > 0 {
 			fmt.Fprintf(w, "  would write %d more data files\n", r.PlannedMore)
@@ -174,16 +174,16 @@ func printSummary(w io.Writer, job mirror.Job, r *fdlsync.Report, err error) {
 		fmt.Fprintf(w, "  refs: none moved\n")
 	}
 	for _, f := range r.Distrusted {
-		fmt.Fprintf(w, "  DISTRUSTED %s: an interrupted run (killed, or a power cut) wrote it with no barrier behind it; copied again, or treated as absent\n", f)
+		fmt.Fprintf(w, "  DISTRUSTED %s: an interrupted run (killed, or a power cut) wrote it with no barrier behind it; copied again, or treated as absent\n", inert(f))
 	}
 	for _, f := range r.Repaired {
-		fmt.Fprintf(w, "  REPAIRED %s\n", f)
+		fmt.Fprintf(w, "  REPAIRED %s\n", inert(f))
 	}
 	for _, x := range r.Refused {
 		fmt.Fprintf(w, "  REFUSED [%s] %s\n", x.Reason, inert(x.Message))
 	}
 	for _, p := range r.Pending {
-		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: retried at every run\n", p.Version, p.Since.Format(time.RFC3339), p.Reason)
+		fmt.Fprintf(w, "  PENDING version %s since %s [%s]: retried at every run\n", inert(p.Version), p.Since.Format(time.RFC3339), p.Reason)
 	}
 	if err != nil {
 		fmt.Fprintf(w, "  STOPPED: %s\n", shown(err))

@@ -559,3 +559,24 @@ func ContentSHA256(ctx context.Context) []byte {
 	}
 	return sum
 }
+
+type newTokenKey struct{}
+
+// WithNewToken returns a context under which a Put must leave the object
+// with a version token other than old (a FileInfo's Version), bytes the
+// same or not: a removal conditional on old, sent before and landing
+// after, then fails (internal/prune's grace, a sync that makes a
+// candidate its own). A store whose every write makes a new token (a GCS
+// generation) ignores it; S3, whose ETag is a digest of the bytes, writes
+// in the other of its two forms (one PutObject, a multipart upload);
+// a store without tokens ignores it. A server-side copy (Copier) may
+// decline under it, and the caller streams.
+func WithNewToken(ctx context.Context, old string) context.Context {
+	return context.WithValue(ctx, newTokenKey{}, old)
+}
+
+// NewToken is the token given to WithNewToken; "" when none.
+func NewToken(ctx context.Context) string {
+	s, _ := ctx.Value(newTokenKey{}).(string)
+	return s
+}

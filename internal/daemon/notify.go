@@ -444,7 +444,7 @@ func contains(list []string, s string) bool {
 type recordText struct{ author, message string }
 
 // readRecords reads the author and message of the versions refs moved to,
-// from the mirror's copy of their records (sink.ReadRecord), judged as
+// from the mirror's copy of their records (Sink.ReadRecord), judged as
 // every record is (source.JudgeRecord) and cut to their bounds. A record
 // that cannot be read, or that breaks the rules, leaves them empty: the
 // event still goes.
@@ -458,12 +458,13 @@ func (n *Notifier) readRecords(m config.Mirror, moves []fdlsync.RefMove) map[str
 		return out
 	}
 	defer closeStore()
+	mirror := sink.NewReader(store, n.log)
 	for _, mv := range moves {
 		if _, done := out[mv.To]; done {
 			continue
 		}
 		out[mv.To] = recordText{}
-		raw, err := sink.ReadRecord(ctx, store, mv.To)
+		raw, err := mirror.ReadRecord(ctx, mv.To)
 		if err != nil {
 			n.log.Warn("notification: cannot read a version record", zap.String("mirror", m.Name), zap.String("version", mv.To), zap.String("error", RedactText(err.Error())))
 			continue

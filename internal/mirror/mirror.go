@@ -170,5 +170,5 @@ func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVe
 		return nil, 0, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
 	defer closeDst()
-	return sink.ReadPending(ctx, dst, log)
+	return sink.NewReader(dst, log).ReadPending(ctx)
 }

@@ -3,11 +3,11 @@ package prune
 import (
 	"context"
 	"fmt"
-	"sort"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // mirror is the state of the mirror a prune plans from.
@@ -24,17 +24,17 @@ type mirror struct {
 	versionOf map[string]string
 }
 
-// readMirror reads the mirror's settings, refs, refs.json, HEAD and its
-// versions/ listing. Refs it cannot read stop the prune: a version they
-// point to could otherwise look unreferenced.
-func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
+// readMirror reads, through the sink, the mirror's settings, refs,
+// refs.json, HEAD and its versions/ listing. Refs it cannot read stop
+// the prune: a version they point to could otherwise look unreferenced.
+func readMirror(ctx context.Context, dst *sink.Sink) (*mirror, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("sink %s: "+format+"; nothing removed", append([]any{dst.Location()}, args...)...)
 	}
-	if !dst.Properties().CanList {
+	if !dst.CanList() {
 		return nil, fail("cannot list")
 	}
-	raw, err := backend.ReadAll(ctx, dst, repo.SettingsFile, repo.MaxSmallFile)
+	raw, err := dst.ReadSettings(ctx)
 	if backend.IsNotExist(err) {
 		return nil, fail("no %s: not a mirror", repo.SettingsFile)
 	}
@@ -45,7 +45,7 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 	if m.settings, err = repo.ParseSettings(raw); err != nil {
 		return nil, fail("%w", err)
 	}
-	refs, bad, err := repo.ReadRefs(ctx, dst)
+	refs, bad, err := dst.ReadRefFiles(ctx, m.versionOf)
 	if err != nil {
 		return nil, fail("refs unreadable: %w", err)
 	}
@@ -53,17 +53,8 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 		return nil, fail("ref %s breaks the rules, so the version it points to is unknown: %w", bad[0].Ref, bad[0].Err)
 	}
 	m.refs = refs
-	if dst.Properties().ConditionalWrite {
-		files, err := repo.ListRefFiles(ctx, dst)
-		if err != nil {
-			return nil, fail("refs unreadable: %w", err)
-		}
-		for _, fi := range files {
-			m.versionOf[fi.Name] = fi.Version
-		}
-	}
 	var version string
-	m.refsJSON, version, err = backend.ReadAllVersion(ctx, dst, repo.RefsFile, repo.MaxRefsJSON)
+	m.refsJSON, version, err = dst.ReadRefsJSON(ctx)
 	m.versionOf[repo.RefsFile] = version
 	switch {
 	case backend.IsNotExist(err):
@@ -79,7 +70,7 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 			return nil, fail("%s: ref %s breaks the rules: %w", repo.RefsFile, bad[0].Ref, bad[0].Err)
 		}
 	}
-	raw, version, err = backend.ReadAllVersion(ctx, dst, repo.HeadFile, repo.MaxSmallFile)
+	raw, version, err = dst.ReadHead(ctx)
 	m.versionOf[repo.HeadFile] = version
 	switch {
 	case err == nil:
@@ -88,7 +79,7 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 	case !backend.IsNotExist(err):
 		return nil, fail("%s: %w", repo.HeadFile, err)
 	}
-	if m.versions, err = repo.ListVersions(ctx, dst, m.versionOf); err != nil {
+	if m.versions, err = dst.ListVersions(ctx, m.versionOf); err != nil {
 		return nil, fail("%w", err)
 	}
 	return m, nil
@@ -96,24 +87,19 @@ func readMirror(ctx context.Context, dst backend.Backend) (*mirror, error) {
 
 // listData lists the mirror's data_dir, sorted, with each file's
 // version token into versionOf.
-func listData(ctx context.Context, dst backend.Reader, dataDir string, versionOf map[string]string) ([]string, error) {
-	var out []string
-	err := dst.List(ctx, dataDir, func(fi backend.FileInfo) error {
-		out = append(out, fi.Name)
-		versionOf[fi.Name] = fi.Version
-		return nil
-	})
+func listData(ctx context.Context, dst *sink.Sink, dataDir string, versionOf map[string]string) ([]string, error) {
+	out, err := dst.ListDataFiles(ctx, dataDir, versionOf)
 	if err != nil {
-		return nil, fmt.Errorf("sink %s: listing %s: %w; nothing removed", dst.Location(), dataDir, err)
+		return nil, fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
 	}
-	sort.Strings(out)
 	return out, nil
 }
 
 // readCatalog returns the paths, below data_dir, of every data and delete
-// file a catalog in the mirror names.
-func readCatalog(ctx context.Context, r backend.Reader, name, tmpDir string, lim catalog.Limits) ([]string, error) {
-	fetched, err := catalog.Fetch(ctx, r, name, tmpDir, lim.MaxSize)
+// file a catalog in the mirror names: fetched through the sink, read by a
+// confined reader under the limits a sync's are.
+func readCatalog(ctx context.Context, dst *sink.Sink, name, tmpDir string, lim catalog.Limits) ([]string, error) {
+	fetched, err := dst.FetchFile(ctx, name, tmpDir, lim.MaxSize)
 	if err != nil {
 		return nil, err
 	}

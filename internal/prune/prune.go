@@ -25,9 +25,11 @@
 // files nothing needs.
 //
 // Its place: internal/mirror opens the stores, takes the lock and calls
-// Run; the upstream is read through internal/source (settings, versions,
-// whether a version is expired or gone), the mirror's source record and
-// the repository check through internal/sink. It does not import sync.
+// Run; the upstream is read through internal/source (settings, refs and
+// the versions they name, whether a version is expired or gone), the
+// mirror through internal/sink (its refs, versions, data files and
+// catalogs, each with its version token; its source record), which also
+// makes every removal. It does not import sync.
 //
 // On an object store, whose lock is a lease a paused run can outlive,
 // steps 2 to 4 wait a grace period (grace.go): what the plan finds
@@ -128,7 +130,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 		Removed: []string{}, Unnamed: []string{},
 	}
 	defer func() { rep.Duration = time.Since(rep.Started) }()
-	p := &pruner{src: src, dst: dst, opts: opts, log: opts.Logger, report: rep,
+	p := &pruner{opts: opts, log: opts.Logger, report: rep,
 		sink: sink.New(dst, sink.Options{DryRun: opts.DryRun, Logger: opts.Logger, Lease: opts.Lease})}
 
 	// Read and plan; nothing is deleted before the plan is whole.
@@ -136,14 +138,14 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if err != nil {
 		return rep, err
 	}
-	m, err := readMirror(ctx, dst)
+	m, err := readMirror(ctx, p.sink)
 	if err != nil {
 		return rep, err
 	}
 	if err := sameRepository(up.settings, m.settings, dst.Location()); err != nil {
 		return rep, err
 	}
-	if err := sameSource(ctx, dst, up.settings, m.settings, opts.Source, src.Location()); err != nil {
+	if err := sameSource(ctx, p.sink, up.settings, m.settings, opts.Source, src.Location()); err != nil {
 		return rep, err
 	}
 	p.versionOf = m.versionOf
@@ -211,7 +213,7 @@ func (p *pruner) execute(ctx context.Context, pl *plan) error {
 	dctx := p.sink.WithoutSync(ctx)
 	settle := func() error {
 		if err := p.sink.Barrier(ctx); err != nil {
-			return fmt.Errorf("sink %s: making removals durable: %w", p.dst.Location(), err)
+			return fmt.Errorf("sink %s: making removals durable: %w", p.sink.Location(), err)
 		}
 		return nil
 	}
@@ -263,9 +265,7 @@ func (p *pruner) execute(ctx context.Context, pl *plan) error {
 type pruner struct {
 	// versionOf: see mirror.versionOf.
 	versionOf map[string]string
-	src       backend.Reader
-	dst       backend.Reader // read to plan; written only through sink
-	sink      *sink.Sink
+	sink      *sink.Sink // the mirror, read to plan and written
 	opts      Options
 	log       *zap.Logger
 	report    *Report
@@ -400,7 +400,7 @@ func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 	candidates := map[string]bool{}
 	for _, v := range pl.versions {
 		for _, name := range v.catalogs {
-			files, err := readCatalog(ctx, p.dst, name, p.opts.TempDir, p.opts.CatalogLimits)
+			files, err := readCatalog(ctx, p.sink, name, p.opts.TempDir, p.opts.CatalogLimits)
 			if err != nil {
 				// Its files stay, reported as named by no catalog: keeping
 				// too much is safe, deleting on a guess is not.
@@ -448,22 +448,22 @@ func (p *pruner) planDataFiles(ctx context.Context, pl *plan, m *mirror) error {
 		}
 		if len(cats) == 0 {
 			return fmt.Errorf("sink %s: version %s stays but has no catalog, so the data files it needs are unknown; nothing removed",
-				p.dst.Location(), id)
+				p.sink.Location(), id)
 		}
 		for _, name := range cats {
-			names, err := readCatalog(ctx, p.dst, name, p.opts.TempDir, p.opts.CatalogLimits)
+			names, err := readCatalog(ctx, p.sink, name, p.opts.TempDir, p.opts.CatalogLimits)
 			if err != nil {
 				// A remaining version whose needs are unknown could lose a
 				// file it needs: remove nothing.
 				return fmt.Errorf("sink %s: version %s stays but its catalog %s cannot be read, so the data files it needs are unknown; nothing removed: %w",
-					p.dst.Location(), id, name, err)
+					p.sink.Location(), id, name, err)
 			}
 			for _, f := range names {
 				needed[m.settings.DataDir+f] = true
 			}
 		}
 	}
-	data, err := listData(ctx, p.dst, m.settings.DataDir, m.versionOf)
+	data, err := listData(ctx, p.sink, m.settings.DataDir, m.versionOf)
 	if err != nil {
 		return err
 	}
@@ -559,7 +559,7 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 	}
 	if pl.refsJSON != nil {
 		if err := p.sink.Replace(ctx, repo.RefsFile, pl.refsJSON, p.versionOf[repo.RefsFile]); err != nil {
-			return fmt.Errorf("sink %s: writing %s: %w", p.dst.Location(), repo.RefsFile, err)
+			return fmt.Errorf("sink %s: writing %s: %w", p.sink.Location(), repo.RefsFile, err)
 		}
 	}
 	if pl.head {
@@ -616,7 +616,7 @@ func (p *pruner) remove(ctx context.Context, name string) error {
 			// on the answer, not on the removal, which may have landed.
 			p.report.MaybeRemoved = append(p.report.MaybeRemoved, name)
 		}
-		return fmt.Errorf("sink %s: removing %s: %w", p.dst.Location(), name, err)
+		return fmt.Errorf("sink %s: removing %s: %w", p.sink.Location(), name, err)
 	}
 	p.report.Removed = append(p.report.Removed, name)
 	return nil
@@ -635,14 +635,14 @@ func sameRepository(up, mine *repo.Settings, location string) error {
 // mirror of a repository without id made from the address it recorded
 // (sink.SourceFile). A mirror with no record is pruned: prune writes
 // none, the next sync does.
-func sameSource(ctx context.Context, dst backend.Reader, up, mine *repo.Settings, source, fallback string) error {
+func sameSource(ctx context.Context, dst *sink.Sink, up, mine *repo.Settings, source, fallback string) error {
 	if up.ID != "" || mine.ID != "" {
 		return nil
 	}
 	if source == "" {
 		source = fallback
 	}
-	rec, err := sink.ReadSourceRecord(ctx, dst)
+	rec, err := dst.SourceRecord(ctx)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
 	}

@@ -2,11 +2,9 @@ package prune
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
@@ -59,62 +57,12 @@ func readUpstream(ctx context.Context, r backend.Reader, log *zap.Logger) (*upst
 	if err := u.src.ListVersions(ctx); err != nil {
 		return nil, fail(err)
 	}
-	if err := u.checkRefTargets(ctx); err != nil {
+	// Refs that name versions upstream does not hold: its absences
+	// prove nothing.
+	if err := u.src.CheckRefTargets(ctx, u.refs); err != nil {
 		return nil, fail(fmt.Errorf("source %s: %w", r.Location(), err))
 	}
 	return u, nil
-}
-
-// checkRefTargets confirms that every ref's version is upstream: in its
-// listing where it lists, else by reading its version.json. An upstream
-// whose refs name versions it does not hold is not consistent (a
-// listing gone missing, a half-copied host): its absences prove nothing.
-func (u *upstream) checkRefTargets(ctx context.Context) error {
-	targets := map[string][]string{}
-	for _, name := range u.refs.Names() {
-		targets[u.refs[name]] = append(targets[u.refs[name]], name)
-	}
-	ids := sortedKeys(targets)
-	versions := u.src.Versions()
-	errs := make([]error, len(ids))
-	var g errgroup.Group
-	g.SetLimit(8)
-	for i, id := range ids {
-		if versions != nil && hasKey(versions[id], repo.RecordFile) {
-			continue
-		}
-		g.Go(func() error {
-			record := repo.VersionFile(id, repo.RecordFile)
-			// A record that reads is there, whatever it says: a
-			// refusal of its bytes is not an absence.
-			_, err := u.src.ReadVersion(ctx, id)
-			if unread := (*source.ReadError)(nil); errors.As(err, &unread) {
-				err = unread.Err
-			} else {
-				err = nil
-			}
-			switch {
-			case err == nil && versions != nil:
-				errs[i] = fmt.Errorf("%s reads but the listing of %s lacks it (ref %s): the listing is not consistent", record, repo.VersionsDir, targets[id][0])
-			case backend.IsNotExist(err):
-				errs[i] = fmt.Errorf("ref %s points at version %s, which upstream does not have (%s: not found)", targets[id][0], id, record)
-			case err != nil:
-				errs[i] = fmt.Errorf("ref %s: %s: %w", targets[id][0], record, err)
-			}
-			return nil
-		})
-	}
-	g.Wait()
-	var found []error
-	for _, err := range errs {
-		if err != nil {
-			found = append(found, err)
-		}
-	}
-	if len(found) > 5 {
-		found = append(found[:5], fmt.Errorf("and %d more refs", len(found)-5))
-	}
-	return errors.Join(found...)
 }
 
 func (u *upstream) hasRef(name string) bool { return u.names[name] }

@@ -84,6 +84,9 @@ type durability struct {
 	distrusted map[string]int64 // found in the record, not copied again yet: name → recorded size, -1 if none
 }
 
+// deferSync says whether writes are made durable by barriers. Not in a
+// dry run: the barrier is the store's own, found past the planned
+// wrapper, and would fsync a mirror the run writes nothing to.
 func (s *Sink) deferSync() bool { return s.dur.barrier != nil && !s.opts.DryRun }
 
 // WithoutSync is ctx for a write the next barrier makes durable.
@@ -144,6 +147,9 @@ func (s *Sink) loadUnsynced(ctx context.Context, dataDir string) ([]string, erro
 // stay distrusted: treated as absent, and so copied at the size a
 // catalog gives (or their versions refused) like any missing file.
 func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string, size int64) error) {
+	// Not in a dry run: its copies would only be planned, and the files
+	// then taken for copied again; left distrusted, they are planned
+	// with the versions that need them.
 	if len(s.dur.distrusted) == 0 || s.opts.DryRun {
 		return
 	}

@@ -26,13 +26,13 @@ func (s *Sink) FetchFile(ctx context.Context, name, dir string, maxSize int64) (
 	return catalog.Fetch(ctx, s.b, name, dir, maxSize)
 }
 
-// UpstreamState reads the mirror's UpstreamStateFile (ReadUpstreamState).
+// UpstreamState reads the mirror's UpstreamStateFile; the zero value
+// when it has none (see readUpstreamState).
 func (s *Sink) UpstreamState(ctx context.Context) (state UpstreamState, raw []byte, err error) {
-	return ReadUpstreamState(ctx, s.b)
+	return readUpstreamState(ctx, s.b)
 }
 
-// SourceRecord reads the mirror's SourceFile (ReadSourceRecord); nil
-// when it has none.
+// SourceRecord reads the mirror's SourceFile; nil when it has none.
 func (s *Sink) SourceRecord(ctx context.Context) (*SourceRecord, error) {
-	return ReadSourceRecord(ctx, s.b)
+	return readSourceRecord(ctx, s.b)
 }

@@ -15,8 +15,10 @@
 // version, data files (PutDataFile, CopyDataFile; each recorded with
 // RecordUnsynced where a barrier will cover it), the folder's files,
 // PublishVersion; SettleUnsynced at the end of stage one; WriteRefs for
-// stage two; the state files last. A prune: Replace (refs.json) and
-// Remove, each step made durable by Barrier.
+// stage two; the state files last. A prune: its reads, each object with
+// its version token (holdings.go), then Replace (refs.json) and Remove,
+// each step made durable by Barrier. A reader that only reads (status,
+// notifications) opens the mirror with NewReader.
 //
 // Files: sink.go (Sink, writing small files and catalogs), inventory.go
 // (the inventory, the data_dir listing), guard.go (the write guard),
@@ -24,8 +26,9 @@
 // removals conditional on what the run read), durability.go (barriers,
 // the unsynced record), versions.go (publishing a version folder),
 // refs.go (reading and writing refs, the marker), reads.go (catalogs and
-// state read back), state.go (pending.json, source.json, upstream.json),
-// candidates.go (the prune's candidates for removal, prune-candidates.json),
+// state read back), holdings.go (the mirror as a prune reads it),
+// state.go (pending.json, source.json, upstream.json), candidates.go
+// (the prune's candidates for removal, prune-candidates.json),
 // same.go (whether the mirror holds the upstream's repository), runs.go
 // (scratch folder, stale uploads), lock/ (the mirror's lock, and the
 // state files' reading and writing).
@@ -113,6 +116,13 @@ func New(b backend.Backend, opts Options) *Sink {
 	}
 	s.copier, _ = backend.As[backend.Copier](s.b)
 	return s
+}
+
+// NewReader is the mirror in r as a reader of it sees it (status, the
+// daemon's notifications): read through the same operations as a run's,
+// every write refused (backend.ReadOnly); log nil logs nothing.
+func NewReader(r backend.Reader, log *zap.Logger) *Sink {
+	return New(backend.ReadOnly(r), Options{Logger: log})
 }
 
 // Location is the mirror's address, for messages.

@@ -504,3 +504,85 @@ func TestReadsComeFromTheMirror(t *testing.T) {
 		}
 	})
 }
+
+// A prune's reads (holdings.go) give each object it may remove with the
+// version token its listing or read gave, so that a removal conditional
+// on it removes that object and not one another run wrote since; a ref
+// that breaks the rules comes back apart, for the prune to refuse,
+// never dropped as if the mirror had no such ref.
+func TestPruneReadsGiveEachObjectItsToken(t *testing.T) {
+	eachStore(t, func(t *testing.T, st store) {
+		ctx := context.Background()
+		_, mirror := st.open(t)
+		s := sink.New(mirror, sink.Options{})
+		if _, err := s.ReadSettings(ctx); !backend.IsNotExist(err) {
+			t.Fatalf("fdl.json of an empty mirror: %v; want not found", err)
+		}
+		put(t, mirror, repo.SettingsFile, settings)
+		put(t, mirror, "refs/heads/main", "v1\n")
+		put(t, mirror, "refs/heads/Upper", "v1\n")
+		put(t, mirror, repo.RefsFile, string(repo.RefsJSON(repo.Refs{"refs/heads/main": "v1"})))
+		put(t, mirror, repo.HeadFile, "ref: refs/heads/main\n")
+		put(t, mirror, repo.VersionFile("v1", repo.RecordFile), "{}")
+		put(t, mirror, "data/b.parquet", "b")
+		put(t, mirror, "data/a.parquet", "a")
+
+		if !s.CanList() {
+			t.Fatalf("%s: the store cannot list", st.name)
+		}
+		if raw, err := s.ReadSettings(ctx); err != nil || string(raw) != settings {
+			t.Fatalf("fdl.json: %q, %v", raw, err)
+		}
+		tokens := map[string]string{}
+		refs, bad, err := s.ReadRefFiles(ctx, tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(refs) != 1 || refs["refs/heads/main"] != "v1" {
+			t.Errorf("refs %v, want only refs/heads/main → v1", refs)
+		}
+		if len(bad) != 1 || bad[0].Ref != "refs/heads/Upper" {
+			t.Errorf("refs refused %v, want refs/heads/Upper", bad)
+		}
+		raw, refsVersion, err := s.ReadRefsJSON(ctx)
+		if err != nil || !strings.Contains(string(raw), "refs/heads/main") {
+			t.Fatalf("refs.json: %q, %v", raw, err)
+		}
+		head, headVersion, err := s.ReadHead(ctx)
+		if err != nil || string(head) != "ref: refs/heads/main\n" {
+			t.Fatalf("HEAD: %q, %v", head, err)
+		}
+		versions, err := s.ListVersions(ctx, tokens)
+		if _, ok := versions["v1"][repo.RecordFile]; err != nil || !ok {
+			t.Fatalf("versions %v, %v; want v1 with its record", versions, err)
+		}
+		data, err := s.ListDataFiles(ctx, "data/", tokens)
+		if want := []string{"data/a.parquet", "data/b.parquet"}; err != nil || !slices.Equal(data, want) {
+			t.Fatalf("data files %v, %v; want %v", data, err, want)
+		}
+		if !st.conditional {
+			return
+		}
+		tokens[repo.RefsFile], tokens[repo.HeadFile] = refsVersion, headVersion
+		for _, name := range []string{"refs/heads/main", repo.RefsFile, repo.HeadFile, repo.VersionFile("v1", repo.RecordFile), "data/a.parquet"} {
+			if tokens[name] == "" {
+				t.Errorf("%s: no version token", name)
+			}
+		}
+		put(t, mirror, "data/a.parquet", "rewritten by another run")
+		if err := s.Remove(ctx, "data/a.parquet", tokens["data/a.parquet"]); !backend.IsPreconditionFailed(err) {
+			t.Fatalf("removing a file rewritten since it was listed: %v; want a fenced refusal", err)
+		}
+		if got, _ := read(t, mirror, "data/a.parquet"); got != "rewritten by another run" {
+			t.Fatalf("data/a.parquet = %q after the refused removal", got)
+		}
+		for _, name := range []string{"data/b.parquet", "refs/heads/main", repo.HeadFile} {
+			if err := s.Remove(ctx, name, tokens[name]); err != nil {
+				t.Fatalf("removing %s as it was read: %v", name, err)
+			}
+			if _, ok := read(t, mirror, name); ok {
+				t.Fatalf("%s is still there", name)
+			}
+		}
+	})
+}

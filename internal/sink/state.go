@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
@@ -77,14 +75,14 @@ type PendingVersion struct {
 // PendingVersion), at most MaxPendingVersions, and how many more it
 // counts; none when there are none. An unusable file is logged and read
 // as none (the next sync sets it aside).
-func ReadPending(ctx context.Context, dst backend.Reader, log *zap.Logger) ([]PendingVersion, int, error) {
-	raw, err := lock.ReadStateOrSetAside(ctx, dst, PendingFile, maxPendingFile, false, log)
+func (s *Sink) ReadPending(ctx context.Context) ([]PendingVersion, int, error) {
+	raw, err := lock.ReadStateOrSetAside(ctx, s.b, PendingFile, maxPendingFile, false, s.log)
 	if err != nil || raw == nil {
 		return nil, 0, err
 	}
 	list, more, err := parsePending(raw)
 	if err != nil {
-		return nil, 0, fmt.Errorf("mirror %s: %s%s: %w", dst.Location(), backend.ReservedPrefix, PendingFile, err)
+		return nil, 0, fmt.Errorf("mirror %s: %s%s: %w", s.b.Location(), backend.ReservedPrefix, PendingFile, err)
 	}
 	return list, more, nil
 }
@@ -140,8 +138,8 @@ type SourceRecord struct {
 // maxSourceRecord bounds the record read back: an address and a time.
 const maxSourceRecord = 64 << 10
 
-// ReadSourceRecord reads a mirror's SourceFile; nil when it has none.
-func ReadSourceRecord(ctx context.Context, dst backend.Reader) (*SourceRecord, error) {
+// readSourceRecord reads a mirror's SourceFile; nil when it has none.
+func readSourceRecord(ctx context.Context, dst backend.Reader) (*SourceRecord, error) {
 	raw, err := lock.ReadStateOrSetAside(ctx, dst, SourceFile, maxSourceRecord, false, nil)
 	if err != nil || raw == nil {
 		return nil, err
@@ -199,10 +197,10 @@ func (s UpstreamState) LastChange() time.Time {
 	return t
 }
 
-// ReadUpstreamState reads a mirror's UpstreamStateFile; the zero value when
+// readUpstreamState reads a mirror's UpstreamStateFile; the zero value when
 // it has none or it is unreadable (the mirror's own file: a damaged one is
 // replaced by the next run that writes). raw is nil when it has none.
-func ReadUpstreamState(ctx context.Context, dst backend.Reader) (state UpstreamState, raw []byte, err error) {
+func readUpstreamState(ctx context.Context, dst backend.Reader) (state UpstreamState, raw []byte, err error) {
 	raw, err = lock.ReadStateOrSetAside(ctx, dst, UpstreamStateFile, maxUpstreamState, false, nil)
 	if err != nil || raw == nil {
 		return UpstreamState{}, nil, err

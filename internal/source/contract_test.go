@@ -225,6 +225,36 @@ func TestRefsThatBreakTheRulesAreRefusedAndTheRestRead(t *testing.T) {
 	}
 }
 
+// CheckRefTargets finds a ref that names a version upstream lacks, naming
+// the ref and the version, and only that one: a version whose record is
+// there passes, whatever its bytes (a refusal of a record is not an
+// absence), where the store lists (by its listing) and where it cannot
+// (by reading each record).
+func TestRefTargetsUpstreamLacksAreFound(t *testing.T) {
+	dir := hostileRepo(t)
+	ctx := context.Background()
+	for name, r := range stores(t, dir) {
+		t.Run(name, func(t *testing.T) {
+			src := source.New(r, nil, nil)
+			if err := src.ListVersions(ctx); err != nil {
+				t.Fatal(err)
+			}
+			held := repo.Refs{"refs/heads/main": "v1", "refs/heads/json": "v-json", "refs/heads/replay": "v-replay"}
+			if err := src.CheckRefTargets(ctx, held); err != nil {
+				t.Fatalf("refs to versions upstream holds: %v", err)
+			}
+			got := src.ReadRefsWithoutHead(ctx)
+			err := src.CheckRefTargets(ctx, got.Refs)
+			if err == nil || !strings.Contains(err.Error(), "ref refs/heads/gone points at version v9, which upstream does not have") {
+				t.Fatalf("refs with one naming a version upstream lacks: %v", err)
+			}
+			if strings.Contains(err.Error(), "refs/heads/main") {
+				t.Errorf("refs/heads/main, whose version is upstream, was named: %v", err)
+			}
+		})
+	}
+}
+
 func maps(a, b repo.Refs) bool {
 	if len(a) != len(b) {
 		return false

@@ -19,12 +19,13 @@
 // ListVersions; then, per version, ReadRecord, VersionFiles,
 // ReadSignature (read and judged), FetchCatalog, and Size before a
 // server-side copy. Ancestry, verify and prune ask ReadVersion; a prune
-// asks VersionStatus.
+// asks CheckRefTargets and VersionStatus.
 //
 // Files: source.go (Source, settings, versions and sizes), refs.go (the
 // upstream's refs), records.go (records and signatures, Trust),
 // catalogs.go (catalogs), refusal.go (Refusal, its reasons), status.go
-// (withdrawn or expired).
+// (withdrawn or expired), reftargets.go (whether refs name versions
+// upstream holds).
 package source
 
 import (

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
@@ -30,16 +29,16 @@ const (
 // parents known: ancestry through it cannot be shown, and a move to it
 // is refused.
 type ancestry struct {
-	sink    backend.Reader // nil: a mirror not made yet
-	src     *source.Source // judges upstream's records, by the run's Trust
+	sink    *sink.Sink     // the mirror's records; nil: a mirror not made yet
+	src     *source.Source // upstream's records, judged by the run's Trust
 	mu      sync.Mutex
 	parents map[string][]string
 }
 
-// newAncestry reads the mirror in sink (nil: none yet) and the upstream
-// through src, which judges upstream's records by its Trust.
-func newAncestry(sink backend.Reader, src *source.Source) *ancestry {
-	return &ancestry{sink: sink, src: src, parents: map[string][]string{}}
+// newAncestry reads the mirror through mirror (nil: none yet) and the
+// upstream through src, which judges upstream's records by its Trust.
+func newAncestry(mirror *sink.Sink, src *source.Source) *ancestry {
+	return &ancestry{sink: mirror, src: src, parents: map[string][]string{}}
 }
 
 // relation says how version to relates to version from through parents.
@@ -93,7 +92,7 @@ func (a *ancestry) parentsOf(ctx context.Context, id string) []string {
 // folder); nil when neither does.
 func (a *ancestry) readParents(ctx context.Context, id string) []string {
 	if a.sink != nil {
-		if raw, err := sink.ReadRecord(ctx, a.sink, id); err == nil {
+		if raw, err := a.sink.ReadRecord(ctx, id); err == nil {
 			if rec, bad := source.JudgeRecord(id, raw); bad == nil {
 				return rec.Parents
 			}

@@ -418,6 +418,7 @@ const (
 // of sizes) to the source, in the order they are copied, while they are
 // copied; stop ends it and waits for it.
 func (t *transfer) readAhead(ctx context.Context, names []string, sizes []int64) (stop func()) {
+	// A dry run reads no data file (copyFile), so announces none.
 	if !t.src.CanReadAhead() || t.dryRun {
 		return func() {}
 	}

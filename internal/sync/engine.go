@@ -179,7 +179,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	e.sink = sink.New(dst, sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
 		Copied: e.copied, Planned: e.plan, NoUnsyncedRecord: noUnsyncedRecord, Lease: opts.Lease})
 	e.transfer = newTransfer(e.src, e.sink, opts, e.plan)
-	e.ancestry = newAncestry(dst, e.src)
+	e.ancestry = newAncestry(e.sink, e.src)
 	// As many DuckDB instances as catalogs are read at once, each kept
 	// for the next catalog.
 	const catalogsAtOnce = 2

@@ -15,7 +15,8 @@ func (p *publisher) savePending(ctx context.Context, roots map[string]bool) {
 		absent: p.versions.absent, refused: p.versions.refused, roots: roots}, time.Now().UTC())
 	p.mu.Unlock()
 	p.report.Pending, p.report.PendingMore = list, more
-	if p.opts.DryRun || (len(list) == 0 && len(p.versions.pending) == 0) {
+	// A dry run's sink plans the write, and writes nothing.
+	if len(list) == 0 && len(p.versions.pending) == 0 {
 		return
 	}
 	if err := p.sink.WritePending(ctx, list, more); err != nil {

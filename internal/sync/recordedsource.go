@@ -62,7 +62,8 @@ func (e *engine) sourceUnrecorded() bool {
 // recordSource writes the source's address for the next runs, under the
 // lock; a forced run from a new address records that one.
 func (e *engine) recordSource(ctx context.Context) error {
-	if e.opts.DryRun || !e.sourceUnrecorded() {
+	// A dry run's sink plans the write, and writes nothing.
+	if !e.sourceUnrecorded() {
 		return nil
 	}
 	if err := e.sink.WriteSourceRecord(ctx, e.opts.Source); err != nil {

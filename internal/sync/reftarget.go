@@ -41,6 +41,9 @@ func (p *publisher) confirmFiles(ctx context.Context, id string) ([]string, erro
 	now := p.versions.publishedNow[id]
 	missing, seen := p.versions.confirmed[id]
 	p.mu.Unlock()
+	// A dry run confirms nothing: the copies back it only planned (a
+	// repair's, the distrusted files') are not in the sink, and it
+	// would refuse targets a real run, having made them, moves to.
 	if now || p.opts.DryRun {
 		return nil, nil
 	}

@@ -22,12 +22,14 @@ import (
 func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection) ([]RefStatus, error) {
 	mine := repo.Refs{}
 	var seen sink.UpstreamState
+	var mirror *sink.Sink // nil: no mirror yet
 	if dst != nil {
+		mirror = sink.NewReader(dst, nil)
 		var err error
-		if mine, _, err = sink.ReadRefs(ctx, dst); err != nil {
+		if mine, _, err = mirror.ReadRefs(ctx); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
-		if seen, _, err = sink.ReadUpstreamState(ctx, dst); err != nil {
+		if seen, _, err = mirror.UpstreamState(ctx); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
 		}
 	}
@@ -39,7 +41,7 @@ func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection
 	up := got.Refs
 	// Compare has no signature policy: upstream records count when they
 	// name their own folder. It only reports; sync judges a move itself.
-	anc := newAncestry(dst, upstream)
+	anc := newAncestry(mirror, upstream)
 	out := []RefStatus{}
 	for _, name := range up.Names() {
 		st := RefStatus{Ref: name, Upstream: up[name], Mirror: mine[name], State: RefCurrent}

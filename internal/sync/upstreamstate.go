@@ -44,6 +44,8 @@ func (l *ledger) upstreamStateStale(upstream repo.Refs) bool {
 // writes (and so holds the lock) saves it, and only a run that read
 // upstream's refs without error.
 func (p *publisher) saveUpstreamState(ctx context.Context, upstream repo.Refs, readOK bool) {
+	// A dry run's sink would write nothing, but its report would then
+	// give a last change no state file records: a dry run says none.
 	if p.opts.DryRun || !readOK || !p.upstreamStateStale(upstream) {
 		return
 	}

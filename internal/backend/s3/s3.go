@@ -793,8 +793,18 @@ func (s *Store) put(ctx context.Context, name string, r io.Reader, size int64, c
 	if size < 0 {
 		return fmt.Errorf("%s: %s: negative size %d", s.addr(name), op, size)
 	}
+	partSize := int64(0) // a single PutObject
 	if size > s.opts.PartSize {
-		return s.putMultipart(ctx, name, r, size, cond)
+		partSize = max(s.opts.PartSize, (size+maxParts-1)/maxParts)
+	}
+	if old := backend.NewToken(ctx); old != "" {
+		var err error
+		if partSize, err = otherForm(old, size, partSize); err != nil {
+			return fmt.Errorf("%s: %s: %w", s.addr(name), op, err)
+		}
+	}
+	if partSize > 0 {
+		return s.putMultipart(ctx, name, r, size, partSize, cond)
 	}
 	if ra, ok := r.(io.ReaderAt); ok {
 		if err := endsAt(ra, size); err != nil {
@@ -930,13 +940,67 @@ func readPart(r io.Reader, buf []byte, off, size int64) error {
 	}
 }
 
+// partsOf is the number of parts of size bytes in parts of partSize
+// (0: a single PutObject); an empty object uploaded in parts has one.
+func partsOf(size, partSize int64) int {
+	if partSize <= 0 {
+		return 0
+	}
+	return max(1, int((size+partSize-1)/partSize))
+}
+
+// etagParts is the number of parts an ETag says its object was uploaded
+// in ("…-3": 3), 0 for one of a single PutObject (an MD5 digest).
+func etagParts(etag string) int {
+	etag = strings.Trim(etag, `"`)
+	i := strings.LastIndexByte(etag, '-')
+	if i < 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(etag[i+1:])
+	if err != nil || n < 1 {
+		return 0
+	}
+	return n
+}
+
+// otherForm is the part size (0: a single PutObject) of a write of size
+// bytes that leaves the object with an ETag other than old, whatever the
+// bytes (backend.WithNewToken): S3's ETag is the MD5 of the bytes for a
+// PutObject, and the MD5 of the parts' MD5s followed by "-" and the number
+// of parts for a multipart upload, so a write in a different number of
+// parts (a PutObject counting as none) can never give old back. partSize
+// is the form the write would take otherwise, kept when it already
+// differs. From n parts it goes to n-1 (a PutObject from one part), never
+// more: parts that stay at least as large as before stay above S3's least
+// part size.
+func otherForm(old string, size, partSize int64) (int64, error) {
+	n := etagParts(old)
+	if partsOf(size, partSize) != n {
+		return partSize, nil
+	}
+	switch n {
+	case 0:
+		return max(size, 1), nil // one part
+	case 1:
+		if size > maxCopySize {
+			return 0, fmt.Errorf("cannot write %d bytes in a single PutObject to change the object's ETag %s", size, old)
+		}
+		return 0, nil
+	}
+	partSize = (size + int64(n) - 2) / int64(n-1)
+	if partSize > maxCopySize {
+		return 0, fmt.Errorf("cannot write %d bytes in fewer than %d parts to change the object's ETag %s", size, n, old)
+	}
+	return partSize, nil
+}
+
 // putMultipart uploads in parts of PartSize, as many at a time as the
 // store's part pool allows (Concurrency across all Puts). Any
 // failure aborts the upload, so that nothing is published and the parts
 // do not linger (and cost) in the bucket.
-func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size int64, cond condition) (err error) {
-	partSize := max(s.opts.PartSize, (size+maxParts-1)/maxParts)
-	nparts := int((size + partSize - 1) / partSize)
+func (s *Store) putMultipart(ctx context.Context, name string, r io.Reader, size, partSize int64, cond condition) (err error) {
+	nparts := partsOf(size, partSize)
 
 	in := &awss3.CreateMultipartUploadInput{
 		Bucket: aws.String(s.bucket),
@@ -1104,7 +1168,9 @@ func (s *Store) CanCopyFrom(src backend.Reader) bool {
 
 func (s *Store) CopyFrom(ctx context.Context, src backend.Reader, srcName, dstName string, size int64) (bool, error) {
 	from, ok := backend.Innermost(src).(*Store)
-	if !ok || !s.CanCopyFrom(src) || size > maxCopySize {
+	// A copy takes the ETag of the bytes (a PutObject's): under
+	// WithNewToken the caller streams instead, in the other form.
+	if !ok || !s.CanCopyFrom(src) || size > maxCopySize || backend.NewToken(ctx) != "" {
 		return false, nil
 	}
 	if err := backend.CheckName(srcName); err != nil {
