@@ -33,8 +33,8 @@ import (
 // soon after a run is stopped; not shorter, because each renewal try is
 // bounded by lock_ttl/4 and one answer slower than that can lose a lock.
 // At 2 s a run nobody paused lost its lock to a 0.5 s answer of the test
-// server while the machine was loaded, failing the test; these tests run
-// in parallel, beside other tests' runs.
+// server while the machine was loaded, failing the test. (They do not run
+// in parallel: beside other tests, even a 5 s lock was lost so, once.)
 const fenceTTL = 5 * time.Second
 
 // fenceStore is a store the paused run reaches through a fault proxy and
@@ -48,12 +48,12 @@ type fenceStore struct {
 	proxy  *testserver.FaultProxy
 }
 
-// fenceStores gives a bucket on s3 and one on gcs, each with a proxy of
-// its own.
-func fenceStores(t *testing.T, s3 *testserver.S3Server, gcs *testserver.GCSServer) []fenceStore {
+func fenceStores(t *testing.T) []fenceStore {
 	t.Helper()
+	s3 := testserver.S3(t)
 	s3Bucket := s3.Bucket(t)
 	s3Proxy := testserver.NewFaultProxy(t, s3.Endpoint)
+	gcs := testserver.GCS(t)
 	gcsBucket := gcs.Bucket(t)
 	gcsProxy := testserver.NewFaultProxy(t, gcs.Endpoint)
 	gcsProxy.TargetHost = true // fake-gcs-server routes by host
@@ -222,10 +222,8 @@ func TestPausedRunCannotMoveARefBackOverAnotherRunsWork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops and takes over runs on the test servers")
 	}
-	// Mostly waits for A's lock to expire.
-	t.Parallel()
 	const rounds = 4
-	for _, st := range fenceStores(t, sharedS3(t), sharedGCS(t)) {
+	for _, st := range fenceStores(t) {
 		t.Run(st.name, func(t *testing.T) {
 			for round := range rounds {
 				parent := t.TempDir()
@@ -290,10 +288,8 @@ func TestPruneOverAPausedSyncKeepsTheFilesOfItsVersions(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops and takes over runs on the test servers")
 	}
-	// Mostly waits for A's lock to expire.
-	t.Parallel()
 	const rounds = 2 // per store
-	for _, st := range fenceStores(t, sharedS3(t), sharedGCS(t)) {
+	for _, st := range fenceStores(t) {
 		t.Run(st.name, func(t *testing.T) {
 			for round := range rounds {
 				parent := t.TempDir()
@@ -365,9 +361,7 @@ func TestSyncAbortsNoUploadOfANestedMirror(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops runs on the test servers")
 	}
-	// Mostly waits for the upload to age past lock_ttl.
-	t.Parallel()
-	s3 := sharedS3(t)
+	s3 := testserver.S3(t)
 	bucket := s3.Bucket(t)
 	proxy := testserver.NewFaultProxy(t, s3.Endpoint)
 	parent := t.TempDir()

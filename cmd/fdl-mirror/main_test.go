@@ -16,9 +16,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	// The tests marked parallel mostly wait (see shared_test.go): all of
-	// them at once, rather than GOMAXPROCS (two on a small machine) at a
-	// time, unless -parallel says otherwise.
+	// The tests marked parallel (two daemon-replica tests) mostly wait:
+	// all of them at once, rather than GOMAXPROCS (two on a small
+	// machine) at a time, unless -parallel says otherwise.
 	flag.Parse()
 	parallelSet := false
 	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
@@ -37,7 +37,6 @@ func TestMain(m *testing.M) {
 		panic("building fdl-mirror: " + err.Error())
 	}
 	code := m.Run()
-	stopSharedServers()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

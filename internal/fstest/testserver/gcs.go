@@ -27,36 +27,23 @@ func GCS(t testing.TB) *GCSServer {
 	t.Helper()
 	bin := Binary(t, "fake-gcs-server")
 	s := &GCSServer{}
-	s.Process = Start(t, bin, gcsArgs)
+	s.Process = Start(t, bin, func(port int) []string {
+		addr := "127.0.0.1:" + strconv.Itoa(port)
+		return []string{
+			"-scheme", "http",
+			"-host", "127.0.0.1",
+			"-port", strconv.Itoa(port),
+			// Resumable uploads are continued at the URL the server
+			// returns in Location; it must be this address.
+			"-external-url", "http://" + addr,
+			"-public-host", addr,
+			"-backend", "memory",
+			"-log-level", "warn",
+		}
+	})
 	s.Endpoint = "http://" + s.Process.Addr
 	t.Setenv("STORAGE_EMULATOR_HOST", s.Process.Addr)
 	return s
-}
-
-// StartGCS starts the fake-gcs-server binary outside a test, for a server
-// that tests running in parallel share (see StartS3). It sets no
-// environment variables; the caller stops it with s.Process.Stop.
-func StartGCS(binary string) (*GCSServer, error) {
-	p, err := StartProcess(binary, gcsArgs)
-	if err != nil {
-		return nil, err
-	}
-	return &GCSServer{Endpoint: "http://" + p.Addr, Process: p}, nil
-}
-
-func gcsArgs(port int) []string {
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	return []string{
-		"-scheme", "http",
-		"-host", "127.0.0.1",
-		"-port", strconv.Itoa(port),
-		// Resumable uploads are continued at the URL the server
-		// returns in Location; it must be this address.
-		"-external-url", "http://" + addr,
-		"-public-host", addr,
-		"-backend", "memory",
-		"-log-level", "warn",
-	}
 }
 
 // Bucket creates a new empty bucket and returns its name.
