@@ -30,12 +30,8 @@ import (
 // fake-gcs-server, several rounds each.
 
 // fenceTTL is every mirror's lock_ttl here: short, so a takeover comes
-// soon after a run is stopped; not shorter, because each renewal try is
-// bounded by lock_ttl/4 and one answer slower than that can lose a lock.
-// At 2 s a run nobody paused lost its lock to a 0.5 s answer of the test
-// server while the machine was loaded, failing the test. (They do not run
-// in parallel: beside other tests, even a 5 s lock was lost so, once.)
-const fenceTTL = 5 * time.Second
+// soon after a run is stopped.
+const fenceTTL = 2 * time.Second
 
 // fenceStore is a store the paused run reaches through a fault proxy and
 // the others directly.
