@@ -17,7 +17,7 @@ RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 go build -trimpath -buildvcs=false \
         -ldflags "-s -w -X main.version=${VERSION}" \
-        -o /out/fdl-mirror ./cmd/fdl-mirror \
+        -o /out/ ./cmd/fdl-mirror ./cmd/fdl-mirror-catalog-reader \
  && /out/fdl-mirror version
 
 # Runtime: the same Debian release as the build (glibc, libstdc++ for
@@ -29,7 +29,8 @@ RUN apt-get update \
  && groupadd --system --gid 65532 fdl-mirror \
  && useradd --system --uid 65532 --gid 65532 --home-dir /var/lib/fdl-mirror \
         --create-home --shell /usr/sbin/nologin fdl-mirror
-COPY --from=build /out/fdl-mirror /usr/local/bin/fdl-mirror
+# The catalog reader beside fdl-mirror, which starts it once per catalog.
+COPY --from=build /out/fdl-mirror /out/fdl-mirror-catalog-reader /usr/local/bin/
 COPY config.example.yaml /usr/share/doc/fdl-mirror/config.example.yaml
 USER 65532:65532
 WORKDIR /var/lib/fdl-mirror

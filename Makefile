@@ -6,13 +6,21 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # DuckDB is linked through cgo.
 export CGO_ENABLED := 1
 
-.PHONY: all build demo check test test-servers vet fmt-check tidy-check staticcheck fuzz bench clean
+.PHONY: all build install demo check test test-servers vet fmt-check tidy-check staticcheck fuzz bench clean
 
 all: build
 
+# fdl-mirror and its catalog reader, which it starts from beside itself
+# (install both in one folder; without the reader it re-executes itself,
+# slower to start), and the generator.
 build:
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/fdl-mirror ./cmd/fdl-mirror
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/ ./cmd/fdl-mirror ./cmd/fdl-mirror-catalog-reader
 	$(GO) build -o $(BIN)/fdl-gen ./cmd/fdl-gen
+
+PREFIX ?= /usr/local
+install: build
+	install -d $(DESTDIR)$(PREFIX)/bin
+	install -m 0755 $(BIN)/fdl-mirror $(BIN)/fdl-mirror-catalog-reader $(DESTDIR)$(PREFIX)/bin/
 
 # The real servers the tests run against (Versity S3 Gateway, fake-gcs-server)
 # and staticcheck, built once at pinned versions into .cache/bin; and Chromium and promtool

@@ -174,6 +174,7 @@ func TestDockerfile(t *testing.T) {
 	}
 	for _, want := range []string{
 		"CGO_ENABLED=1", "ca-certificates", `ENTRYPOINT ["fdl-mirror"]`, "COPY --from=build",
+		"/out/fdl-mirror-catalog-reader /usr/local/bin/", // beside fdl-mirror
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("Dockerfile lacks %s", want)

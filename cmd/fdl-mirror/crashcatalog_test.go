@@ -108,6 +108,11 @@ func TestDaemonOutlivesACatalogThatCrashesItsReader(t *testing.T) {
 		if !ms.Sandbox.Landlock || !ms.Sandbox.Seccomp || len(ms.Sandbox.Missing) != 0 || ms.Sandbox.LandlockABI < 1 || ms.Sandbox.LandlockNeeded != 1 {
 			t.Errorf("/status.json catalog_sandbox of %s: %+v", ms.Mirror, ms.Sandbox)
 		}
+		// The readers run the reader binary built beside the mirror's
+		// (TestMain).
+		if want, _ := filepath.EvalSymlinks(filepath.Join(filepath.Dir(binary), catalog.ReaderProgram)); ms.Sandbox.Reader != want || ms.Sandbox.ReaderNote != "" {
+			t.Errorf("/status.json catalog_sandbox of %s: readers run %q (%s), want %s", ms.Mirror, ms.Sandbox.Reader, ms.Sandbox.ReaderNote, want)
+		}
 		if ms.Mirror == "evil" && ms.LastRun != nil {
 			for _, r := range ms.LastRun.Refused {
 				found = found || r.Reason == catalog.ReasonReaderFailed

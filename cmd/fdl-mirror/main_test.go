@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 )
 
 // The command is tested as users run it: a built binary, its exit code,
@@ -30,11 +32,15 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "fdl-mirror")
-	build := exec.Command("go", "build", "-o", binary, ".")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		os.RemoveAll(dir)
-		panic("building fdl-mirror: " + err.Error())
+	// The catalog reader's binary beside it, as make installs them: the
+	// tests' readers run it (internal/catalog, program.go).
+	for _, b := range []struct{ out, pkg string }{{binary, "."}, {filepath.Join(dir, catalog.ReaderProgram), "../fdl-mirror-catalog-reader"}} {
+		build := exec.Command("go", "build", "-o", b.out, b.pkg)
+		build.Stderr = os.Stderr
+		if err := build.Run(); err != nil {
+			os.RemoveAll(dir)
+			panic("building " + b.pkg + ": " + err.Error())
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -15,17 +15,34 @@ import (
 // catalog reader (see reader.go) instead of whatever its main would run.
 //
 // The check is in this package's init, not in main: every binary that
-// links the package (fdl-mirror, and each test binary of a package that
-// reads catalogs) can then be re-executed as a reader, with nothing for a
-// main or a TestMain to remember. A package's init runs after those of the
-// packages it imports and before any that import it, so the reader starts
-// with DuckDB and SQLite registered and little else done.
+// links the package (the reader binary, fdl-mirror, and each test binary
+// of a package that reads catalogs) can then be started as a reader
+// (program.go), with nothing for a main or a TestMain to remember. A
+// package's init runs after those of the packages it imports and before
+// any that import it, so the reader starts with DuckDB and SQLite
+// registered and little else done; in fdl-mirror's binary that is still
+// most of its packages' (gRPC, OpenTelemetry, the stores' SDKs), which
+// is why the reader binary links this package and no other of the
+// mirror's.
 const readerCommand = "__fdl-mirror-catalog-reader"
 
 func init() {
 	if len(os.Args) >= 2 && os.Args[1] == readerCommand {
-		os.Exit(readerMain(os.Args[2:]))
+		os.Exit(ReaderMain(os.Args[1:]))
 	}
+}
+
+// ReaderMain is the reader binary's main (cmd/fdl-mirror-catalog-
+// reader), given os.Args[1:]: the reader argument and a reader's
+// arguments. This package's init has called it already where the
+// arguments are a reader's; a main gets here when the binary was
+// started otherwise, by hand.
+func ReaderMain(args []string) int {
+	if len(args) == 0 || args[0] != readerCommand {
+		fmt.Fprintf(os.Stderr, "%s: fdl-mirror starts this program to read one catalog; it has nothing to do by hand\n", ReaderProgram)
+		return exitUsage
+	}
+	return readerMain(args[1:])
 }
 
 // readerRoot is the reader's only file: descriptor 3, the catalog or the

@@ -17,15 +17,16 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
 
-// A catalog is read in a reader: this binary re-executed with
-// readerCommand (child.go), with an empty environment, pipes for its
-// stdin, stdout and stderr, and one more descriptor, the catalog the
-// mirror fetched and hashed (or, for a Pool, the folder of one upstream's
-// catalogs), open read-only. Before it parses a byte it confines itself
-// (sandbox_linux.go). DuckDB's own security model assumes a database file
-// from a trusted writer ("closer to loading a shared library than to
-// opening a document"): a crafted catalog may crash it or allocate
-// without end, and in a reader that costs one refusal, not the mirror.
+// A catalog is read in a reader: the reader binary beside this one, or
+// this binary re-executed (program.go), with readerCommand (child.go),
+// an empty environment, pipes for its stdin, stdout and stderr, and one
+// more descriptor, the catalog the mirror fetched and hashed (or, for a
+// Pool, the folder of one upstream's catalogs), open read-only. Before
+// it parses a byte it confines itself (sandbox_linux.go). DuckDB's own
+// security model assumes a database file from a trusted writer ("closer
+// to loading a shared library than to opening a document"): a crafted
+// catalog may crash it or allocate without end, and in a reader that
+// costs one refusal, not the mirror.
 //
 // What a reader says is checked again here (protocol.go): a reader taken
 // over by its catalog can say no more than the catalog's upstream could.
@@ -121,6 +122,7 @@ type readerKnobs struct {
 	idle                  time.Duration // a pooled reader's wait for its request: 0, the catalog timeout
 	cpuSeconds            uint64        // 0: from the limits
 	grace                 time.Duration
+	exe                   *readerExe // the program readers run: nil, theReaderExe's
 }
 
 var knobs readerKnobs
@@ -201,6 +203,11 @@ type SandboxStatus struct {
 	LandlockNeeded int      `json:"landlock_abi_needed"`
 	Seccomp        bool     `json:"seccomp"`
 	Missing        []string `json:"missing"`
+	// Reader is the program readers run: the reader binary beside
+	// fdl-mirror (ReaderProgram), or fdl-mirror's own, re-executed, for
+	// the reason ReaderNote says.
+	Reader     string `json:"reader"`
+	ReaderNote string `json:"reader_note,omitempty"`
 }
 
 // Status is the layers as status shows them.
@@ -209,7 +216,9 @@ func (l Layers) Status() SandboxStatus {
 	if m == nil {
 		m = []string{}
 	}
-	return SandboxStatus{Landlock: l.Landlock(), LandlockABI: l.LandlockABI, LandlockNeeded: l.LandlockNeeded(), Seccomp: l.Seccomp, Missing: m}
+	path, note := ReaderNow()
+	return SandboxStatus{Landlock: l.Landlock(), LandlockABI: l.LandlockABI, LandlockNeeded: l.LandlockNeeded(), Seccomp: l.Seccomp, Missing: m,
+		Reader: path, ReaderNote: note}
 }
 
 // String says which layers a reader has, for logs and the status page.
@@ -282,8 +291,14 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	if knobs.noLandlock {
 		a.landlockABI = 0
 	}
-	cmd := exec.Command("/proc/self/exe")
-	cmd.Args = append([]string{"fdl-mirror-catalog-reader"}, a.argv()...)
+	exe := theReaderExe()
+	if knobs.exe != nil {
+		exe = *knobs.exe
+	}
+	// The same arguments for either program: the reader binary's main
+	// and any binary that links this package run them alike (child.go).
+	cmd := exec.Command(exe.path)
+	cmd.Args = append([]string{ReaderProgram}, a.argv()...)
 	cmd.Env = readerEnv // nothing of the mirror's, credentials and all
 	cmd.Dir = "/"
 	if !knobs.noGroup {

@@ -325,3 +325,16 @@ func waitExited(pid int) {
 func killGroup(pid int) bool {
 	return unix.Kill(-pid, unix.SIGKILL) == nil
 }
+
+// keepForExec keeps the reader binary f open for the life of the
+// mirror, and names it as exec runs it: /proc/self/fd/N. N is high
+// enough that forkExec's shuffle of a child's descriptors (0 to 4, and
+// scratch ones just above) never lands on it; CLOEXEC, as the kernel
+// opens the file before it closes those.
+func keepForExec(f *os.File) (string, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 100)
+	if err != nil {
+		return "", fmt.Errorf("keeping it open: %w", err)
+	}
+	return "/proc/self/fd/" + strconv.Itoa(fd), nil
+}

@@ -2,7 +2,10 @@
 
 package catalog
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // Elsewhere than Linux a reader has neither layer, nor its rlimits here:
 // it still runs apart, with an empty environment.
@@ -22,3 +25,5 @@ func readerProcAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid
 func waitExited(pid int) {}
 
 func killGroup(pid int) bool { return syscall.Kill(-pid, syscall.SIGKILL) == nil }
+
+func keepForExec(f *os.File) (string, error) { return f.Name(), nil }

@@ -191,6 +191,11 @@ func New(opts Options) (*Daemon, error) {
 		d.log.Warn("catalog readers run "+l.String(), zap.Strings("missing", l.Missing()))
 	}
 	d.metrics.CatalogSandbox(catalog.ProbeSandbox())
+	if path, note := catalog.ReaderNow(); note != "" {
+		d.log.Info("catalog readers start from "+path+", re-executed", zap.String("why", note))
+	} else {
+		d.log.Info("catalog readers start from " + path)
+	}
 	return d, nil
 }
 
