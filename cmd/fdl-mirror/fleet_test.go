@@ -368,6 +368,9 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of two daemons skipped in -short mode")
 	}
+	// Mostly waits: the minute is fixed, and the daemons idle between
+	// the upstream's new versions.
+	t.Parallel()
 	parent := t.TempDir()
 	opts := generate.Options{Versions: 1, FilesPerVersion: 4, RowsPerFile: 10, FastParquet: true, Tags: true}
 	// The generator writes ref files in place; a publisher's readers must
@@ -509,6 +512,9 @@ func TestDaemonReplicaFinishesTheMirrorOfOneKilledMidRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large sync skipped in -short mode")
 	}
+	// Mostly waits for the first daemon's slow reads (about 8 s of CPU
+	// in 32 s alone); its kill lands with some 2 % of the files copied.
+	t.Parallel()
 	parent := t.TempDir()
 	m := testMirror{"large", filepath.Join(parent, "upstream"), filepath.Join(parent, "mirror")}
 	gen(t, m.up, generate.Options{Versions: 4, FilesPerVersion: 300, RowsPerFile: 10, FastParquet: true, Tags: true})

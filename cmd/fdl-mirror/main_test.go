@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,15 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	// The tests marked parallel (two daemon-replica tests) mostly wait:
+	// all of them at once, rather than GOMAXPROCS (two on a small
+	// machine) at a time, unless -parallel says otherwise.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		flag.Set("test.parallel", "8")
+	}
 	dir, err := os.MkdirTemp("", "fdl-mirror-bin-")
 	if err != nil {
 		panic(err)
