@@ -1,11 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,26 +68,9 @@ func TestAPrunePausedInItsRemovalsLosesNoFileASyncNeeds(t *testing.T) {
 	for _, st := range fenceStores(t) {
 		t.Run(st.name, func(t *testing.T) {
 			for round := range rounds {
-				parent := t.TempDir()
-				up := filepath.Join(parent, "upstream")
-				r := newBranchedRepo(t, up, 3, "old")
-				w := r.branches["refs/heads/old"]
-				prefix := fmt.Sprintf("claims-%d", round)
-				sinkAddr := st.direct(prefix)
-				pausedSink, env := st.paused(prefix)
-				configB := writeFenceConfig(t, parent, "b", up, sinkAddr)
-				configA := writeFenceConfig(t, parent, "a", up, pausedSink)
-				appendFile(t, configB, "    allow_rewind: true\n")
-				if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
-					t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
-				}
-				// Upstream: V2 on W, on main; then W's branch and folder go.
-				writeFile(t, filepath.Join(up, "refs/heads/main"), w+"\n")
-				v2, err := generate.AddVersion(context.Background(), up, 1, generate.Options{RowsPerFile: 10, FastParquet: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.deleteBranch(t, "refs/heads/old")
+				wt := newWithdrawnTip(t, st, fmt.Sprintf("claims-%d", round))
+				r, w, v2, prefix, sinkAddr := wt.repo, wt.w, wt.v2, wt.prefix, wt.sink
+				env, configA, configB := wt.env, wt.configA, wt.configB
 
 				if res := run(t, "prune", "--config", configB, "--mirror", "m"); res.code != 0 {
 					t.Fatalf("round %d: the prune that lists W: exit %d\n%s%s", round, res.code, res.stdout, res.stderr)

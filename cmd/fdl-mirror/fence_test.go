@@ -288,28 +288,9 @@ func TestPruneOverAPausedSyncKeepsTheFilesOfItsVersions(t *testing.T) {
 	for _, st := range fenceStores(t) {
 		t.Run(st.name, func(t *testing.T) {
 			for round := range rounds {
-				parent := t.TempDir()
-				up := filepath.Join(parent, "upstream")
-				r := newBranchedRepo(t, up, 3, "old")
-				w := r.branches["refs/heads/old"]
-				prefix := fmt.Sprintf("prune-%d", round)
-				sink := st.direct(prefix)
-				pausedSink, env := st.paused(prefix)
-				configB := writeFenceConfig(t, parent, "b", up, sink)
-				configA := writeFenceConfig(t, parent, "a", up, pausedSink)
-				// main moves from v3 to V2 on W, which upstream withdraws:
-				// with W gone, V2's descent from v3 is unknown to the mirror.
-				appendFile(t, configB, "    allow_rewind: true\n")
-				if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
-					t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
-				}
-				// Upstream: V2 on W, on main; then W's branch and folder go.
-				writeFile(t, filepath.Join(up, "refs/heads/main"), w+"\n")
-				v2, err := generate.AddVersion(t.Context(), up, 1, generate.Options{RowsPerFile: 10, FastParquet: true})
-				if err != nil {
-					t.Fatal(err)
-				}
-				r.deleteBranch(t, "refs/heads/old")
+				wt := newWithdrawnTip(t, st, fmt.Sprintf("prune-%d", round))
+				up, r, w, v2, prefix, sink := wt.up, wt.repo, wt.w, wt.v2, wt.prefix, wt.sink
+				env, configA, configB := wt.env, wt.configA, wt.configB
 
 				a := startPaused(t, st.proxy, writeOf(func(key string) bool {
 					return key == prefix+"/"+repo.VersionFile(v2, repo.RecordFile)
@@ -473,4 +454,43 @@ func TestRefMovesOnlyToAVersionWhoseFilesAreInTheMirror(t *testing.T) {
 	if res := run(t, "verify", sink); res.code != 0 {
 		t.Errorf("verify: exit %d\n%s", res.code, res.stdout)
 	}
+}
+
+// withdrawnTip is the mirror both pause tests of a withdrawn version start
+// from: synced once (by B, allow_rewind) from a repository whose main then
+// moves from v3 to V2 on W, a version on branch "old" that upstream then
+// withdraws (its branch deleted, its folder gone). With W gone, V2's
+// descent from v3 is unknown to the mirror.
+type withdrawnTip struct {
+	up               string
+	repo             *branchedRepo
+	w, v2            string // W and V2's ids
+	prefix, sink     string // the mirror's prefix and its direct address
+	env              []string
+	configA, configB string // the paused run's config, and the others'
+}
+
+func newWithdrawnTip(t *testing.T, st fenceStore, prefix string) withdrawnTip {
+	t.Helper()
+	parent := t.TempDir()
+	wt := withdrawnTip{up: filepath.Join(parent, "upstream"), prefix: prefix, sink: st.direct(prefix)}
+	wt.repo = newBranchedRepo(t, wt.up, 3, "old")
+	wt.w = wt.repo.branches["refs/heads/old"]
+	pausedSink, env := st.paused(prefix)
+	wt.env = env
+	wt.configB = writeFenceConfig(t, parent, "b", wt.up, wt.sink)
+	wt.configA = writeFenceConfig(t, parent, "a", wt.up, pausedSink)
+	appendFile(t, wt.configB, "    allow_rewind: true\n")
+	if res := run(t, "sync", "--config", wt.configB, "--mirror", "m"); res.code != 0 {
+		t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
+	}
+	// Upstream: V2 on W, on main; then W's branch and folder go.
+	writeFile(t, filepath.Join(wt.up, "refs/heads/main"), wt.w+"\n")
+	v2, err := generate.AddVersion(t.Context(), wt.up, 1, generate.Options{RowsPerFile: 10, FastParquet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt.v2 = v2
+	wt.repo.deleteBranch(t, "refs/heads/old")
+	return wt
 }
