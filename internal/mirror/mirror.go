@@ -20,13 +20,13 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -114,10 +114,11 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	}
 	defer tmp.Close()
 
-	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: policy.AsTrust(), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
+	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
 		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair, Source: location.Clean(job.Source), Force: job.Force}
+	upstream := source.New(src, policy.AsTrust(), log)
 	if job.DryRun {
-		return fdlsync.Run(ctx, src, st.dst, opts)
+		return fdlsync.Run(ctx, upstream, mine, opts)
 	}
 	var held *lock.Held
 	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
@@ -134,7 +135,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		mine.AbortStaleUploads(locked, job.LockTTL)
 		return locked, release, nil
 	}
-	return fdlsync.Run(ctx, src, st.dst, opts)
+	return fdlsync.Run(ctx, upstream, mine, opts)
 }
 
 // Status reads the refs upstream and in the mirror, copying nothing.
@@ -145,7 +146,7 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}
 	defer closeSrc()
-	var mine backend.Reader
+	var mine *sink.Sink
 	dst, closeDst, err := location.Open(ctx, job.Sink, job.sinkOptions(log))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -154,9 +155,9 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 		return nil, &ConfigError{err}
 	default:
 		defer closeDst()
-		mine = dst
+		mine = sink.NewReader(dst, nil)
 	}
-	return fdlsync.Compare(ctx, src, mine, job.Refs)
+	return fdlsync.Compare(ctx, source.New(src, nil, nil), mine, job.Refs)
 }
 
 // Pending reads the versions a mirror has kept to retry (see

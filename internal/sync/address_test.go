@@ -30,7 +30,7 @@ func syncAddrWith(t *testing.T, src, dst string, lopts location.Options, opts fd
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 4
 	}
-	return fdlsync.Run(ctx, from, to, opts)
+	return syncStores(ctx, from, to, opts)
 }
 
 // syncAddr runs the engine between two addresses with the stores'

@@ -45,7 +45,7 @@ func cutRun(t *testing.T, cutAt int, ways ...string) (up, mirror string, damage 
 	}
 	defer dst.Close()
 	sink := powercut.New(dst, mirror, cutAt, cancel)
-	_, err = fdlsync.Run(ctx, src, sink, fdlsync.Options{Concurrency: 2})
+	_, err = syncStores(ctx, src, sink, fdlsync.Options{Concurrency: 2})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run went on after the power cut: %v", err)
 	}

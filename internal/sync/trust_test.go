@@ -36,7 +36,7 @@ func TestVersionsSignedByTrustedKeysArePublished(t *testing.T) {
 			key := fdltest.NewSSHKey(t, typ, "publisher@example.org")
 			r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, Signer: key.Signer(t, "fdl")})
 			trusted := fdltest.AllowedSigners(t, `namespaces="fdl"`, key)
-			rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, trusted, true, "")})
+			rep := mustRunTrusting(t, up, mirror, trustFrom(t, trusted, true, ""), fdlsync.Options{})
 			if !rep.OK() {
 				t.Fatalf("refused: %+v", rep.Refused)
 			}
@@ -73,7 +73,7 @@ func TestUnsignedVersionIsRefusedWhenSignaturesAreRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), true, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "no signature")
 }
 
@@ -81,7 +81,7 @@ func TestUnsignedVersionPassesWhenSignaturesAreNotRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
-	if rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")}); !rep.OK() {
+	if rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), false, ""), fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}
 }
@@ -94,7 +94,7 @@ func TestBadSignatureIsRefusedEvenWhenNotRequired(t *testing.T) {
 	fdltest.EditJSON(t, filepath.Join(up, "versions", r.Versions[0], "version.json"), func(doc map[string]any) {
 		doc["message"] = "tampered"
 	})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), false, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "bad signature")
 }
 
@@ -108,7 +108,7 @@ func TestSignatureByAKeyListedOnlyInTheRepositoryIsRefused(t *testing.T) {
 		doc["signers"] = []string{intruder.Principal + " " + intruder.Pub}
 	})
 	core, logs := observer.New(zap.WarnLevel)
-	rep := mustRun(t, up, mirror, fdlsync.Options{Logger: zap.New(core), Trust: trustFrom(t, fdltest.AllowedSigners(t, "", trustedKey), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", trustedKey), false, ""), fdlsync.Options{Logger: zap.New(core)})
 	assertSignatureRefused(t, rep, mirror, "untrusted key")
 	if n := logs.FilterMessage("repository signers differ from the trusted signers").Len(); n != 1 {
 		t.Errorf("%d warnings that the repository's signers differ from the trusted ones, want 1", n)
@@ -119,7 +119,7 @@ func TestSignatureInTheWrongNamespaceIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "other")})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), false, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "namespace")
 }
 
@@ -127,7 +127,7 @@ func TestSignatureByAnExpiredKeyIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ecdsa", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "fdl")})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, `valid-before="20200101"`, key), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, `valid-before="20200101"`, key), false, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "expired")
 }
 
@@ -135,7 +135,7 @@ func TestCustomSignatureNamespace(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "towns")})
-	if rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "towns")}); !rep.OK() {
+	if rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "towns"), fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}
 }
