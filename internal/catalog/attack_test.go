@@ -690,7 +690,7 @@ func TestAReaderSpinsNotWhileIdle(t *testing.T) {
 	// A pool's reader's CPU limit is one catalog's.
 	withKnobs(t, readerKnobs{})
 	pool := newTestPool(t, lim)
-	r, err := pool.get(context.Background())
+	r, err := pool.get(context.Background(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -750,5 +750,13 @@ func TestLandlockIsCountedAtTheABIAReaderNeeds(t *testing.T) {
 	var re *ReaderError
 	if c != nil || !errors.As(err, &re) || re.Cause != CauseNoSandbox || !strings.Contains(err.Error(), "no landlock and no seccomp") {
 		t.Fatalf("Landlock ABI 5 without seccomp, required: %v, %v", c, err)
+	}
+}
+
+// The C constructor that drops a reader's capabilities as it is loaded
+// (caps_linux.go) knows the reader argument by its own copy.
+func TestReaderCommandInC(t *testing.T) {
+	if got := readerCommandInC(); got != readerCommand {
+		t.Errorf("caps_linux.go's reader argument is %q, child.go's %q", got, readerCommand)
 	}
 }

@@ -77,6 +77,9 @@ func BenchmarkRead(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
 			pool.ending.Wait()
+			pool.mu.Lock()
+			pool.unread[in] = true // as Fetch leaves it
+			pool.mu.Unlock()
 			pool.warm()
 			for pool.idleCount() == 0 {
 				time.Sleep(time.Millisecond)

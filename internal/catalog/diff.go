@@ -122,7 +122,8 @@ func (p *Pool) Diff(ctx context.Context, file, name, parentFile, parentName stri
 			return nil, err
 		}
 	}
-	r, err := p.get(ctx)
+	p.taken(parentFile)
+	r, err := p.get(ctx, file)
 	if err != nil {
 		return nil, rename(err, name)
 	}

@@ -18,10 +18,15 @@ type Fetched struct {
 	Path   string // local temporary file; Remove deletes it
 	SHA256 string // lowercase hex
 	Size   int64
+	pool   *Pool // the pool that fetched it to be read (Pool.Fetch)
 }
 
-// Remove deletes the temporary file.
+// Remove deletes the temporary file: a catalog its pool fetched to be
+// read and that was not read wants a reader no more.
 func (f *Fetched) Remove() {
+	if f.pool != nil {
+		f.pool.taken(f.Path)
+	}
 	os.Remove(f.Path)
 }
 

@@ -17,6 +17,12 @@ import (
 // its DuckDB costs about as much as reading a catalog of 400 files
 // (BENCHMARKS.md), and is paid while a catalog is fetched.
 //
+// A reader is started ahead for each catalog fetched to be read, up to
+// the pool's size at once: as a read takes its reader, the next
+// catalog's starts, so that every read finds one ready (or on its way),
+// not only the first ones; a catalog fetched to join another's request
+// (the parent of a difference, FetchBeside) starts none.
+//
 // One catalog per reader: a reader started ahead has a folder of its own
 // in the pool's (0700), empty until a read links the catalog into it, or
 // a difference's two catalogs, which come in one request. A reader taken
@@ -36,7 +42,12 @@ type Pool struct {
 	// (and replaced) each time one of them is idle or failed to start.
 	warming int
 	warmed  chan struct{}
-	started gosync.WaitGroup
+	// fetching counts the fetches under way of catalogs to be read, and
+	// unread the catalogs fetched whose read has not taken a reader yet:
+	// together, the readers a run will want next.
+	fetching int
+	unread   map[string]bool
+	started  gosync.WaitGroup
 	// stop ends the starts under way as the pool closes; ending waits
 	// for the readers ended in the background after their read.
 	stop   context.Context
@@ -65,49 +76,79 @@ func NewPool(parent string, size int, lim Limits) (*Pool, error) {
 		return nil, fmt.Errorf("a folder for catalogs: %w", err)
 	}
 	stop, cancel := context.WithCancel(context.Background())
-	return &Pool{dir: dir, sortIn: filepath.Dir(dir), lim: lim.WithDefaults(), size: max(size, 1), warmed: make(chan struct{}), stop: stop, cancel: cancel}, nil
+	return &Pool{dir: dir, sortIn: filepath.Dir(dir), lim: lim.WithDefaults(), size: max(size, 1), warmed: make(chan struct{}),
+		unread: map[string]bool{}, stop: stop, cancel: cancel}, nil
 }
 
 // Dir is the pool's folder.
 func (p *Pool) Dir() string { return p.dir }
 
-// Fetch copies a catalog from r into the pool's folder (see Fetch).
-// While it comes, a reader is started ahead where fewer than the pool's
-// size are: a reader's start (an exec, the sandbox, DuckDB) is then paid
-// while the bytes come, not before the read.
+// Fetch copies a catalog from r into the pool's folder (see Fetch), to
+// be read with a reader of its own. While it comes, a reader is started
+// ahead for it where fewer than the pool's size are: a reader's start
+// (an exec, the sandbox, DuckDB) is then paid while the bytes come, not
+// before the read.
 func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
+	p.mu.Lock()
+	p.fetching++
+	p.mu.Unlock()
 	p.warm()
+	f, err := Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
+	p.mu.Lock()
+	p.fetching--
+	if err == nil {
+		p.unread[f.Path] = true
+		f.pool = p
+	}
+	p.mu.Unlock()
+	return f, err
+}
+
+// FetchBeside is Fetch for a catalog that comes in another's request (a
+// difference's parent): it starts no reader of its own.
+func (p *Pool) FetchBeside(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
 	return Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
 }
 
-// warm starts a reader, in the background, to wait for the next read.
-// One that fails to start is forgotten: the read starts its own and
-// says why.
-func (p *Pool) warm() {
+// taken says the catalog at file no longer waits for a reader: its read
+// took one, or it was removed unread.
+func (p *Pool) taken(file string) {
 	p.mu.Lock()
-	if p.closed || len(p.idle)+p.warming >= p.size {
-		p.mu.Unlock()
-		return
-	}
-	p.warming++
-	p.started.Add(1)
+	delete(p.unread, file)
 	p.mu.Unlock()
-	go func() {
-		defer p.started.Done()
-		r, err := p.start(p.stop)
+}
+
+// warm starts readers, in the background, to wait for the reads to
+// come: as many as the catalogs fetched or being fetched to be read, up
+// to the pool's size. One that fails to start is forgotten: the read
+// starts its own and says why.
+func (p *Pool) warm() {
+	for {
 		p.mu.Lock()
-		p.warming--
-		if err == nil && !p.closed {
-			p.idleLocked(r)
-			r = nil
+		if p.closed || len(p.idle)+p.warming >= min(p.size, p.fetching+len(p.unread)) {
+			p.mu.Unlock()
+			return
 		}
-		close(p.warmed)
-		p.warmed = make(chan struct{})
+		p.warming++
+		p.started.Add(1)
 		p.mu.Unlock()
-		if r != nil {
-			r.close()
-		}
-	}()
+		go func() {
+			defer p.started.Done()
+			r, err := p.start(p.stop)
+			p.mu.Lock()
+			p.warming--
+			if err == nil && !p.closed {
+				p.idleLocked(r)
+				r = nil
+			}
+			close(p.warmed)
+			p.warmed = make(chan struct{})
+			p.mu.Unlock()
+			if r != nil {
+				r.close()
+			}
+		}()
+	}
 }
 
 // start starts a reader in a new folder of its own.
@@ -184,7 +225,7 @@ func (p *Pool) ReadSorted(ctx context.Context, file, name string) (*Sorted, erro
 	if filepath.Dir(file) != p.dir {
 		return readSortedAlone(ctx, file, name, p.lim, p.sortIn)
 	}
-	r, err := p.get(ctx)
+	r, err := p.get(ctx, file)
 	if err != nil {
 		return nil, rename(err, name)
 	}
@@ -228,9 +269,12 @@ func (r *pooledReader) unlink() {
 	}
 }
 
-// get takes a reader started ahead, waits for one being started, or
-// starts one.
-func (p *Pool) get(ctx context.Context) (*pooledReader, error) {
+// get takes a reader started ahead for the read of file, waits for one
+// being started, or starts one; the next catalog's reader is started
+// ahead as this one is taken.
+func (p *Pool) get(ctx context.Context, file string) (*pooledReader, error) {
+	p.taken(file)
+	defer p.warm()
 	for {
 		p.mu.Lock()
 		if p.closed {

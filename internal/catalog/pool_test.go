@@ -224,8 +224,8 @@ func TestPoolStartsAReaderWhileACatalogIsFetched(t *testing.T) {
 	if pids := readerChildren(t); len(pids) != 1 || pids[0] != warmed.cmd.Process.Pid {
 		t.Fatalf("readers %v after a second fetch, want only %d", pids, warmed.cmd.Process.Pid)
 	}
-	// The first read takes the reader started ahead and ends it; the
-	// second starts its own.
+	// The first read takes the reader started ahead and ends it, and
+	// the second catalog's reader is started as it does: one more.
 	before = readersStarted.Load()
 	for _, c := range []*Fetched{f, g} {
 		if c, err := pool.Read(context.Background(), c.Path, catalogName); err != nil || len(c.Files) == 0 {
@@ -275,15 +275,18 @@ func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 	if n := readersStarted.Load() - before; n != 0 || pool.idleCount() != 0 || len(readerChildren(t)) != 0 {
 		t.Fatalf("the difference started %d readers beside the one started ahead, left %d idle, %v running; want none", n, pool.idleCount(), readerChildren(t))
 	}
-	pool.warm()
+	// A catalog fetched starts its reader.
+	hostile := fetchInto(t, pool, changed(t, cats[3], "UPDATE ducklake_data_file SET path = '/etc/passwd', path_is_relative = false WHERE data_file_id = 2"))
 	deadline := time.Now().Add(30 * time.Second)
 	for pool.idleCount() == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
+	if pool.idleCount() != 1 {
+		t.Fatalf("%d readers started ahead for the hostile child, want 1", pool.idleCount())
+	}
 	pool.mu.Lock()
 	first := pool.idle[0].proc
 	pool.mu.Unlock()
-	hostile := fetchInto(t, pool, changed(t, cats[3], "UPDATE ducklake_data_file SET path = '/etc/passwd', path_is_relative = false WHERE data_file_id = 2"))
 	d, err := pool.Diff(context.Background(), hostile.Path, catalogName, parent.Path, parentName, nil)
 	if d != nil || err == nil || !strings.Contains(err.Error(), "outside the catalog's data path") || !strings.Contains(err.Error(), catalogName) {
 		t.Fatalf("a hostile child: %v, %v", d, err)

@@ -240,6 +240,13 @@ func dropCapabilities() error {
 		return fmt.Errorf("reading capabilities: %w", err)
 	}
 	held := data[0].Permitted|data[1].Permitted|data[0].Effective|data[1].Effective != 0
+	if !held && data[0].Inheritable|data[1].Inheritable == 0 {
+		// Nothing held (a reader not run as root, or one whose
+		// capabilities caps_linux.go dropped as it was loaded, before
+		// any other thread was): no ambient capability either, as the
+		// kernel keeps those within the permitted ones.
+		return nil
+	}
 	if err := ll.AllThreadsPrctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clearing ambient capabilities: %w", err)
 	}

@@ -19,6 +19,12 @@ func (s *Sink) FetchCatalog(ctx context.Context, pool *catalog.Pool, name string
 	return pool.Fetch(ctx, s.b, name)
 }
 
+// FetchCatalogBeside is FetchCatalog for a catalog read in another's
+// request (a difference's parent), which starts no reader of its own.
+func (s *Sink) FetchCatalogBeside(ctx context.Context, pool *catalog.Pool, name string) (*catalog.Fetched, error) {
+	return pool.FetchBeside(ctx, s.b, name)
+}
+
 // FetchFile copies the mirror's file name to a local temporary file in
 // dir ("" is os.TempDir), of at most maxSize bytes (0: the catalogs'
 // default bound), to be checked rather than read.
