@@ -67,15 +67,17 @@ func (s *Source) Location() string { return s.r.Location() }
 func (s *Source) Settings() *repo.Settings { return s.settings }
 
 // ReadSettings reads and checks the upstream's fdl.json, and warns where
-// the signers it lists differ from the trusted ones.
+// the signers it lists differ from the trusted ones. The error wraps a
+// *ReadError where fdl.json could not be read, else the rule it breaks
+// (a *SettingsError).
 func (s *Source) ReadSettings(ctx context.Context) (*repo.Settings, error) {
 	raw, err := backend.ReadAll(ctx, s.r, repo.SettingsFile, repo.MaxSmallFile)
 	if err != nil {
-		return nil, s.errorf("%s: %w", repo.SettingsFile, err)
+		return nil, s.errorf("%w", &ReadError{repo.SettingsFile, err})
 	}
 	settings, err := repo.ParseSettings(raw)
 	if err != nil {
-		return nil, s.errorf("%w", err)
+		return nil, s.errorf("%w", &SettingsError{err})
 	}
 	s.settings = settings
 	if s.trust != nil {
@@ -85,6 +87,17 @@ func (s *Source) ReadSettings(ctx context.Context) (*repo.Settings, error) {
 	}
 	return settings, nil
 }
+
+// SettingsError is an fdl.json that breaks the rules; its message is
+// the rule's.
+type SettingsError struct{ Err error }
+
+func (e *SettingsError) Error() string { return e.Err.Error() }
+func (e *SettingsError) Unwrap() error { return e.Err }
+
+// CanList says whether the upstream's store can list (else a reader
+// follows refs.json, and asks for files by the names the layout knows).
+func (s *Source) CanList() bool { return s.r.Properties().CanList }
 
 // ListVersions lists versions/ upstream, where the store can list: one
 // listing, whatever the number of versions.
