@@ -19,13 +19,15 @@
 // ListVersions; then, per version, ReadRecord, VersionFiles,
 // ReadSignature (read and judged), FetchCatalog, and Size before a
 // server-side copy. Ancestry, verify and prune ask ReadVersion; a prune
-// asks CheckRefTargets and VersionStatus.
+// asks CheckRefTargets and VersionStatus; verify reads the repository
+// whole as well (repository.go).
 //
 // Files: source.go (Source, settings, versions and sizes), refs.go (the
 // upstream's refs), records.go (records and signatures, Trust),
 // catalogs.go (catalogs), refusal.go (Refusal, its reasons), status.go
 // (withdrawn or expired), reftargets.go (whether refs name versions
-// upstream holds).
+// upstream holds), repository.go (the repository read whole, for
+// verify).
 package source
 
 import (
