@@ -17,16 +17,23 @@ import (
 // (a *ReadError where a file could not be read at all), each error of a
 // rule repo's parser's, for the caller to report as it finds them.
 
-// Listing is the whole repository, listed once (see ListAll).
+// Whole is the repository as verify reads it, whole.
+type Whole struct{ s *Source }
+
+// Whole is the repository read whole, for verify.
+func (s *Source) Whole() Whole { return Whole{s} }
+
+// Listing is the whole repository, listed once (see Whole.List).
 type Listing struct {
 	Versions map[string]map[string]int64 // each version's files and sizes
 	Data     map[string]int64            // data_dir's files and sizes
 	Root     []string                    // the files at the root
 }
 
-// ListAll lists the whole repository once, by data_dir as ReadSettings
+// List lists the whole repository once, by data_dir as ReadSettings
 // read it; nil where the store cannot list.
-func (s *Source) ListAll(ctx context.Context) (*Listing, error) {
+func (w Whole) List(ctx context.Context) (*Listing, error) {
+	s := w.s
 	if !s.CanList() {
 		return nil, nil
 	}
@@ -51,21 +58,21 @@ func (s *Source) ListAll(ctx context.Context) (*Listing, error) {
 	return l, nil
 }
 
-// ReadRefsJSON reads refs.json, under limit bytes: the refs it lists that
+// RefsJSON reads refs.json, under limit bytes: the refs it lists that
 // follow the rules, those that break them, and the error of a refs.json
 // that could not be read (a *ReadError) or breaks the rules as a whole.
-func (s *Source) ReadRefsJSON(ctx context.Context, limit int64) (repo.Refs, []*repo.RefError, error) {
-	raw, err := backend.ReadAll(ctx, s.r, repo.RefsFile, limit)
+func (w Whole) RefsJSON(ctx context.Context, limit int64) (repo.Refs, []*repo.RefError, error) {
+	raw, err := backend.ReadAll(ctx, w.s.r, repo.RefsFile, limit)
 	if err != nil {
 		return nil, nil, &ReadError{repo.RefsFile, err}
 	}
 	return repo.ParseRefsJSON(raw)
 }
 
-// ReadHead reads HEAD: the ref it names. The error is a *ReadError where
+// Head reads HEAD: the ref it names. The error is a *ReadError where
 // HEAD could not be read (or is not there), else the rule it breaks.
-func (s *Source) ReadHead(ctx context.Context) (string, error) {
-	raw, err := backend.ReadAll(ctx, s.r, repo.HeadFile, repo.MaxSmallFile)
+func (w Whole) Head(ctx context.Context) (string, error) {
+	raw, err := backend.ReadAll(ctx, w.s.r, repo.HeadFile, repo.MaxSmallFile)
 	if err != nil {
 		return "", &ReadError{repo.HeadFile, err}
 	}
@@ -73,14 +80,14 @@ func (s *Source) ReadHead(ctx context.Context) (string, error) {
 }
 
 // FileSize is a file's size, asked of the store alone.
-func (s *Source) FileSize(ctx context.Context, name string) (int64, error) {
-	fi, err := s.r.Stat(ctx, name)
+func (w Whole) FileSize(ctx context.Context, name string) (int64, error) {
+	fi, err := w.s.r.Stat(ctx, name)
 	return fi.Size, err
 }
 
-// ReadPrefix reads a file's first n bytes (fewer where it is shorter).
-func (s *Source) ReadPrefix(ctx context.Context, name string, n int) ([]byte, error) {
-	rc, err := s.r.Open(ctx, name)
+// Prefix reads a file's first n bytes (fewer where it is shorter).
+func (w Whole) Prefix(ctx context.Context, name string, n int) ([]byte, error) {
+	rc, err := w.s.r.Open(ctx, name)
 	if err != nil {
 		return nil, err
 	}
@@ -93,8 +100,8 @@ func (s *Source) ReadPrefix(ctx context.Context, name string, n int) ([]byte, er
 // Ends reads the first nHead and the last nTail bytes of a file and its
 // size. A store whose reader can seek (a local file) is read at both ends
 // only; other stores stream the file through, keeping its last bytes.
-func (s *Source) Ends(ctx context.Context, name string, nHead, nTail int) (head, tail []byte, size int64, err error) {
-	rc, err := s.r.Open(ctx, name)
+func (w Whole) Ends(ctx context.Context, name string, nHead, nTail int) (head, tail []byte, size int64, err error) {
+	rc, err := w.s.r.Open(ctx, name)
 	if err != nil {
 		return nil, nil, 0, err
 	}

@@ -17,7 +17,8 @@
 // In a run (see internal/sync): ReadSettings first; ReadRefs while the
 // sink takes its inventory (and again once the run holds the lock);
 // ListVersions; then, per version, ReadRecord, VersionFiles,
-// ReadSignature (read and judged), FetchCatalog, and Size before a
+// ReadSignature (read and judged), FetchCatalog; and the data files
+// through Data (files.go): opened for a copy, or sized before a
 // server-side copy. Ancestry, verify and prune ask ReadVersion; a prune
 // asks CheckRefTargets and VersionStatus; verify reads the repository
 // whole as well (repository.go).
@@ -163,7 +164,8 @@ const listPage = 1000
 // files to a mirror of twenty thousand asks ten times rather than listing
 // twenty pages, and one copying everything pays at most twice the cheaper
 // way.
-func (s *Source) Size(ctx context.Context, name string, sinkListed bool, sinkFiles int) (int64, error) {
+func (d Data) Size(ctx context.Context, name string, sinkListed bool, sinkFiles int) (int64, error) {
+	s := d.s
 	if sinkListed && s.r.Properties().CanList && strings.HasPrefix(name, s.settings.DataDir) &&
 		(s.data.Loaded() || s.stats.Add(1) > int64(sinkFiles/listPage+1)) {
 		if err := s.data.Load(ctx, s.r, s.settings.DataDir); err == nil {
@@ -177,8 +179,8 @@ func (s *Source) Size(ctx context.Context, name string, sinkListed bool, sinkFil
 	return fi.Size, err
 }
 
-// DataListed says whether the upstream's data_dir was listed.
-func (s *Source) DataListed() bool { return s.data.Loaded() }
+// Listed says whether the upstream's data_dir was listed (by Size).
+func (d Data) Listed() bool { return d.s.data.Loaded() }
 
 // errorf is an error about the upstream, naming it.
 func (s *Source) errorf(format string, args ...any) error {

@@ -91,7 +91,7 @@ func (c *checker) run(ctx context.Context) ([]Problem, error) {
 	rootFiles := []string{repo.CatalogFile, repo.MetadataFile} // what a store that cannot list is asked for
 	// One listing of everything, where the store lists: the data files'
 	// sizes, and the files at the root, where no catalog may sit.
-	listing, err := c.src.ListAll(ctx)
+	listing, err := c.src.Whole().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: listing: %w", c.src.Location(), err)
 	}
@@ -146,7 +146,7 @@ func (c *checker) refs(ctx context.Context) repo.Refs {
 	if canList {
 		limit = repo.RefsJSONLimit(refs)
 	}
-	listed, bad, err := c.src.ReadRefsJSON(ctx, limit)
+	listed, bad, err := c.src.Whole().RefsJSON(ctx, limit)
 	var unread *source.ReadError
 	switch {
 	case !errors.As(err, &unread):
@@ -175,7 +175,7 @@ func (c *checker) refs(ctx context.Context) repo.Refs {
 	default:
 		c.add(Problem{File: repo.RefsFile, Message: unread.Err.Error()})
 	}
-	if head, err := c.src.ReadHead(ctx); !errors.As(err, &unread) {
+	if head, err := c.src.Whole().Head(ctx); !errors.As(err, &unread) {
 		if err != nil {
 			c.add(Problem{File: repo.HeadFile, Message: err.Error()})
 		} else if _, ok := refs[head]; !ok {
@@ -295,7 +295,7 @@ func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			if c.data == nil {
-				size, err := c.src.FileSize(ctx, name)
+				size, err := c.src.Whole().FileSize(ctx, name)
 				if err != nil && !backend.IsNotExist(err) {
 					c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: %v", id, name, err)})
 					return
@@ -330,7 +330,7 @@ func (c *checker) compare(id, name string, have int64, exists bool, want int64, 
 // whatever their name.
 func (c *checker) rootCatalogs(ctx context.Context, names []string) {
 	for _, name := range names {
-		head, err := c.src.ReadPrefix(ctx, name, 16)
+		head, err := c.src.Whole().Prefix(ctx, name, 16)
 		if backend.IsNotExist(err) {
 			continue
 		}

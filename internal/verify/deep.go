@@ -29,7 +29,7 @@ func (c *checker) deep(ctx context.Context, id, name string, f catalog.File, via
 	if f.Puffin {
 		magic, kind = puffinMagic, "puffin"
 	}
-	head, tail, size, err := c.src.Ends(ctx, name, 4, 8)
+	head, tail, size, err := c.src.Whole().Ends(ctx, name, 4, 8)
 	if err != nil {
 		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: reading its ends: %v%s", id, name, err, via)})
 		return
