@@ -1,9 +1,10 @@
 // Package mirror is the composition of a job as the command line or the
 // config file gives it (addresses, trust, lock wait): it opens the stores
-// by their addresses, loads the trust policy, takes the mirror's lock, and
-// runs a sync (internal/sync, which takes the lock when it knows it has
-// something to write) or a prune (internal/prune), which themselves know
-// only the store interface.
+// by their addresses, loads the trust policy, makes the two sides (the
+// upstream as a source.Source, the mirror as a sink.Sink, which alone
+// read and write the stores), takes the mirror's lock through the sink,
+// and runs a sync (internal/sync, which takes the lock when it knows it
+// has something to write) or a prune (internal/prune) on those sides.
 //
 // Files: mirror.go (Job, Run: a sync; Status, Pending), config.go
 // (SyncJob, PruneJob: a configured mirror's jobs), prune.go (Prune),

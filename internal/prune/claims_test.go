@@ -64,7 +64,7 @@ func bringBack(t *testing.T, up *local.Local, mirrorDir, id string) {
 // (verify, as `fdl-mirror verify` runs it).
 func checkMirror(t *testing.T, dst backend.Reader) {
 	t.Helper()
-	problems, err := verify.CheckRepository(context.Background(), dst, verify.CheckOptions{})
+	problems, err := verify.CheckRepository(context.Background(), source.New(dst, nil, nil), verify.CheckOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

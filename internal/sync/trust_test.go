@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -50,8 +51,8 @@ func TestVersionsSignedByTrustedKeysArePublished(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			problems, err := verify.CheckRepository(t.Context(), mustOpen(t, mirror),
-				verify.CheckOptions{Trust: &verify.Policy{Signers: signers, Require: true}})
+			problems, err := verify.CheckRepository(t.Context(), source.New(mustOpen(t, mirror), (&verify.Policy{Signers: signers, Require: true}).AsTrust(), nil),
+				verify.CheckOptions{})
 			if err != nil || len(problems) > 0 {
 				t.Errorf("verify with signatures: %v %+v", err, problems)
 			}

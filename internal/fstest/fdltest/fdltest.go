@@ -16,6 +16,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
 
@@ -136,7 +137,7 @@ func Complete(t testing.TB, dir string) []string {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	problems, err := verify.CheckRepository(context.Background(), r, verify.CheckOptions{})
+	problems, err := verify.CheckRepository(context.Background(), source.New(r, nil, nil), verify.CheckOptions{})
 	if err != nil {
 		t.Fatalf("verify %s: %v", dir, err)
 	}
