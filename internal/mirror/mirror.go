@@ -107,7 +107,8 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// limit there counts each byte of every transfer once.
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
-	tmp, err := sink.Scratch(st.dst, job.DryRun)
+	mine := sink.New(st.dst, sink.Options{DryRun: job.DryRun, Logger: log})
+	tmp, err := mine.Scratch()
 	if err != nil {
 		return nil, err
 	}
@@ -122,7 +123,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
 	opts.Lease = func() error { return held.CheckLease() }
 	opts.Lock = func(ctx context.Context) (context.Context, func(), error) {
-		locked, h, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
+		locked, h, release, err := takeLock(ctx, mine, job.LockWait, job.LockTTL, log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -130,7 +131,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// Uploads older than the lock's lifetime were started by runs
 		// that no longer hold it (killed mid-upload): nothing else
 		// removes them.
-		sink.AbortStaleUploads(locked, st.dst, job.LockTTL, log)
+		mine.AbortStaleUploads(locked, job.LockTTL)
 		return locked, release, nil
 	}
 	return fdlsync.Run(ctx, src, st.dst, opts)

@@ -13,6 +13,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
@@ -58,7 +59,7 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 		}
 		return rep, err
 	}
-	locked, held, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
+	locked, held, release, err := takeLock(ctx, sink.New(st.dst, sink.Options{Logger: log}), job.LockWait, job.LockTTL, log)
 	if err != nil {
 		return nil, err
 	}
