@@ -84,6 +84,50 @@ func (s *Sink) readRefs(ctx context.Context, inv *Inventory) error {
 	return nil
 }
 
+// MendRefs is a locked run's first step, before it reads anything else
+// of the mirror: where an earlier run stopped between its ref files and
+// refs.json (killed, or a run that lost its lock and had its refs.json
+// write refused), refs.json is written from the ref files, conditional
+// on refs.json as read, and RefsMovingFile removed. Readers that cannot
+// list follow refs.json, and a ref file a run wrote is one of a version
+// complete in the mirror (WriteRefs): mended first, the two never
+// disagree for longer than the next run takes to start. Every run that
+// writes a ref file writes the marker before it and removes it only once
+// refs.json says what the ref files hold, so without the marker there is
+// nothing to mend, and this costs one read. It says whether refs.json
+// was rewritten; an error wrapping backend.ErrPreconditionFailed means
+// another run changed refs.json since: this run lost the lock.
+func (s *Sink) MendRefs(ctx context.Context) (bool, error) {
+	if s.opts.DryRun {
+		return false, nil
+	}
+	marker, err := lock.ReadState(ctx, s.b, RefsMovingFile, repo.MaxSmallFile)
+	var unusable *lock.UnusableStateError
+	switch {
+	case errors.As(err, &unusable):
+		// readRefs sets it aside and reads every ref file.
+	case err != nil:
+		return false, s.errorf("%s%s: %w", backend.ReservedPrefix, RefsMovingFile, err)
+	case marker == nil:
+		return false, nil
+	}
+	inv := &Inventory{Tokens: map[string]string{}}
+	if err := s.readRefs(ctx, inv); err != nil {
+		return false, err
+	}
+	want := repo.RefsJSON(inv.Refs)
+	mended := string(inv.RefsJSON) != string(want)
+	if mended {
+		if err := s.putRead(ctx, inv, repo.RefsFile, want); err != nil {
+			return false, s.errorf("mending %s from the ref files: %w", repo.RefsFile, err)
+		}
+		s.log.Info("an earlier run stopped between its ref files and refs.json; refs.json mended from the ref files",
+			zap.Int("refs", len(inv.Refs)))
+	}
+	s.doneMovingRefs(ctx)
+	return mended, nil
+}
+
 // RefWrite is a ref file to write, and how its write went.
 type RefWrite struct {
 	Name, ID string

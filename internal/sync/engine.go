@@ -239,6 +239,14 @@ func (e *engine) run(ctx context.Context) error {
 		}()
 		ctx = locked
 		e.sink.Locked()
+		// First: refs.json as the ref files say, where a run stopped
+		// between them (sink.MendRefs).
+		if _, err := e.sink.MendRefs(ctx); err != nil {
+			if backend.IsPreconditionFailed(err) {
+				e.lockLost.Store(true)
+			}
+			return &FatalError{err}
+		}
 		// What another run wrote while we waited counts, upstream and in
 		// the sink: a plan made from the refs read before waiting could
 		// move a ref back to where another run had moved it from.

@@ -88,6 +88,16 @@ type FaultProxy struct {
 	requests atomic.Int64
 	faults   atomic.Int64
 	pauses   []*Pause
+	observe  func(*http.Request)
+}
+
+// OnRequest has f called with every request the proxy receives from now
+// on, in the order received, before it is handled (nil: none): a log of
+// what a run asked, in order. f may read the body if it puts it back.
+func (p *FaultProxy) OnRequest(f func(*http.Request)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.observe = f
 }
 
 // NewFaultProxy starts a proxy in front of target (http://host:port) that
@@ -328,6 +338,12 @@ func (c *continueWriter) Write(b []byte) (int, error) {
 
 func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := p.requests.Add(1)
+	p.mu.Lock()
+	observe := p.observe
+	p.mu.Unlock()
+	if observe != nil {
+		observe(r)
+	}
 	if ps := p.takePause(r); ps != nil {
 		p.hold(ps, w, r)
 		return
