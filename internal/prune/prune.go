@@ -136,6 +136,11 @@ func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) 
 	p := &pruner{opts: opts, log: opts.Logger, report: rep,
 		sink: dst.ForRun(sink.Options{DryRun: opts.DryRun, Logger: opts.Logger, Lease: opts.Lease})}
 
+	// First, as a sync does: refs.json as the ref files say, where an
+	// earlier run stopped between them (sink.MendRefs).
+	if _, err := p.sink.MendRefs(ctx); err != nil {
+		return rep, err
+	}
 	// Read and plan; nothing is deleted before the plan is whole.
 	up, err := readUpstream(ctx, src)
 	if err != nil {
@@ -566,6 +571,15 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if pl.refsJSON == nil && !pl.head && len(pl.refFiles) == 0 {
+		return nil
+	}
+	// The marker first: stopped before the last ref file goes, this
+	// prune leaves refs.json without refs whose files are still there,
+	// and the next run mends that before it reads anything else.
+	if err := p.sink.StartRemovingRefs(ctx); err != nil {
+		return fmt.Errorf("sink %s: writing %s%s: %w", p.sink.Location(), backend.ReservedPrefix, sink.RefsMovingFile, err)
+	}
 	if pl.refsJSON != nil {
 		if err := p.sink.Replace(ctx, repo.RefsFile, pl.refsJSON, p.versionOf[repo.RefsFile]); err != nil {
 			return fmt.Errorf("sink %s: writing %s: %w", p.sink.Location(), repo.RefsFile, err)
@@ -583,6 +597,7 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 			return err
 		}
 	}
+	p.sink.DoneRemovingRefs(ctx)
 	for _, r := range pl.refs {
 		p.report.RefsRemoved = append(p.report.RefsRemoved, r)
 		p.log.Info("ref removed: upstream no longer has it", zap.String("ref", r.Ref), zap.String("version", r.Version))

@@ -3,14 +3,17 @@ package prune
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // A repository whose main has a side branch; the mirror is a byte copy.
@@ -100,6 +103,10 @@ type cancelAfterRemove struct {
 	landed []string
 }
 
+// Unwrap lets the mirror's state files go to the folder, as through
+// every wrapper of a local mirror.
+func (c *cancelAfterRemove) Unwrap() backend.Reader { return c.Local }
+
 func (c *cancelAfterRemove) Remove(ctx context.Context, name string) error {
 	if err := c.Local.Remove(ctx, name); err != nil {
 		return err
@@ -158,5 +165,94 @@ func TestARemovalTheLeaseHeldBackIsNotReportedMaybeRemoved(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "not writing") {
 		t.Errorf("the error does not say a write was held back: %v", err)
+	}
+}
+
+// refusesRefRemoval is a mirror that will not remove ref files: a prune
+// stopped after refs.json and before its ref files.
+type refusesRefRemoval struct{ *local.Local }
+
+func (r refusesRefRemoval) Unwrap() backend.Reader { return r.Local }
+
+func (r refusesRefRemoval) Remove(ctx context.Context, name string) error {
+	if strings.HasPrefix(name, repo.RefsDir) {
+		return errors.New("refused by the test")
+	}
+	return r.Local.Remove(ctx, name)
+}
+
+// refsJSONAtFirstVersionRead notes what refs.json held when the run
+// first read anything under versions/.
+type refsJSONAtFirstVersionRead struct {
+	*local.Local
+	seen []byte
+}
+
+func (r *refsJSONAtFirstVersionRead) Unwrap() backend.Reader { return r.Local }
+
+func (r *refsJSONAtFirstVersionRead) note() {
+	if r.seen == nil {
+		r.seen, _ = os.ReadFile(filepath.Join(r.Dir(), repo.RefsFile))
+	}
+}
+
+func (r *refsJSONAtFirstVersionRead) Open(ctx context.Context, name string) (io.ReadCloser, error) {
+	if strings.HasPrefix(name, repo.VersionsDir) {
+		r.note()
+	}
+	return r.Local.Open(ctx, name)
+}
+
+func (r *refsJSONAtFirstVersionRead) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	if strings.HasPrefix(prefix, repo.VersionsDir) || prefix == "" {
+		r.note()
+	}
+	return r.Local.List(ctx, prefix, fn)
+}
+
+// A prune stopped between refs.json and its ref files leaves refs.json
+// without a ref whose file is still there. The next run's first step
+// makes refs.json say what the ref files hold, before it reads any
+// version; that run then removes the ref again, both places at once.
+func TestThePruneAfterOneStoppedAmongItsRefsMendsRefsJSONFirst(t *testing.T) {
+	up, mirror, id := withdrawnBranch(t)
+	ctx := context.Background()
+	rep, err := runStores(ctx, up, refusesRefRemoval{mirror}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "refs/heads/side") {
+		t.Fatalf("a prune whose ref removal failed: %v", err)
+	}
+	if len(rep.RefsRemoved) != 0 || len(rep.VersionsRemoved) != 0 {
+		t.Fatalf("the stopped prune reported refs %v, versions %v removed", rep.RefsRemoved, rep.VersionsRemoved)
+	}
+	refsJSON, err := os.ReadFile(filepath.Join(mirror.Dir(), repo.RefsFile))
+	if err != nil || strings.Contains(string(refsJSON), "refs/heads/side") {
+		t.Fatalf("refs.json after the stopped prune: %q, %v; want it without the side branch", refsJSON, err)
+	}
+	if _, err := os.Stat(filepath.Join(mirror.Dir(), "refs/heads/side")); err != nil {
+		t.Fatalf("the ref file went: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(mirror.Dir(), backend.ReservedPrefix+sink.RefsMovingFile)); err != nil {
+		t.Fatalf("no refs-moving marker left by the stopped prune: %v", err)
+	}
+
+	watch := &refsJSONAtFirstVersionRead{Local: mirror}
+	rep, err = runStores(ctx, up, watch, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(watch.seen), `"refs/heads/side"`) || !strings.Contains(string(watch.seen), id) {
+		t.Errorf("refs.json when the next prune first read versions/: %q; want it mended to name refs/heads/side → %s", watch.seen, id)
+	}
+	if len(rep.RefsRemoved) != 1 || rep.RefsRemoved[0].Ref != "refs/heads/side" || len(rep.VersionsRemoved) != 1 {
+		t.Fatalf("the next prune removed refs %v, versions %v; want the side branch and its version", rep.RefsRemoved, rep.VersionsRemoved)
+	}
+	refsJSON, _ = os.ReadFile(filepath.Join(mirror.Dir(), repo.RefsFile))
+	if strings.Contains(string(refsJSON), "refs/heads/side") {
+		t.Errorf("refs.json still names the side branch: %q", refsJSON)
+	}
+	for _, name := range []string{"refs/heads/side", backend.ReservedPrefix + sink.RefsMovingFile} {
+		if _, err := os.Stat(filepath.Join(mirror.Dir(), name)); !os.IsNotExist(err) {
+			t.Errorf("%s after the next prune: %v; want it gone", name, err)
+		}
 	}
 }

@@ -230,6 +230,18 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 	return out, nil
 }
 
+// StartRemovingRefs and DoneRemovingRefs bracket a prune's removal of
+// refs: refs.json first, then the ref files. A prune stopped between the
+// two leaves the marker, so the next run's first step (MendRefs) makes
+// refs.json say what the ref files still hold, as after a sync stopped
+// among its refs.
+func (s *Sink) StartRemovingRefs(ctx context.Context) error {
+	return s.startMovingRefs(ctx, false)
+}
+
+// DoneRemovingRefs: see StartRemovingRefs.
+func (s *Sink) DoneRemovingRefs(ctx context.Context) { s.doneMovingRefs(ctx) }
+
 // startMovingRefs writes RefsMovingFile before the first ref file moves
 // (in a dry run, the planned store drops it, as every write).
 func (s *Sink) startMovingRefs(ctx context.Context, moving bool) error {
