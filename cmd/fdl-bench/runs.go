@@ -17,6 +17,8 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/counting"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -208,7 +210,8 @@ func countedRun(ctx context.Context, srcAddr, dstAddr string, concurrency int) (
 	defer closeDst()
 	var n atomic.Int64
 	cs, cd := counting.Wrap(s), counting.WrapBackend(d)
-	rep, err = fdlsync.Run(ctx, listed{cs, &n}, listedBackend{cd, &n}, fdlsync.Options{Concurrency: concurrency})
+	rep, err = fdlsync.Run(ctx, source.New(listed{cs, &n}, nil, nil), sink.New(listedBackend{cd, &n}, sink.Options{}),
+		fdlsync.Options{Concurrency: concurrency})
 	if err != nil {
 		return src, dst, 0, rep, err
 	}

@@ -3,12 +3,15 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
@@ -55,19 +58,50 @@ func backdateCandidates(t *testing.T, addr string, age time.Duration) int {
 // a sync made what it relies on its own: upstream moves main to V2, a
 // child of W, and withdraws W. A prune lists W's objects; its grace
 // passes (backdated). A second prune, through the fault proxy, is
-// stopped at its first removal of one of W's data files, that DELETE
-// held in flight. A sync takes the expired lock over and publishes V2,
-// copying the listed files it needs again with new tokens. The prune
-// resumes: its held removal, conditional on the token it listed, is
+// stopped in its removals of W's data files, one round per pause:
+//   - at its first DELETE, held in flight;
+//   - once its first DELETE was answered (the file removed), the answer
+//     held;
+//   - at a DELETE chosen at random, held;
+//   - on a timer, 0–40 ms after its first DELETE was answered, wherever
+//     it has got to.
+//
+// A sync takes the expired lock over and publishes V2, copying the
+// listed files it needs again with new tokens. The prune resumes: a
+// removal of it that comes after, conditional on the token it listed, is
 // refused, it exits 1, and every ref resolves to a complete version.
 func TestAPrunePausedInItsRemovalsLosesNoFileASyncNeeds(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stops and takes over runs on the test servers")
 	}
-	const rounds = 2 // per store
+	type pauseAt struct {
+		name  string
+		start func(t *testing.T, st fenceStore, isW func(string) bool, files int, env []string, args ...string) *pausedRun
+	}
+	pauses := []pauseAt{
+		{"the first removal held", func(t *testing.T, st fenceStore, isW func(string) bool, _ int, env []string, args ...string) *pausedRun {
+			return startStopped(t, st.proxy.StopOn, deleteOf(isW), env, args...)
+		}},
+		{"the first removal's answer held", func(t *testing.T, st fenceStore, isW func(string) bool, _ int, env []string, args ...string) *pausedRun {
+			return startStopped(t, st.proxy.StopAfterAnswer, deleteOf(isW), env, args...)
+		}},
+		{"a removal at random held", func(t *testing.T, st fenceStore, isW func(string) bool, files int, env []string, args ...string) *pausedRun {
+			k, n := int64(1+rand.IntN(files)), atomic.Int64{}
+			t.Logf("stopping at removal %d of %d", k, files)
+			return startStopped(t, st.proxy.StopOn, deleteOf(func(key string) bool { return isW(key) && n.Add(1) == k }), env, args...)
+		}},
+		{"a timer after the first removal", func(t *testing.T, st fenceStore, isW func(string) bool, _ int, env []string, args ...string) *pausedRun {
+			d := time.Duration(rand.IntN(40)) * time.Millisecond
+			t.Logf("stopping %s after the first removal", d)
+			later := func(t testing.TB, pid int, match func(*http.Request) bool) *testserver.Pause {
+				return st.proxy.StopLater(t, pid, match, d)
+			}
+			return startStopped(t, later, deleteOf(isW), env, args...)
+		}},
+	}
 	for _, st := range fenceStores(t) {
 		t.Run(st.name, func(t *testing.T) {
-			for round := range rounds {
+			for round, pause := range pauses {
 				wt := newWithdrawnTip(t, st, fmt.Sprintf("claims-%d", round))
 				r, w, v2, prefix, sinkAddr := wt.repo, wt.w, wt.v2, wt.prefix, wt.sink
 				env, configA, configB := wt.env, wt.configA, wt.configB
@@ -82,14 +116,14 @@ func TestAPrunePausedInItsRemovalsLosesNoFileASyncNeeds(t *testing.T) {
 				for _, f := range r.only[w] {
 					onlyW[prefix+"/"+f] = true
 				}
-				a := startPaused(t, st.proxy, deleteOf(func(key string) bool { return onlyW[key] }),
+				a := pause.start(t, st, func(key string) bool { return onlyW[key] }, len(onlyW),
 					env, "prune", "--config", configA, "--mirror", "m", "--log-level", "debug")
 				a.waitStopped(t)
 				b := run(t, "sync", "--config", configB, "--mirror", "m", "--json")
 				a.resumeAndWait(t)
 				mainFile := strings.TrimSpace(readObject(t, sinkAddr, generate.MainRef))
-				t.Logf("round %d: the prune stopped at %s, exited %d; the sync exited %d; main …%s (V2 …%s)",
-					round, a.pause.Request, a.code, b.code, idTail(mainFile), idTail(v2))
+				t.Logf("round %d (%s): the prune stopped at %s, exited %d; the sync exited %d; main …%s (V2 …%s)",
+					round, pause.name, a.pause.Request, a.code, b.code, idTail(mainFile), idTail(v2))
 				if b.code != 0 || mainFile != v2 {
 					t.Errorf("round %d: the sync over the paused prune exited %d with main at %s, want 0 and V2 %s\n%s", round, b.code, mainFile, v2, tail(b.stdout+b.stderr, 12))
 				}

@@ -25,7 +25,7 @@ func TestSyncKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 	opts := generate.Options{Versions: 12, FilesPerVersion: 200, RowsPerFile: 10, Tags: true, FastParquet: true}
 	gen(t, up, opts)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
-	t.Logf("upstream has %d files", len(fdltest.Files(t, up)))
+	t.Logf("upstream has %d files", len(fdltest.Names(t, up)))
 
 	// Kill moments are drawn from a window that starts at half a whole
 	// sync's length (measured on a scratch mirror) and halves whenever a

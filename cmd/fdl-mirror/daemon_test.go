@@ -173,7 +173,7 @@ func writeDaemonConfig(t *testing.T, path, listen string, mirrors ...testMirror)
 	var b strings.Builder
 	fmt.Fprintf(&b, "listen: %s\nmirrors:\n", listen)
 	for _, m := range mirrors {
-		fmt.Fprintf(&b, "  - name: %s\n    source: %s\n    sink: %s\n    schedule: \"@every 1s\"\n    concurrency: 2\n", m.name, m.up, m.sink)
+		fmt.Fprintf(&b, "  - name: %s\n    source: %s\n    sink: %q\n    schedule: \"@every 1s\"\n    concurrency: 2\n", m.name, m.up, m.sink)
 	}
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)

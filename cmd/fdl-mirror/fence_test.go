@@ -105,6 +105,13 @@ type pausedRun struct {
 // at the first request match accepts.
 func startPaused(t *testing.T, proxy *testserver.FaultProxy, match func(*http.Request) bool, env []string, args ...string) *pausedRun {
 	t.Helper()
+	return startStopped(t, proxy.StopOn, match, env, args...)
+}
+
+// startStopped is startPaused with the proxy's way of stopping the run
+// (FaultProxy.StopOn, StopAfterAnswer, ...).
+func startStopped(t *testing.T, stop func(testing.TB, int, func(*http.Request) bool) *testserver.Pause, match func(*http.Request) bool, env []string, args ...string) *pausedRun {
+	t.Helper()
 	p := &pausedRun{out: &lockedBuffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -112,7 +119,7 @@ func startPaused(t *testing.T, proxy *testserver.FaultProxy, match func(*http.Re
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p.pause = proxy.StopOn(t, p.cmd.Process.Pid, match)
+	p.pause = stop(t, p.cmd.Process.Pid, match)
 	go func() {
 		p.cmd.Wait()
 		p.code = p.cmd.ProcessState.ExitCode()

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
 // Fleets: one config over many pods (shards of an Indexed Job), and daemon
@@ -372,6 +374,43 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	// the upstream's new versions.
 	t.Parallel()
 	parent := t.TempDir()
+	replicaSoak(t, parent, time.Minute, false, func(ups []string) []testMirror {
+		return []testMirror{
+			{"towns", ups[0], filepath.Join(parent, "mirror-towns")},
+			{"rivers", ups[0], filepath.Join(parent, "mirror-rivers")},
+			{"roads", ups[1], filepath.Join(parent, "mirror-roads")},
+		}
+	})
+}
+
+// The same soak with its sinks on Versity S3 and fake-gcs-server (issue
+// 42): every mirror pruned after each sync, on both replicas, while
+// upstream withdraws a tag every few versions, so that prunes take the
+// object stores' locks between the syncs, remove refs conditionally and
+// keep their lists of candidates. It ends clean: every mirror current,
+// no run or prune failed, verify exits 0.
+func TestTwoDaemonReplicasPruneObjectStoreMirrorsAndEndClean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two daemons on the test servers skipped in -short mode")
+	}
+	s3 := testserver.S3(t) // sets the environment: not parallel
+	gcs := testserver.GCS(t)
+	parent := t.TempDir()
+	replicaSoak(t, parent, 40*time.Second, true, func(ups []string) []testMirror {
+		return []testMirror{
+			{"rivers", ups[0], s3.URL(s3.Bucket(t), "rivers")},
+			{"roads", ups[1], gcs.URL(gcs.Bucket(t), "roads")},
+		}
+	})
+}
+
+// replicaSoak runs two daemon replicas on one config of the mirrors
+// sinks gives, every mirror pruned after each successful sync, for
+// runFor while two upstreams grow (and, with withdraw, lose their oldest
+// tag every third version), then checks that each mirror is current and
+// complete and that each sink had one writer at a time.
+func replicaSoak(t *testing.T, parent string, runFor time.Duration, withdraw bool, sinks func(ups []string) []testMirror) {
+	t.Helper()
 	opts := generate.Options{Versions: 1, FilesPerVersion: 4, RowsPerFile: 10, FastParquet: true, Tags: true}
 	// The generator writes ref files in place; a publisher's readers must
 	// never see a half-written one. So each upstream is published from a
@@ -390,11 +429,7 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 		gen(t, staging[i], o)
 		publish(i)
 	}
-	mirrors := []testMirror{
-		{"towns", ups[0], filepath.Join(parent, "mirror-towns")},
-		{"rivers", ups[0], filepath.Join(parent, "mirror-rivers")},
-		{"roads", ups[1], filepath.Join(parent, "mirror-roads")},
-	}
+	mirrors := sinks(ups)
 	addrs := []string{freeAddr(t), freeAddr(t)}
 	var daemons []*daemonProc
 	for i, addr := range addrs {
@@ -414,15 +449,19 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 		daemons = append(daemons, startDaemon(t, configPath, addr))
 	}
 
-	const runFor = time.Minute
 	began := time.Now()
-	added := 0
+	added, withdrawn := 0, 0
 	for time.Since(began) < runFor {
-		if _, err := generate.AddVersion(t.Context(), staging[added%2], 3, opts); err != nil {
+		i := added % 2
+		if _, err := generate.AddVersion(t.Context(), staging[i], 3, opts); err != nil {
 			t.Fatal(err)
 		}
-		publish(added % 2)
+		publish(i)
 		added++
+		if withdraw && added%3 == 0 {
+			withdrawOldestTag(t, staging[i], ups[i])
+			withdrawn++
+		}
 		time.Sleep(2 * time.Second)
 		for i, d := range daemons {
 			if code, body := httpGet("http://" + d.addr + "/readyz"); code != 200 {
@@ -432,15 +471,15 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	}
 	for _, m := range mirrors {
 		waitUntil(t, m.name+" current", 60*time.Second, func() bool {
-			return fmt.Sprint(mirrorRefs(t, m.sink)) == fmt.Sprint(mirrorRefs(t, m.up))
+			return fmt.Sprint(storeRefs(t, m.sink)) == fmt.Sprint(mirrorRefs(t, m.up))
 		})
 	}
 	res := run(t, "status", "--config", filepath.Join(parent, "fdl-mirror-0.yaml"))
 	if res.code != 0 {
-		t.Errorf("status after the minute: exit %d\n%s", res.code, res.stdout)
+		t.Errorf("status after the soak: exit %d\n%s", res.code, res.stdout)
 	}
 
-	var locked, success, prunes float64
+	var locked, success, prunes, prunesLocked float64
 	for i, d := range daemons {
 		for _, bad := range []string{"prune failed", "prune skipped"} {
 			if lines := grepLines(d.stderr.String(), bad); lines != "" {
@@ -459,14 +498,16 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 					}
 				}
 			}
-			// Nothing is ever withdrawn upstream: a prune has nothing to
-			// remove, so it never takes the lock, is never locked out,
-			// and never fails.
-			for _, r := range []string{"failed", "locked"} {
-				if n := metrics[fmt.Sprintf(`fdl_mirror_prunes_total{mirror="%s",result="%s"}`, m.name, r)]; n != 0 {
-					t.Errorf("daemon %d, %s: %v prunes %s", i, m.name, n, r)
-				}
+			if n := metrics[fmt.Sprintf(`fdl_mirror_prunes_total{mirror="%s",result="failed"}`, m.name)]; n != 0 {
+				t.Errorf("daemon %d, %s: %v prunes failed", i, m.name, n)
 			}
+			// Without withdrawals a prune has nothing to remove, so it
+			// never takes the lock and is never locked out.
+			n := metrics[fmt.Sprintf(`fdl_mirror_prunes_total{mirror="%s",result="locked"}`, m.name)]
+			if n != 0 && !withdraw {
+				t.Errorf("daemon %d, %s: %v prunes locked", i, m.name, n)
+			}
+			prunesLocked += n
 			prunes += metrics[fmt.Sprintf(`fdl_mirror_prunes_total{mirror="%s",result="success"}`, m.name)]
 			locked += metrics[fmt.Sprintf(`fdl_mirror_runs_total{mirror="%s",result="locked"}`, m.name)]
 			success += metrics[fmt.Sprintf(`fdl_mirror_runs_total{mirror="%s",result="success"}`, m.name)]
@@ -481,15 +522,23 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	assertOneWriterAtATime(t, spans)
 	writers := map[int]int{}
 	for _, m := range mirrors {
-		if len(spans[m.sink]) == 0 {
+		// The log names an object store's sink without its endpoint.
+		key, _, _ := strings.Cut(m.sink, "?")
+		var held []lockSpan
+		for sink, ss := range spans {
+			if sink == m.sink || strings.HasPrefix(sink, key) {
+				held = append(held, ss...)
+			}
+		}
+		if len(held) == 0 {
 			t.Errorf("%s: no lock span in the logs", m.name)
 		}
-		for _, s := range spans[m.sink] {
+		for _, s := range held {
 			writers[s.daemon]++
 		}
 	}
-	t.Logf("%d upstream versions in %s: %v successful runs, %v locked out, %v prunes, lock holds by daemon %v",
-		added, runFor, success, locked, prunes, writers)
+	t.Logf("%d upstream versions, %d tags withdrawn in %s: %v successful runs, %v locked out, %v prunes (%v locked out), lock holds by daemon %v",
+		added, withdrawn, runFor, success, locked, prunes, prunesLocked, writers)
 	if prunes == 0 {
 		t.Error("no prune ran: the test did not test prunes beside syncs")
 	}
@@ -497,11 +546,68 @@ func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 		t.Error("the daemons never met on a lock: the test did not test two writers")
 	}
 	for _, m := range mirrors {
-		fdltest.AssertMirrored(t, m.up, m.sink, nil)
 		if res := run(t, "verify", m.sink); res.code != 0 {
 			t.Errorf("verify %s: exit %d\n%s%s", m.name, res.code, res.stdout, res.stderr)
 		}
+		local := m.sink
+		if _, err := os.Stat(m.sink); err != nil {
+			// An object store's mirror, brought back to compare.
+			local = filepath.Join(parent, "back-"+m.name)
+			if res := run(t, "sync", m.sink, local); res.code != 0 {
+				t.Fatalf("bringing %s back: exit %d\n%s%s", m.name, res.code, res.stdout, res.stderr)
+			}
+		}
+		fdltest.AssertMirrored(t, m.up, local, nil)
 	}
+}
+
+// withdrawOldestTag deletes the upstream's lowest-numbered tag, from the
+// staging repository and from the published one (ref file removed,
+// refs.json renamed into place), as a host withdraws a ref.
+func withdrawOldestTag(t *testing.T, repos ...string) {
+	t.Helper()
+	var oldest string
+	for name := range mirrorRefs(t, repos[len(repos)-1]) {
+		if !strings.HasPrefix(name, "refs/tags/v") {
+			continue
+		}
+		n := func(s string) int { v, _ := strconv.Atoi(strings.TrimPrefix(s, "refs/tags/v")); return v }
+		if oldest == "" || n(name) < n(oldest) {
+			oldest = name
+		}
+	}
+	if oldest == "" {
+		return
+	}
+	for _, dir := range repos {
+		if err := os.Remove(filepath.Join(dir, oldest)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		refs := repo.Refs{}
+		for name, id := range mirrorRefs(t, dir) {
+			refs[name] = id
+		}
+		tmp := filepath.Join(dir, ".refs.json.tmp")
+		writeFile(t, tmp, string(repo.RefsJSON(refs)))
+		if err := os.Rename(tmp, filepath.Join(dir, repo.RefsFile)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// storeRefs is the ref files of a mirror, local or on an object store.
+func storeRefs(t *testing.T, addr string) map[string]string {
+	t.Helper()
+	if _, err := os.Stat(addr); err == nil {
+		return mirrorRefs(t, addr)
+	}
+	refs := map[string]string{}
+	for name := range listStore(t, addr) {
+		if strings.HasPrefix(name, "refs/") {
+			refs[name] = strings.TrimSpace(readObject(t, addr, name))
+		}
+	}
+	return refs
 }
 
 // One daemon SIGKILLed in the middle of a large run: the kernel drops its

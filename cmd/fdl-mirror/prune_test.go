@@ -64,7 +64,7 @@ func newBranchedRepo(t *testing.T, dir string, files int, branches ...string) *b
 func dataFiles(t *testing.T, dir string) map[string]bool {
 	t.Helper()
 	out := map[string]bool{}
-	for name := range fdltest.Files(t, dir) {
+	for name := range fdltest.Names(t, dir) {
 		if strings.HasPrefix(name, "data/") {
 			out[name] = true
 		}

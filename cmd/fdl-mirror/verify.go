@@ -14,6 +14,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
 
@@ -81,7 +82,7 @@ func cmdVerify(args []string) int {
 		notes = append(notes, p)
 		notesMu.Unlock()
 	}
-	problems, err := verify.CheckRepository(ctx, target, verify.CheckOptions{Trust: policy, Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: limits.Limits, TempDir: tmp.Path()})
+	problems, err := verify.CheckRepository(ctx, source.New(target, policy.AsTrust(), nil), verify.CheckOptions{Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: limits.Limits, TempDir: tmp.Path()})
 	if err != nil {
 		log.Error("verify stopped", zap.Error(err))
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))

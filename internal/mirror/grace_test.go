@@ -10,6 +10,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
@@ -38,7 +39,7 @@ func TestPruneGraceByKindOfSink(t *testing.T) {
 	}
 	defer closeObj()
 	for _, job := range []prune.Job{{}, {Now: true}, {Grace: 48 * time.Hour}} {
-		if g, err := pruneGrace(job, l); g != 0 || err != nil {
+		if g, err := pruneGrace(job, sink.New(l, sink.Options{})); g != 0 || err != nil {
 			t.Errorf("local, %+v: grace %s, %v; want 0", job, g, err)
 		}
 	}
@@ -56,7 +57,7 @@ func TestPruneGraceByKindOfSink(t *testing.T) {
 		{prune.Job{Grace: 2 * time.Hour, LockTTL: time.Hour}, 0, true},
 	}
 	for _, c := range cases {
-		g, err := pruneGrace(c.job, obj)
+		g, err := pruneGrace(c.job, sink.New(obj, sink.Options{}))
 		if (err != nil) != c.refused || (!c.refused && g != c.grace) {
 			t.Errorf("s3, %+v: grace %s, %v; want %s, refused %v", c.job, g, err, c.grace, c.refused)
 		}

@@ -1,9 +1,10 @@
 // Package mirror is the composition of a job as the command line or the
 // config file gives it (addresses, trust, lock wait): it opens the stores
-// by their addresses, loads the trust policy, takes the mirror's lock, and
-// runs a sync (internal/sync, which takes the lock when it knows it has
-// something to write) or a prune (internal/prune), which themselves know
-// only the store interface.
+// by their addresses, loads the trust policy, makes the two sides (the
+// upstream as a source.Source, the mirror as a sink.Sink, which alone
+// read and write the stores), takes the mirror's lock through the sink,
+// and runs a sync (internal/sync, which takes the lock when it knows it
+// has something to write) or a prune (internal/prune) on those sides.
 //
 // Files: mirror.go (Job, Run: a sync; Status, Pending), config.go
 // (SyncJob, PruneJob: a configured mirror's jobs), prune.go (Prune),
@@ -20,13 +21,13 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -107,22 +108,24 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// limit there counts each byte of every transfer once.
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
-	tmp, err := sink.Scratch(st.dst, job.DryRun)
+	mine := sink.New(st.dst, sink.Options{DryRun: job.DryRun, Logger: log})
+	tmp, err := mine.Scratch()
 	if err != nil {
 		return nil, err
 	}
 	defer tmp.Close()
 
-	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Trust: policy.AsTrust(), Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
+	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
 		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair, Source: location.Clean(job.Source), Force: job.Force}
+	upstream := source.New(src, policy.AsTrust(), log)
 	if job.DryRun {
-		return fdlsync.Run(ctx, src, st.dst, opts)
+		return fdlsync.Run(ctx, upstream, mine, opts)
 	}
 	var held *lock.Held
 	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
 	opts.Lease = func() error { return held.CheckLease() }
 	opts.Lock = func(ctx context.Context) (context.Context, func(), error) {
-		locked, h, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
+		locked, h, release, err := takeLock(ctx, mine, job.LockWait, job.LockTTL, log)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -130,10 +133,10 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// Uploads older than the lock's lifetime were started by runs
 		// that no longer hold it (killed mid-upload): nothing else
 		// removes them.
-		sink.AbortStaleUploads(locked, st.dst, job.LockTTL, log)
+		mine.AbortStaleUploads(locked, job.LockTTL)
 		return locked, release, nil
 	}
-	return fdlsync.Run(ctx, src, st.dst, opts)
+	return fdlsync.Run(ctx, upstream, mine, opts)
 }
 
 // Status reads the refs upstream and in the mirror, copying nothing.
@@ -144,7 +147,7 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}
 	defer closeSrc()
-	var mine backend.Reader
+	var mine *sink.Sink
 	dst, closeDst, err := location.Open(ctx, job.Sink, job.sinkOptions(log))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -153,9 +156,9 @@ func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus,
 		return nil, &ConfigError{err}
 	default:
 		defer closeDst()
-		mine = dst
+		mine = sink.NewReader(dst, nil)
 	}
-	return fdlsync.Compare(ctx, src, mine, job.Refs)
+	return fdlsync.Compare(ctx, source.New(src, nil, nil), mine, job.Refs)
 }
 
 // Pending reads the versions a mirror has kept to retry (see

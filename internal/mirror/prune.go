@@ -8,12 +8,12 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // Prune opens the source and the sink, plans, takes the sink's lock as a
@@ -38,11 +38,17 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 
 	opts := prune.Options{DryRun: job.DryRun, MaxDelete: job.MaxDelete, Selected: job.Selected, CatalogLimits: job.CatalogLimits,
 		TempDir: tmp.Path(), Source: location.Clean(job.Source), Logger: log}
-	if opts.Grace, err = pruneGrace(job, st.dst); err != nil {
+	// Each prune reads both sides afresh: the one under the lock takes
+	// nothing from the plan made before it.
+	mine := func(log *zap.Logger) *sink.Sink {
+		return sink.New(st.dst, sink.Options{DryRun: job.DryRun, Logger: log})
+	}
+	upstream := func(log *zap.Logger) *source.Source { return source.New(st.src, nil, log) }
+	if opts.Grace, err = pruneGrace(job, mine(log)); err != nil {
 		return nil, err
 	}
 	if job.DryRun {
-		return prune.Run(ctx, st.src, st.dst, opts)
+		return prune.Run(ctx, upstream(log), mine(log), opts)
 	}
 	// Planned first without the lock, which only reads: a prune with
 	// nothing to remove (most, after most syncs) takes no lock, so it
@@ -52,19 +58,19 @@ func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, 
 	planOpts := opts
 	planOpts.DryRun = true
 	planOpts.Logger = zap.NewNop()
-	if rep, err := prune.Run(ctx, st.src, st.dst, planOpts); err != nil || !rep.Writes() {
+	if rep, err := prune.Run(ctx, upstream(planOpts.Logger), mine(planOpts.Logger), planOpts); err != nil || !rep.Writes() {
 		if rep != nil {
 			rep.DryRun = false
 		}
 		return rep, err
 	}
-	locked, held, release, err := takeLock(ctx, st.dst, job.LockWait, job.LockTTL, log)
+	locked, held, release, err := takeLock(ctx, mine(log), job.LockWait, job.LockTTL, log)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
 	opts.Lease = held.CheckLease
-	rep, err := prune.Run(locked, st.src, st.dst, opts)
+	rep, err := prune.Run(locked, upstream(log), mine(log), opts)
 	if err == nil {
 		// Removals conditional on each object's own version succeed even
 		// after another run took the lock over: only the lock itself
@@ -97,8 +103,8 @@ var ErrNowOnObjectStore = errors.New("--now removes at once only on a local mirr
 // its holder; on an object store, whose lock is a lease a paused run can
 // outlive, the job's (DefaultGrace when unset), or none when the job says
 // it knows the risk.
-func pruneGrace(job prune.Job, dst backend.Backend) (time.Duration, error) {
-	if _, ok := backend.As[*local.Local](dst); ok {
+func pruneGrace(job prune.Job, dst *sink.Sink) (time.Duration, error) {
+	if dst.IsLocal() {
 		return 0, nil
 	}
 	switch {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
@@ -78,8 +79,8 @@ func openStores(ctx context.Context, source string, srcOpts location.Options, si
 // takeLock takes the sink's lock for a run that writes. The run goes on
 // under locked: ctx, cancelled (cause lock.ErrLost) when the lock is
 // lost. release stops the watch and gives the lock back.
-func takeLock(ctx context.Context, dst backend.Backend, wait, ttl time.Duration, log *zap.Logger) (locked context.Context, held *lock.Held, release func(), err error) {
-	held, err = lock.Lock(ctx, dst, lock.Options{Wait: wait, TTL: ttl, Logger: log})
+func takeLock(ctx context.Context, dst *sink.Sink, wait, ttl time.Duration, log *zap.Logger) (locked context.Context, held *lock.Held, release func(), err error) {
+	held, err = dst.Lock(ctx, lock.Options{Wait: wait, TTL: ttl, Logger: log})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 	}

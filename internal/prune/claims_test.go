@@ -14,6 +14,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -63,7 +64,7 @@ func bringBack(t *testing.T, up *local.Local, mirrorDir, id string) {
 // (verify, as `fdl-mirror verify` runs it).
 func checkMirror(t *testing.T, dst backend.Reader) {
 	t.Helper()
-	problems, err := verify.CheckRepository(context.Background(), dst, verify.CheckOptions{})
+	problems, err := verify.CheckRepository(context.Background(), source.New(dst, nil, nil), verify.CheckOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestASyncMakesTheCandidatesItNeedsItsOwn(t *testing.T) {
 			t0 := time.Now().Add(-3 * grace) // listed long ago: due now
 			prune := func(at time.Time) *Report {
 				t.Helper()
-				rep, err := Run(ctx, up, dst, Options{Grace: grace, Now: func() time.Time { return at }, TempDir: t.TempDir()})
+				rep, err := runStores(ctx, up, dst, Options{Grace: grace, Now: func() time.Time { return at }, TempDir: t.TempDir()})
 				if err != nil {
 					t.Fatalf("prune at %s: %v", at, err)
 				}
@@ -114,7 +115,7 @@ func TestASyncMakesTheCandidatesItNeedsItsOwn(t *testing.T) {
 			// listed object, conditional on the token listed. It is
 			// paused, and upstream names the version again.
 			bringBack(t, up, mirrorDir, id)
-			rep, err := fdlsync.Run(ctx, up, dst, fdlsync.Options{Concurrency: 2, TempDir: t.TempDir()})
+			rep, err := fdlsync.Run(ctx, source.New(up, nil, nil), sink.New(dst, sink.Options{}), fdlsync.Options{Concurrency: 2, TempDir: t.TempDir()})
 			if err != nil || !rep.OK() {
 				t.Fatalf("sync: %v, refused %v", err, rep.Refused)
 			}
@@ -198,10 +199,10 @@ func TestASyncWritesWhatAPruneRemovedWithANewToken(t *testing.T) {
 			opts := func(at time.Time) Options {
 				return Options{Grace: grace, Now: func() time.Time { return at }, TempDir: t.TempDir()}
 			}
-			if _, err := Run(ctx, up, dst, opts(now.Add(-2*grace))); err != nil {
+			if _, err := runStores(ctx, up, dst, opts(now.Add(-2*grace))); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := Run(ctx, up, dst, opts(now.Add(-time.Minute)))
+			rep, err := runStores(ctx, up, dst, opts(now.Add(-time.Minute)))
 			if err != nil || len(rep.VersionsRemoved) != 1 || len(rep.DataFilesRemoved) != 2 {
 				t.Fatalf("second prune: %v, versions %v, data files %v; want the version and its 2 files removed", err, rep.VersionsRemoved, rep.DataFilesRemoved)
 			}
@@ -216,7 +217,7 @@ func TestASyncWritesWhatAPruneRemovedWithANewToken(t *testing.T) {
 			}
 
 			bringBack(t, up, mirrorDir, id)
-			srep, err := fdlsync.Run(ctx, up, dst, fdlsync.Options{Concurrency: 2, TempDir: t.TempDir()})
+			srep, err := fdlsync.Run(ctx, source.New(up, nil, nil), sink.New(dst, sink.Options{}), fdlsync.Options{Concurrency: 2, TempDir: t.TempDir()})
 			if err != nil || !srep.OK() {
 				t.Fatalf("sync: %v, refused %v", err, srep.Refused)
 			}

@@ -44,7 +44,7 @@ func (j *journal) Unwrap() backend.Reader { return j.Backend }
 func TestPruneRemovalsAreDurableStepByStep(t *testing.T) {
 	up, mirror, id := withdrawnBranch(t)
 	j := &journal{Backend: mirror}
-	if _, err := Run(context.Background(), up, j, Options{}); err != nil {
+	if _, err := runStores(context.Background(), up, j, Options{}); err != nil {
 		t.Fatal(err)
 	}
 	// durable[i]: event i's removal is durable before event i+1 starts

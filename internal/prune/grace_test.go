@@ -69,7 +69,7 @@ func TestACandidateGoesOnlyAfterItsGrace(t *testing.T) {
 			now := t0
 			prune := func() *Report {
 				t.Helper()
-				rep, err := Run(ctx, up, dst, Options{Grace: grace, Now: func() time.Time { return now }, TempDir: t.TempDir()})
+				rep, err := runStores(ctx, up, dst, Options{Grace: grace, Now: func() time.Time { return now }, TempDir: t.TempDir()})
 				if err != nil {
 					t.Fatalf("prune at %s: %v", now.Sub(t0), err)
 				}

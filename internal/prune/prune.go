@@ -108,10 +108,13 @@ type Options struct {
 	Lease func() error
 }
 
-// Run prunes dst against src. The caller holds the mirror's lock (see
-// mirror.Prune). The error says why nothing, or not everything, was removed; the
-// report says what was (or, in a dry run, would be).
-func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Options) (*Report, error) {
+// Run prunes the mirror dst against the upstream src, each side as its
+// caller made it (source.New, sink.New); the prune writes dst through
+// its own view of it (sink.ForRun: its dry run and lease). The caller
+// holds the mirror's lock (see mirror.Prune). The error says why
+// nothing, or not everything, was removed; the report says what was (or,
+// in a dry run, would be).
+func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) (*Report, error) {
 	if opts.MaxDelete <= 0 {
 		opts.MaxDelete = DefaultMaxDelete
 	}
@@ -131,10 +134,10 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	}
 	defer func() { rep.Duration = time.Since(rep.Started) }()
 	p := &pruner{opts: opts, log: opts.Logger, report: rep,
-		sink: sink.New(dst, sink.Options{DryRun: opts.DryRun, Logger: opts.Logger, Lease: opts.Lease})}
+		sink: dst.ForRun(sink.Options{DryRun: opts.DryRun, Logger: opts.Logger, Lease: opts.Lease})}
 
 	// Read and plan; nothing is deleted before the plan is whole.
-	up, err := readUpstream(ctx, src, opts.Logger)
+	up, err := readUpstream(ctx, src)
 	if err != nil {
 		return rep, err
 	}

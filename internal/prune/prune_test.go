@@ -57,14 +57,14 @@ func withdrawnBranch(t *testing.T) (up, mirror *local.Local, branchVersion strin
 // never removed, and the version it names stays with it.
 func TestARefNotSelectedStaysWithItsVersion(t *testing.T) {
 	up, mirror, id := withdrawnBranch(t)
-	rep, err := Run(context.Background(), up, mirror, Options{Selected: func(ref string) bool { return ref != "refs/heads/side" }})
+	rep, err := runStores(context.Background(), up, mirror, Options{Selected: func(ref string) bool { return ref != "refs/heads/side" }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(rep.Removed) != 0 || len(rep.RefsRemoved) != 0 || len(rep.VersionsRemoved) != 0 {
 		t.Fatalf("removed %v, refs %v, versions %v; want nothing", rep.Removed, rep.RefsRemoved, rep.VersionsRemoved)
 	}
-	rep, err = Run(context.Background(), up, mirror, Options{})
+	rep, err = runStores(context.Background(), up, mirror, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestACancelledPruneStopsBeforeItsNextRemoval(t *testing.T) {
 	up, mirror, _ := withdrawnBranch(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	rep, err := Run(ctx, up, mirror, Options{})
+	rep, err := runStores(ctx, up, mirror, Options{})
 	if err == nil {
 		t.Fatal("a cancelled prune reported no error")
 	}
@@ -117,7 +117,7 @@ func TestARemovalInFlightWhenStoppedIsReportedMaybeRemoved(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c := &cancelAfterRemove{Local: mirror, cancel: cancel}
-	rep, err := Run(ctx, up, c, Options{})
+	rep, err := runStores(ctx, up, c, Options{})
 	if err == nil {
 		t.Fatal("a prune stopped mid-removal reported no error")
 	}
@@ -146,7 +146,7 @@ func TestARemovalTheLeaseHeldBackIsNotReportedMaybeRemoved(t *testing.T) {
 		cancel() // the lost lock cancels the run, as lock.Held.Watch does
 		return errors.New("the lock's lease may have run out")
 	}
-	rep, err := Run(ctx, up, mirror, Options{Lease: lease})
+	rep, err := runStores(ctx, up, mirror, Options{Lease: lease})
 	if err == nil {
 		t.Fatal("a prune whose lease ran out reported no error")
 	}

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"go.uber.org/zap"
-
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
@@ -27,9 +24,9 @@ type upstream struct {
 	names    map[string]bool // every ref name upstream holds, refused ones too
 }
 
-func readUpstream(ctx context.Context, r backend.Reader, log *zap.Logger) (*upstream, error) {
+func readUpstream(ctx context.Context, src *source.Source) (*upstream, error) {
 	fail := func(err error) error { return fmt.Errorf("%w; nothing removed", err) }
-	u := &upstream{src: source.New(r, nil, log), names: map[string]bool{}}
+	u := &upstream{src: src, names: map[string]bool{}}
 	var err error
 	if u.settings, err = u.src.ReadSettings(ctx); err != nil {
 		return nil, fail(err)
@@ -38,7 +35,7 @@ func readUpstream(ctx context.Context, r backend.Reader, log *zap.Logger) (*upst
 	// refused ref still counts as one upstream holds.
 	got := u.src.ReadRefsWithoutHead(ctx)
 	if got.Unread {
-		return nil, fail(fmt.Errorf("source %s: refs unreadable: %w", r.Location(), got.Err))
+		return nil, fail(fmt.Errorf("source %s: refs unreadable: %w", src.Location(), got.Err))
 	}
 	u.refs = got.Refs
 	for name := range got.Refs {
@@ -52,7 +49,7 @@ func readUpstream(ctx context.Context, r backend.Reader, log *zap.Logger) (*upst
 	if len(u.names) == 0 {
 		// A repository with no ref at all is more likely a broken or
 		// half-written upstream than one that withdrew everything.
-		return nil, fail(fmt.Errorf("source %s: upstream has no refs at all", r.Location()))
+		return nil, fail(fmt.Errorf("source %s: upstream has no refs at all", src.Location()))
 	}
 	if err := u.src.ListVersions(ctx); err != nil {
 		return nil, fail(err)
@@ -60,7 +57,7 @@ func readUpstream(ctx context.Context, r backend.Reader, log *zap.Logger) (*upst
 	// Refs that name versions upstream does not hold: its absences
 	// prove nothing.
 	if err := u.src.CheckRefTargets(ctx, u.refs); err != nil {
-		return nil, fail(fmt.Errorf("source %s: %w", r.Location(), err))
+		return nil, fail(fmt.Errorf("source %s: %w", src.Location(), err))
 	}
 	return u, nil
 }

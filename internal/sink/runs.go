@@ -4,24 +4,27 @@ import (
 	"context"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/scratch"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
-// What a run that holds the mirror's lock writes besides a sync's and a
-// prune's files: the mirror's own leftovers of runs that are gone.
+// What a run does to the mirror besides a sync's and a prune's files:
+// takes its lock, and clears the leftovers of runs that are gone.
+
+// Lock takes the mirror's lock (see internal/sink/lock).
+func (s *Sink) Lock(ctx context.Context, opts lock.Options) (*lock.Held, error) {
+	return lock.Lock(ctx, s.base, opts)
+}
 
 // AbortStaleUploads aborts the incomplete uploads (S3's multipart
 // uploads) older than the lock's lifetime ttl, started by runs that no
 // longer hold it (killed mid-upload): nothing else removes them. The run
 // holds the lock; a failure is logged and the run goes on. It returns
 // how many it aborted.
-func AbortStaleUploads(ctx context.Context, b backend.Backend, ttl time.Duration, log *zap.Logger) int {
-	return lock.AbortStaleUploads(ctx, b, ttl, log)
+func (s *Sink) AbortStaleUploads(ctx context.Context, ttl time.Duration) int {
+	return lock.AbortStaleUploads(ctx, s.base, ttl, s.log)
 }
 
 // Scratch makes a run's folder for the catalogs it reads: in a local
@@ -29,9 +32,16 @@ func AbortStaleUploads(ctx context.Context, b backend.Backend, ttl time.Duration
 // otherwise (a dry run, an object store) in $TMPDIR/fdl-mirror-<uid>/.
 // Either way the next run in the same place removes it if this one is
 // killed.
-func Scratch(dst backend.Reader, dryRun bool) (*scratch.Dir, error) {
-	if l, ok := backend.As[*local.Local](dst); ok && !dryRun {
+func (s *Sink) Scratch() (*scratch.Dir, error) {
+	if l, ok := backend.As[*local.Local](s.base); ok && !s.opts.DryRun {
 		return scratch.InMirror(l.Dir())
 	}
 	return scratch.Private()
+}
+
+// IsLocal says whether the mirror is a local folder, whose lock is
+// flock(2), held by the kernel through any pause of its holder.
+func (s *Sink) IsLocal() bool {
+	_, ok := backend.As[*local.Local](s.base)
+	return ok
 }

@@ -30,7 +30,7 @@
 // state.go (pending.json, source.json, upstream.json), candidates.go
 // (the prune's candidates for removal, prune-candidates.json),
 // same.go (whether the mirror holds the upstream's repository), runs.go
-// (scratch folder, stale uploads), lock/ (the mirror's lock, and the
+// (taking the lock, scratch folder, stale uploads), lock/ (the lock, and the
 // state files' reading and writing).
 package sink
 
@@ -75,7 +75,8 @@ type Options struct {
 
 // Sink is a mirror being written by one run.
 type Sink struct {
-	b      backend.Backend // behind the write guard when Options.Guarded
+	base   backend.Backend // the store as New was given it
+	b      backend.Backend // base behind the write guard when Options.Guarded
 	copier backend.Copier  // b's server-side copies; nil where it has none
 	opts   Options
 	log    *zap.Logger
@@ -107,7 +108,7 @@ func New(b backend.Backend, opts Options) *Sink {
 	if opts.Planned == nil {
 		opts.Planned = func(string) {}
 	}
-	s := &Sink{b: b, opts: opts, log: opts.Logger, tokens: b.Properties().ConditionalWrite}
+	s := &Sink{base: b, b: b, opts: opts, log: opts.Logger, tokens: b.Properties().ConditionalWrite}
 	s.dur.barrier, _ = backend.As[backend.Barrier](b)
 	switch {
 	case opts.Guarded:
@@ -121,6 +122,20 @@ func New(b backend.Backend, opts Options) *Sink {
 	}
 	s.copier, _ = backend.As[backend.Copier](s.b)
 	return s
+}
+
+// ForRun is the same mirror as one run writes it: under opts, with the
+// sink's own logger where opts has none, and its dry run and lease
+// kept.
+func (s *Sink) ForRun(opts Options) *Sink {
+	if opts.Logger == nil {
+		opts.Logger = s.log
+	}
+	opts.DryRun = opts.DryRun || s.opts.DryRun
+	if opts.Lease == nil {
+		opts.Lease = s.opts.Lease
+	}
+	return New(s.base, opts)
 }
 
 // NewReader is the mirror in r as a reader of it sees it (status, the

@@ -152,7 +152,7 @@ func TestPutDataFileWritesTheSourcesStream(t *testing.T) {
 		src := upstream(t, up, map[string]string{"t/a.parquet": body})
 		var rec recorder
 		s := sink.New(mirror, rec.options(sink.Options{}))
-		f, err := src.OpenDataFile(ctx, "t/a.parquet", int64(len(body)), source.Spool{Dir: t.TempDir()})
+		f, err := src.Data().Open(ctx, "t/a.parquet", int64(len(body)), source.Spool{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,7 +200,7 @@ func TestPutDataFileOfAStreamOfAnotherSizePublishesNothing(t *testing.T) {
 		_, mirror := st.open(t)
 		s := sink.New(mirror, sink.Options{})
 		for _, recorded := range []int64{int64(len(body)) + 1, int64(len(body)) - 1} {
-			f, err := src.OpenDataFile(ctx, "a.parquet", recorded, source.Spool{Dir: t.TempDir()})
+			f, err := src.Data().Open(ctx, "a.parquet", recorded, source.Spool{Dir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,13 +228,13 @@ func TestCopyDataFileServerSide(t *testing.T) {
 		src := upstream(t, up, map[string]string{"b.parquet": body})
 		var rec recorder
 		s := sink.New(mirror, rec.options(sink.Options{}))
-		if got := s.CanCopyFrom(src.Origin()); got != st.copies {
+		if got := s.CanCopyFrom(src.Data().Origin()); got != st.copies {
 			t.Fatalf("CanCopyFrom = %v, want %v", got, st.copies)
 		}
 		if !st.copies {
 			return
 		}
-		ok, err := s.CopyDataFile(ctx, src.Origin(), "data/b.parquet", int64(len(body)))
+		ok, err := s.CopyDataFile(ctx, src.Data().Origin(), "data/b.parquet", int64(len(body)))
 		if err != nil || !ok {
 			t.Fatalf("CopyDataFile = %v, %v", ok, err)
 		}
@@ -255,7 +255,7 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 		up, mirror := st.open(t)
 		src := upstream(t, up, map[string]string{"c.parquet": "ccc"})
 		s := sink.New(mirror, sink.Options{Guarded: true})
-		f, err := src.OpenDataFile(ctx, "c.parquet", 3, source.Spool{Dir: t.TempDir()})
+		f, err := src.Data().Open(ctx, "c.parquet", 3, source.Spool{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,7 +265,7 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 			repo.RefsFile:    s.Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
 		}
 		if st.copies {
-			_, writes["server-side copy of data/c.parquet"] = s.CopyDataFile(ctx, src.Origin(), "data/c.parquet", 3)
+			_, writes["server-side copy of data/c.parquet"] = s.CopyDataFile(ctx, src.Data().Origin(), "data/c.parquet", 3)
 		}
 		writes[repo.VersionFile("v1", repo.RecordFile)] = s.PublishVersion(ctx, "v1", []byte("{}"), nil)
 		for name, err := range writes {
@@ -439,7 +439,7 @@ func TestDryRunSinkWritesNothing(t *testing.T) {
 		before := names(t, mirror)
 		var rec recorder
 		s := sink.New(mirror, rec.options(sink.Options{DryRun: true}))
-		f, err := src.OpenDataFile(ctx, "d.parquet", 3, source.Spool{Dir: t.TempDir()})
+		f, err := src.Data().Open(ctx, "d.parquet", 3, source.Spool{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -450,7 +450,7 @@ func TestDryRunSinkWritesNothing(t *testing.T) {
 			s.Remove(ctx, "data/gone.parquet", ""),
 			s.PublishVersion(ctx, "v1", []byte("{}"), []byte("sig")),
 		}
-		if ok, err := s.CopyDataFile(ctx, src.Origin(), "data/e.parquet", 3); err != nil || !ok {
+		if ok, err := s.CopyDataFile(ctx, src.Data().Origin(), "data/e.parquet", 3); err != nil || !ok {
 			t.Fatalf("dry-run CopyDataFile = %v, %v", ok, err)
 		}
 		for i, err := range steps {

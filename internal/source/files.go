@@ -19,8 +19,17 @@ import (
 // S3 body against the object's CRC32C or MD5, GCS's client against its
 // CRC32C): nothing is added per file here.
 
-// DataFileName is a data file's name in the store: data_dir, then path.
-func (s *Source) DataFileName(path string) string { return s.settings.DataDir + path }
+// Data is the upstream's data files (and a version folder's files) as a
+// transfer reads them: opened for a copy and checked as they are read,
+// sized, passed over in order, read ahead, or named for a server-side
+// copy.
+type Data struct{ s *Source }
+
+// Data is the upstream's files, for a transfer.
+func (s *Source) Data() Data { return Data{s} }
+
+// Name is a data file's name in the store: data_dir, then path.
+func (d Data) Name(path string) string { return d.s.settings.DataDir + path }
 
 // Spool is where a data file whose size the store cannot say before its
 // bytes (HTTP without Content-Length) is copied first, and its bound: a
@@ -67,10 +76,10 @@ func (f *DataFile) Mismatch() error {
 	return f.exact.mismatch
 }
 
-// OpenDataFile opens the data file at path below data_dir for a copy
-// whose catalog records size bytes (-1: unknown): OpenFile of its name.
-func (s *Source) OpenDataFile(ctx context.Context, path string, size int64, spool Spool) (*DataFile, error) {
-	return s.OpenFile(ctx, s.DataFileName(path), size, spool)
+// Open opens the data file at path below data_dir for a copy whose
+// catalog records size bytes (-1: unknown): OpenFile of its name.
+func (d Data) Open(ctx context.Context, path string, size int64, spool Spool) (*DataFile, error) {
+	return d.OpenFile(ctx, d.Name(path), size, spool)
 }
 
 // OpenFile opens an immutable file of the repository, a data file or a
@@ -81,7 +90,8 @@ func (s *Source) OpenDataFile(ctx context.Context, path string, size int64, spoo
 // cannot say before its bytes is copied to spool first, under its bound.
 // Other files (settings, refs) are read and judged elsewhere, never
 // copied as they are.
-func (s *Source) OpenFile(ctx context.Context, name string, size int64, spool Spool) (*DataFile, error) {
+func (d Data) OpenFile(ctx context.Context, name string, size int64, spool Spool) (*DataFile, error) {
+	s := d.s
 	if !strings.HasPrefix(name, s.settings.DataDir) && !strings.HasPrefix(name, repo.VersionsDir) {
 		return nil, s.errorf("%s is neither a data file nor a version's file; not copied", name)
 	}
@@ -115,16 +125,16 @@ func (s *Source) OpenFile(ctx context.Context, name string, size int64, spool Sp
 		// Content-Length), and a store's Put needs it: the file goes
 		// through a local copy, as catalogs do.
 		rc.Close()
-		return s.spoolDataFile(ctx, name, spool)
+		return d.spool(ctx, name, spool)
 	}
 	x := &exactReader{r: rc, left: size, name: name, want: size}
 	return &DataFile{name: name, size: size, body: x, close: rc.Close, exact: x}, nil
 }
 
-// spoolDataFile copies a file whose size the source does not say to a
-// local temporary file, under the catalog download's limits.
-func (s *Source) spoolDataFile(ctx context.Context, name string, spool Spool) (*DataFile, error) {
-	fetched, err := catalog.Fetch(ctx, s.r, name, spool.Dir, spool.MaxSize)
+// spool copies a file whose size the source does not say to a local
+// temporary file, under the catalog download's limits.
+func (d Data) spool(ctx context.Context, name string, spool Spool) (*DataFile, error) {
+	fetched, err := catalog.Fetch(ctx, d.s.r, name, spool.Dir, spool.MaxSize)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +162,7 @@ func SizeRefusal(name string, got, want int64) *RefusalError {
 type Origin struct{ r backend.Reader }
 
 // Origin is the upstream, for the sink's server-side copies.
-func (s *Source) Origin() Origin { return Origin{s.r} }
+func (d Data) Origin() Origin { return Origin{d.s.r} }
 
 // CopiableBy says, without a request, whether c copies from the upstream.
 func (o Origin) CopiableBy(c backend.Copier) bool { return c.CanCopyFrom(o.r) }
@@ -163,29 +173,29 @@ func (o Origin) CopyInto(ctx context.Context, c backend.Copier, srcName, dstName
 	return c.CopyFrom(ctx, backend.Innermost(o.r), srcName, dstName, size)
 }
 
-// DataPass is a pass over the upstream's data_dir in path order, a page
-// at a time, for the sizes checked before server-side copies (see
+// Pass is a pass over the upstream's data_dir in path order, a page at
+// a time, for the sizes checked before server-side copies (see
 // internal/sync's withSourcePass); nil where the store lists no pages.
-func (s *Source) DataPass() *backend.Cursor {
-	if backend.PageListerOf(s.r) == nil {
+func (d Data) Pass() *backend.Cursor {
+	if backend.PageListerOf(d.s.r) == nil {
 		return nil
 	}
-	return backend.NewCursor(s.r, s.settings.DataDir)
+	return backend.NewCursor(d.s.r, d.s.settings.DataDir)
 }
 
 // ReadAhead announces, where the store takes it (a local folder), the
-// data files about to be read (names as DataFileName gives them), in that
-// order, and returns when it has gone through them or ctx is done. A
-// hint: nothing read is checked or kept.
-func (s *Source) ReadAhead(ctx context.Context, names []string) {
-	if ra, ok := backend.As[backend.ReadAheader](s.r); ok {
+// data files about to be read (names as Name gives them), in that order,
+// and returns when it has gone through them or ctx is done. A hint:
+// nothing read is checked or kept.
+func (d Data) ReadAhead(ctx context.Context, names []string) {
+	if ra, ok := backend.As[backend.ReadAheader](d.s.r); ok {
 		ra.ReadAhead(ctx, names)
 	}
 }
 
 // CanReadAhead says whether ReadAhead does anything.
-func (s *Source) CanReadAhead() bool {
-	_, ok := backend.As[backend.ReadAheader](s.r)
+func (d Data) CanReadAhead() bool {
+	_, ok := backend.As[backend.ReadAheader](d.s.r)
 	return ok
 }
 

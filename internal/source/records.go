@@ -51,6 +51,16 @@ func JudgeSignature(trust Trust, id string, record, sig []byte) *RefusalError {
 	return nil
 }
 
+// ChecksSignatures says whether the source judges signatures: it was
+// given a Trust.
+func (s *Source) ChecksSignatures() bool { return s.trust != nil }
+
+// JudgeSignature is JudgeSignature by the source's Trust: for the
+// mirror's copy of a version, judged as the upstream's is.
+func (s *Source) JudgeSignature(id string, record, sig []byte) *RefusalError {
+	return JudgeSignature(s.trust, id, record, sig)
+}
+
 // Version is a version's record and signature, read and judged.
 type Version struct {
 	Record *repo.Record // parsed by JudgeRecord; Record.Raw is the bytes read

@@ -17,15 +17,18 @@
 // In a run (see internal/sync): ReadSettings first; ReadRefs while the
 // sink takes its inventory (and again once the run holds the lock);
 // ListVersions; then, per version, ReadRecord, VersionFiles,
-// ReadSignature (read and judged), FetchCatalog, and Size before a
+// ReadSignature (read and judged), FetchCatalog; and the data files
+// through Data (files.go): opened for a copy, or sized before a
 // server-side copy. Ancestry, verify and prune ask ReadVersion; a prune
-// asks CheckRefTargets and VersionStatus.
+// asks CheckRefTargets and VersionStatus; verify reads the repository
+// whole as well (repository.go).
 //
 // Files: source.go (Source, settings, versions and sizes), refs.go (the
 // upstream's refs), records.go (records and signatures, Trust),
 // catalogs.go (catalogs), refusal.go (Refusal, its reasons), status.go
 // (withdrawn or expired), reftargets.go (whether refs name versions
-// upstream holds).
+// upstream holds), repository.go (the repository read whole, for
+// verify).
 package source
 
 import (
@@ -67,15 +70,17 @@ func (s *Source) Location() string { return s.r.Location() }
 func (s *Source) Settings() *repo.Settings { return s.settings }
 
 // ReadSettings reads and checks the upstream's fdl.json, and warns where
-// the signers it lists differ from the trusted ones.
+// the signers it lists differ from the trusted ones. The error wraps a
+// *ReadError where fdl.json could not be read, else the rule it breaks
+// (a *SettingsError).
 func (s *Source) ReadSettings(ctx context.Context) (*repo.Settings, error) {
 	raw, err := backend.ReadAll(ctx, s.r, repo.SettingsFile, repo.MaxSmallFile)
 	if err != nil {
-		return nil, s.errorf("%s: %w", repo.SettingsFile, err)
+		return nil, s.errorf("%w", &ReadError{repo.SettingsFile, err})
 	}
 	settings, err := repo.ParseSettings(raw)
 	if err != nil {
-		return nil, s.errorf("%w", err)
+		return nil, s.errorf("%w", &SettingsError{err})
 	}
 	s.settings = settings
 	if s.trust != nil {
@@ -85,6 +90,17 @@ func (s *Source) ReadSettings(ctx context.Context) (*repo.Settings, error) {
 	}
 	return settings, nil
 }
+
+// SettingsError is an fdl.json that breaks the rules; its message is
+// the rule's.
+type SettingsError struct{ Err error }
+
+func (e *SettingsError) Error() string { return e.Err.Error() }
+func (e *SettingsError) Unwrap() error { return e.Err }
+
+// CanList says whether the upstream's store can list (else a reader
+// follows refs.json, and asks for files by the names the layout knows).
+func (s *Source) CanList() bool { return s.r.Properties().CanList }
 
 // ListVersions lists versions/ upstream, where the store can list: one
 // listing, whatever the number of versions.
@@ -148,7 +164,8 @@ const listPage = 1000
 // files to a mirror of twenty thousand asks ten times rather than listing
 // twenty pages, and one copying everything pays at most twice the cheaper
 // way.
-func (s *Source) Size(ctx context.Context, name string, sinkListed bool, sinkFiles int) (int64, error) {
+func (d Data) Size(ctx context.Context, name string, sinkListed bool, sinkFiles int) (int64, error) {
+	s := d.s
 	if sinkListed && s.r.Properties().CanList && strings.HasPrefix(name, s.settings.DataDir) &&
 		(s.data.Loaded() || s.stats.Add(1) > int64(sinkFiles/listPage+1)) {
 		if err := s.data.Load(ctx, s.r, s.settings.DataDir); err == nil {
@@ -162,8 +179,8 @@ func (s *Source) Size(ctx context.Context, name string, sinkListed bool, sinkFil
 	return fi.Size, err
 }
 
-// DataListed says whether the upstream's data_dir was listed.
-func (s *Source) DataListed() bool { return s.data.Loaded() }
+// Listed says whether the upstream's data_dir was listed (by Size).
+func (d Data) Listed() bool { return d.s.data.Loaded() }
 
 // errorf is an error about the upstream, naming it.
 func (s *Source) errorf(format string, args ...any) error {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -30,7 +31,7 @@ func syncAddrWith(t *testing.T, src, dst string, lopts location.Options, opts fd
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 4
 	}
-	return fdlsync.Run(ctx, from, to, opts)
+	return syncStores(ctx, from, to, opts)
 }
 
 // syncAddr runs the engine between two addresses with the stores'
@@ -49,7 +50,7 @@ func problemsAt(t *testing.T, addr string) []string {
 		t.Fatalf("opening %s: %v", addr, err)
 	}
 	defer closeR()
-	problems, err := verify.CheckRepository(ctx, r, verify.CheckOptions{})
+	problems, err := verify.CheckRepository(ctx, source.New(r, nil, nil), verify.CheckOptions{})
 	if err != nil {
 		t.Fatalf("verify %s: %v", addr, err)
 	}

@@ -76,7 +76,7 @@ func mirrorOnce(b *testing.B, up, dst string) (src, sink counting.Counts, rep *f
 	}
 	defer d.Close()
 	cs, cd := counting.Wrap(s), counting.WrapBackend(d)
-	rep, err = fdlsync.Run(context.Background(), cs, cd, fdlsync.Options{Concurrency: 8})
+	rep, err = syncStores(context.Background(), cs, cd, fdlsync.Options{Concurrency: 8})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -171,14 +171,14 @@ func BenchmarkNoopRerunS3ManyRefs(b *testing.B) {
 		b.Fatal(err)
 	}
 	uploadTree(b, dir, up)
-	if rep, err := fdlsync.Run(ctx, up, mirror, fdlsync.Options{Concurrency: 8}); err != nil || !rep.OK() {
+	if rep, err := syncStores(ctx, up, mirror, fdlsync.Options{Concurrency: 8}); err != nil || !rep.OK() {
 		b.Fatalf("first mirror: %v %+v", err, rep)
 	}
 	var src, sink counting.Counts
 	var rep *fdlsync.Report
 	for b.Loop() {
 		cs, cd := counting.Wrap(up), counting.WrapBackend(mirror)
-		rep, err = fdlsync.Run(ctx, cs, cd, fdlsync.Options{Concurrency: 8})
+		rep, err = syncStores(ctx, cs, cd, fdlsync.Options{Concurrency: 8})
 		if err != nil || !rep.OK() {
 			b.Fatalf("no-op: %v %+v", err, rep)
 		}

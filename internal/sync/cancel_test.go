@@ -68,7 +68,7 @@ func TestStoppedRunPublishesNoChildOfAnUnfinishedParent(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // stopped while the child still copies
 			cancel()
 		}()
-		_, runErr := fdlsync.Run(ctx, src, dst, fdlsync.Options{})
+		_, runErr := syncStores(ctx, src, dst, fdlsync.Options{})
 		cancel()
 		select {
 		case <-src.reached:

@@ -18,6 +18,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -105,7 +106,7 @@ func verifyClean(t *testing.T, mirror string) {
 	}
 	defer store.Close()
 	for _, deep := range []bool{false, true} {
-		problems, err := verify.CheckRepository(context.Background(), store, verify.CheckOptions{Deep: deep})
+		problems, err := verify.CheckRepository(context.Background(), source.New(store, nil, nil), verify.CheckOptions{Deep: deep})
 		if err != nil || len(problems) != 0 {
 			t.Errorf("verify (deep %v): %v %v", deep, err, problems)
 		}
@@ -266,7 +267,7 @@ func TestMetadataDBVersionsMirroredAndVerified(t *testing.T) {
 			lost := filepath.Join(mirror, filepath.FromSlash(g.DataFiles[0]))
 			os.Remove(lost)
 			store, _ := local.Open(mirror)
-			problems, _ := verify.CheckRepository(context.Background(), store, verify.CheckOptions{})
+			problems, _ := verify.CheckRepository(context.Background(), source.New(store, nil, nil), verify.CheckOptions{})
 			store.Close()
 			if len(problems) == 0 {
 				t.Errorf("verify found nothing with %s removed", g.DataFiles[0])

@@ -71,7 +71,7 @@ func (t *transfer) waitToRetry(ctx context.Context, msg, name string, attempt in
 // copies from the upstream's (the size checked upstream first), else the
 // source's stream of the file into the sink.
 func (t *transfer) copyOnce(ctx context.Context, name string, size int64) error {
-	if origin := t.src.Origin(); t.sink.CanCopyFrom(origin) {
+	if origin := t.src.Data().Origin(); t.sink.CanCopyFrom(origin) {
 		have, err := t.sourceSize(ctx, name)
 		if err != nil {
 			return &sourceError{err}
@@ -83,7 +83,7 @@ func (t *transfer) copyOnce(ctx context.Context, name string, size int64) error 
 			return err
 		}
 	}
-	f, err := t.src.OpenFile(ctx, name, size, t.spool)
+	f, err := t.src.Data().OpenFile(ctx, name, size, t.spool)
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
@@ -106,7 +106,7 @@ func (e *sourceError) Permanent() bool { return true }
 
 // sourceSize is a source file's size, checked before a server-side copy:
 // from the catalog's pass over the upstream's data_dir where it has one
-// (withSourcePass), else as source.Size says (one listing where the sink's
+// (withSourcePass), else as source.Data.Size says (one listing where the sink's
 // data_dir was listed whole, a request per file otherwise).
 func (t *transfer) sourceSize(ctx context.Context, name string) (int64, error) {
 	if pass, _ := ctx.Value(sourcePassKey{}).(*backend.Cursor); pass != nil {
@@ -116,7 +116,7 @@ func (t *transfer) sourceSize(ctx context.Context, name string) (int64, error) {
 		// Not listed, or the listing failed: asked for alone below.
 	}
 	sinkListed, sinkFiles := t.sink.DataListed()
-	return t.src.Size(ctx, name, sinkListed, sinkFiles)
+	return t.src.Data().Size(ctx, name, sinkListed, sinkFiles)
 }
 
 type sourcePassKey struct{}
@@ -129,10 +129,10 @@ type sourcePassKey struct{}
 // from the source server-side and the source lists pages; a size asked
 // out of order is a Stat.
 func (t *transfer) withSourcePass(ctx context.Context) context.Context {
-	if !t.sink.CanCopyFrom(t.src.Origin()) {
+	if !t.sink.CanCopyFrom(t.src.Data().Origin()) {
 		return ctx
 	}
-	pass := t.src.DataPass()
+	pass := t.src.Data().Pass()
 	if pass == nil {
 		return ctx
 	}

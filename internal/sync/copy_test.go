@@ -46,7 +46,7 @@ func TestSyncCopiesServerSideWithinOneS3Endpoint(t *testing.T) {
 
 	// Streamed: local to S3.
 	toA := counting.WrapBackend(a)
-	if rep, err := fdlsync.Run(ctx, lsrc, toA, fdlsync.Options{}); err != nil || !rep.OK() {
+	if rep, err := syncStores(ctx, lsrc, toA, fdlsync.Options{}); err != nil || !rep.OK() {
 		t.Fatalf("local to s3: %v %+v", err, rep)
 	}
 	if c := toA.Counts(); c.Copy != 0 || c.Put == 0 {
@@ -56,7 +56,7 @@ func TestSyncCopiesServerSideWithinOneS3Endpoint(t *testing.T) {
 	// Server-side: S3 to S3 on the same endpoint.
 	fromA := counting.Wrap(a)
 	toB := counting.WrapBackend(b)
-	rep, err := fdlsync.Run(ctx, fromA, toB, fdlsync.Options{})
+	rep, err := syncStores(ctx, fromA, toB, fdlsync.Options{})
 	if err != nil || !rep.OK() {
 		t.Fatalf("s3 to s3: %v %+v", err, rep)
 	}
@@ -71,7 +71,7 @@ func TestSyncCopiesServerSideWithinOneS3Endpoint(t *testing.T) {
 	}
 	back := t.TempDir()
 	lback, _ := local.Create(back)
-	if rep, err := fdlsync.Run(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
+	if rep, err := syncStores(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
 		t.Fatalf("s3 back to local: %v %+v", err, rep)
 	}
 	fdltest.AssertMirrored(t, up, back, nil)
@@ -108,7 +108,7 @@ func TestFewServerSideCopiesAskSizesOneByOne(t *testing.T) {
 	lsrc, _ := local.Open(up)
 	mustRun := func(src backend.Reader, dst backend.Backend) {
 		t.Helper()
-		if rep, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{}); err != nil || !rep.OK() {
+		if rep, err := syncStores(ctx, src, dst, fdlsync.Options{}); err != nil || !rep.OK() {
 			t.Fatalf("run: %v %+v", err, rep)
 		}
 	}
@@ -129,7 +129,7 @@ func TestFewServerSideCopiesAskSizesOneByOne(t *testing.T) {
 	mustRun(lsrc, a)
 	next := &listedPrefixes{Reader: a}
 	counted = counting.Wrap(next)
-	rep, err := fdlsync.Run(ctx, counted, counting.WrapBackend(b), fdlsync.Options{})
+	rep, err := syncStores(ctx, counted, counting.WrapBackend(b), fdlsync.Options{})
 	if err != nil || !rep.OK() || rep.FilesCopied == 0 {
 		t.Fatalf("incremental: %v %+v", err, rep)
 	}

@@ -37,7 +37,7 @@ var maxStatChecks = 1000
 // sourcePassFiles is how many files a catalog lists before its
 // server-side copies take their sizes from a pass over the upstream's
 // data_dir even where the sink's data_dir was listed whole (a first
-// mirror), rather than from one listing of the upstream's (source.Size).
+// mirror), rather than from one listing of the upstream's (source.Data.Size).
 // That listing holds about 85 bytes a name once made and 200 more while
 // its parts are fetched: at 300,000 files, 85 MB of a heap the mirror
 // keeps under 96 MiB (the wide S3->S3 first mirror peaked at 158 MiB).
@@ -194,7 +194,7 @@ func (c *catalogReader) readSinkFile(ctx context.Context, id, file string) (*cat
 // the recorded size, a batch at a time. Files known (see
 // knownFromParents) at the recorded size are there already.
 func (t *transfer) mirrorDataFiles(ctx context.Context, id string, files *catalog.Sorted, known *parentFiles) error {
-	if sinkListed, _ := t.sink.DataListed(); files.Len() >= 2*listPart && (!sinkListed || !t.src.DataListed()) {
+	if sinkListed, _ := t.sink.DataListed(); files.Len() >= 2*listPart && (!sinkListed || !t.src.Data().Listed()) {
 		// Where data_dir is listed for this version, in parts split
 		// among the files its catalog names (worked out only by a store
 		// that lists in parts).
@@ -204,7 +204,7 @@ func (t *transfer) mirrorDataFiles(ctx context.Context, id string, files *catalo
 	if m.many {
 		m.sinkFiles = t.sink.DataCursor(ctx, t.src.Settings().DataDir)
 		// Where the sink's data_dir was listed whole (it fitted a page:
-		// a first mirror), source.Size lists the upstream's once for the
+		// a first mirror), source.Data.Size lists the upstream's once for the
 		// run; a pass per version would list the pages that version's
 		// copies fall in, and a version's new files are spread across
 		// all of data_dir (a medium first mirror S3->S3: 4 % slower).
@@ -326,7 +326,7 @@ func (m *batchMirror) mirror(ctx context.Context, batch []catalog.File) (copied 
 	t := m.t
 	names := make([]string, len(batch)) // each file's name in both stores
 	for i, f := range batch {
-		names[i] = t.src.DataFileName(f.Path)
+		names[i] = t.src.Data().Name(f.Path)
 	}
 	todo, parents := t.filesToCheck(batch, names, m.known)
 	byStat := m.known != nil && m.checked+len(todo) <= maxStatChecks
@@ -419,7 +419,7 @@ const (
 // copied; stop ends it and waits for it.
 func (t *transfer) readAhead(ctx context.Context, names []string, sizes []int64) (stop func()) {
 	// A dry run reads no data file (copyFile), so announces none.
-	if !t.src.CanReadAhead() || t.dryRun {
+	if !t.src.Data().CanReadAhead() || t.dryRun {
 		return func() {}
 	}
 	var small []string
@@ -437,7 +437,7 @@ func (t *transfer) readAhead(ctx context.Context, names []string, sizes []int64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		t.src.ReadAhead(ctx, small)
+		t.src.Data().ReadAhead(ctx, small)
 	}()
 	return func() {
 		cancel()

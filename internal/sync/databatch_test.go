@@ -183,7 +183,7 @@ func TestBatchCopiesAreReadAheadInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	rep, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Concurrency: 2})
+	rep, err := syncStores(ctx, src, dst, fdlsync.Options{Concurrency: 2})
 	if err != nil || !rep.OK() {
 		t.Fatalf("run: %v %+v", err, rep)
 	}

@@ -44,7 +44,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
@@ -142,11 +141,13 @@ type upstreamView struct {
 	unread   bool           // upstream's refs could not be read
 }
 
-// Run mirrors src into dst. The error is a FatalError, or the context's
-// error when the run was cancelled; everything else that went wrong is a
-// Refusal in the report, and the rest of the repository is still mirrored
-// where that is safe.
-func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Options) (*Report, error) {
+// Run mirrors the upstream src into the mirror dst, each side as its
+// caller made it (source.New, sink.New); the run writes dst through its
+// own view of it (sink.ForRun: its guard and counters). The error is a
+// FatalError, or the context's error when the run was cancelled;
+// everything else that went wrong is a Refusal in the report, and the
+// rest of the repository is still mirrored where that is safe.
+func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) (*Report, error) {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 8
 	}
@@ -156,14 +157,14 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 	if opts.Source == "" {
 		opts.Source = src.Location()
 	}
-	upstream := source.New(src, opts.Trust, opts.Logger)
+	opts.DryRun = opts.DryRun || dst.DryRun()
 	e := &engine{
-		src:     upstream,
+		src:     src,
 		opts:    opts,
 		log:     opts.Logger,
 		planner: planner{sel: opts.Refs, allowRewind: opts.AllowRewind},
 		ledger: &ledger{
-			src: upstream, log: opts.Logger, progress: opts.Progress,
+			src: src, log: opts.Logger, progress: opts.Progress,
 			versions: versionStates{
 				published: map[string]bool{}, publishedNow: map[string]bool{}, refused: map[string]*refusal{},
 				absent: map[string]bool{}, targetChecks: map[string]*refusal{}, confirmed: map[string][]string{},
@@ -176,7 +177,7 @@ func Run(ctx context.Context, src backend.Reader, dst backend.Backend, opts Opti
 			},
 		},
 	}
-	e.sink = sink.New(dst, sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
+	e.sink = dst.ForRun(sink.Options{DryRun: opts.DryRun, Guarded: opts.Lock != nil, Logger: e.log,
 		Copied: e.copied, Planned: e.plan, NoUnsyncedRecord: noUnsyncedRecord, Lease: opts.Lease})
 	e.transfer = newTransfer(e.src, e.sink, opts, e.plan)
 	e.ancestry = newAncestry(e.sink, e.src)

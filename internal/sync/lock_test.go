@@ -35,7 +35,7 @@ func TestRunLocksOnlyWhenItHasSomethingToWrite(t *testing.T) {
 	run := func() *lockCounter {
 		t.Helper()
 		l := &lockCounter{}
-		rep, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Lock: l.lock})
+		rep, err := syncStores(ctx, src, dst, fdlsync.Options{Lock: l.lock})
 		if err != nil || !rep.OK() {
 			t.Fatalf("run: %v %+v", err, rep)
 		}
@@ -66,7 +66,7 @@ func TestRunThatCannotLockWritesNothing(t *testing.T) {
 	src, _ := local.Open(up)
 	dst, _ := local.Create(sinkDir)
 	held := errors.New("held by another run")
-	_, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Lock: func(context.Context) (context.Context, func(), error) {
+	_, err := syncStores(ctx, src, dst, fdlsync.Options{Lock: func(context.Context) (context.Context, func(), error) {
 		return nil, nil, held
 	}})
 	if !errors.Is(err, held) {
@@ -86,7 +86,7 @@ func TestRunStopsWhenItLosesTheLock(t *testing.T) {
 	}
 	src, _ := local.Open(up)
 	dst, _ := local.Create(sinkDir)
-	_, err := fdlsync.Run(ctx, src, dst, fdlsync.Options{Lock: func(ctx context.Context) (context.Context, func(), error) {
+	_, err := syncStores(ctx, src, dst, fdlsync.Options{Lock: func(ctx context.Context) (context.Context, func(), error) {
 		lost, cancel := context.WithCancel(ctx)
 		cancel() // lost at once
 		return lost, func() {}, nil

@@ -80,7 +80,7 @@ func syncToS3(t *testing.T, up, addr string) (*fdlsync.Report, *dataDirAsks, cou
 	defer closeDst()
 	counted := counting.WrapBackend(dst)
 	store := &dataDirAsks{Backend: counted}
-	rep, err := fdlsync.Run(ctx, src, store, fdlsync.Options{Concurrency: 4})
+	rep, err := syncStores(ctx, src, store, fdlsync.Options{Concurrency: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lsrc.Close()
-	if rep, err := fdlsync.Run(ctx, lsrc, a, fdlsync.Options{}); err != nil || !rep.OK() {
+	if rep, err := syncStores(ctx, lsrc, a, fdlsync.Options{}); err != nil || !rep.OK() {
 		t.Fatalf("local to s3: %v %+v", err, rep)
 	}
 
@@ -272,7 +272,7 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		defer closeB()
 		src := &dataDirAsks{Backend: a}
 		toB := counting.WrapBackend(b)
-		rep, err := fdlsync.Run(ctx, src, toB, fdlsync.Options{Concurrency: 4})
+		rep, err := syncStores(ctx, src, toB, fdlsync.Options{Concurrency: 4})
 		if err != nil || !rep.OK() {
 			t.Fatalf("s3 to s3: %v %+v", err, rep)
 		}
@@ -281,7 +281,7 @@ func TestServerSideCopiesOfManyFilesTakeSizesFromPages(t *testing.T) {
 		}
 		back := t.TempDir()
 		lback, _ := local.Create(back)
-		if rep, err := fdlsync.Run(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
+		if rep, err := syncStores(ctx, b, lback, fdlsync.Options{}); err != nil || !rep.OK() {
 			t.Fatalf("s3 back to local: %v %+v", err, rep)
 		}
 		fdltest.AssertMirrored(t, up, back, nil)

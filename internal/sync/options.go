@@ -17,9 +17,6 @@ type Options struct {
 	Concurrency int
 	// DryRun plans and reports, and writes nothing.
 	DryRun bool
-	// Trust checks version signatures; nil checks none. *verify.Policy is
-	// the implementation.
-	Trust Trust
 	// Logger receives structured logs; nil logs nothing.
 	Logger *zap.Logger
 	// Progress, when set, is told of every file copied (for a display).

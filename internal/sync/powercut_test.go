@@ -12,6 +12,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/powercut"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -45,7 +46,7 @@ func cutRun(t *testing.T, cutAt int, ways ...string) (up, mirror string, damage 
 	}
 	defer dst.Close()
 	sink := powercut.New(dst, mirror, cutAt, cancel)
-	_, err = fdlsync.Run(ctx, src, sink, fdlsync.Options{Concurrency: 2})
+	_, err = syncStores(ctx, src, sink, fdlsync.Options{Concurrency: 2})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("the run went on after the power cut: %v", err)
 	}
@@ -74,7 +75,7 @@ func checkMirror(t *testing.T, up, mirror string) []string {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	problems, err := verify.CheckRepository(context.Background(), m, verify.CheckOptions{Deep: true})
+	problems, err := verify.CheckRepository(context.Background(), source.New(m, nil, nil), verify.CheckOptions{Deep: true})
 	if err != nil {
 		t.Fatal(err)
 	}

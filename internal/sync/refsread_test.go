@@ -92,7 +92,7 @@ func manyRefs(t *testing.T, n int) (dir string, g *generate.Repo) {
 
 func mustSync(t *testing.T, src backend.Reader, dst backend.Backend) *fdlsync.Report {
 	t.Helper()
-	rep, err := fdlsync.Run(context.Background(), src, dst, fdlsync.Options{})
+	rep, err := syncStores(context.Background(), src, dst, fdlsync.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestRefChangedUpstreamIsReadAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := &opens{Backend: up}
-	rep, err := fdlsync.Run(context.Background(), src, mirror, fdlsync.Options{})
+	rep, err := syncStores(context.Background(), src, mirror, fdlsync.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestRefsMovingMarkerForcesReadingTheSinksRefs(t *testing.T) {
 
 	// Without the marker refs.json is trusted: main's file is not read.
 	withoutMarker := &opens{Backend: dst}
-	if _, err := fdlsync.Run(context.Background(), src, withoutMarker, fdlsync.Options{DryRun: true}); err != nil {
+	if _, err := syncStores(context.Background(), src, withoutMarker, fdlsync.Options{DryRun: true}); err != nil {
 		t.Fatal(err)
 	}
 	if got := withoutMarker.refFilesOpened(); len(got) != 0 {
@@ -293,7 +293,7 @@ func TestFailedRefWriteLeavesTheMarker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	rep, err := fdlsync.Run(context.Background(), mustOpen(t, dir), failPut{dst, "refs/tags/t0001"}, fdlsync.Options{})
+	rep, err := syncStores(context.Background(), mustOpen(t, dir), failPut{dst, "refs/tags/t0001"}, fdlsync.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestRunTakingTheLockReadsEachRefFileOnce(t *testing.T) {
 	up, mirror, _ := s3WithRefs(t, n)
 	src := &opens{Backend: up}
 	locks := 0
-	rep, err := fdlsync.Run(context.Background(), src, mirror, fdlsync.Options{Lock: func(ctx context.Context) (context.Context, func(), error) {
+	rep, err := syncStores(context.Background(), src, mirror, fdlsync.Options{Lock: func(ctx context.Context) (context.Context, func(), error) {
 		locks++
 		return ctx, func() {}, nil
 	}})
@@ -413,7 +413,7 @@ func TestDryRunPlansRefsInNameOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	rep, err := fdlsync.Run(context.Background(), mustOpen(t, dir), dst, fdlsync.Options{DryRun: true})
+	rep, err := syncStores(context.Background(), mustOpen(t, dir), dst, fdlsync.Options{DryRun: true})
 	if err != nil || !rep.OK() {
 		t.Fatalf("dry run: %v %+v", err, rep.Refused)
 	}

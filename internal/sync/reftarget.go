@@ -126,7 +126,7 @@ func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	if _, bad := source.JudgeRecord(id, raw); bad != nil {
 		return bad
 	}
-	if p.opts.Trust == nil {
+	if !p.src.ChecksSignatures() {
 		return nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
@@ -134,5 +134,5 @@ func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	if err != nil {
 		return refuse(ReasonSignature, id, sigName, "version %s: reading the mirror's %s: %v", id, sigName, err)
 	}
-	return source.JudgeSignature(p.opts.Trust, id, raw, sig)
+	return p.src.JudgeSignature(id, raw, sig)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
@@ -18,25 +17,23 @@ import (
 // reads them (source.ReadRefs): a ref that breaks the rules, which sync
 // refuses, is refused here too, behind with no upstream value.
 // LastChange comes from the mirror's record of when it saw each upstream
-// value.
-func Compare(ctx context.Context, src, dst backend.Reader, sel repo.RefSelection) ([]RefStatus, error) {
+// value. Compare judges no signature: a source made with a Trust counts
+// for ancestry only the records it lets through.
+func Compare(ctx context.Context, upstream *source.Source, mirror *sink.Sink, sel repo.RefSelection) ([]RefStatus, error) {
 	mine := repo.Refs{}
 	var seen sink.UpstreamState
-	var mirror *sink.Sink // nil: no mirror yet
-	if dst != nil {
-		mirror = sink.NewReader(dst, nil)
+	if mirror != nil {
 		var err error
 		if mine, _, err = mirror.ReadRefs(ctx); err != nil {
-			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
+			return nil, fmt.Errorf("mirror %s: %w", mirror.Location(), err)
 		}
 		if seen, _, err = mirror.UpstreamState(ctx); err != nil {
-			return nil, fmt.Errorf("mirror %s: %w", dst.Location(), err)
+			return nil, fmt.Errorf("mirror %s: %w", mirror.Location(), err)
 		}
 	}
-	upstream := source.New(src, nil, nil)
 	got := upstream.ReadRefsWithoutHead(ctx)
 	if got.Unread {
-		return nil, fmt.Errorf("source %s: %w", src.Location(), got.Err)
+		return nil, fmt.Errorf("source %s: %w", upstream.Location(), got.Err)
 	}
 	up := got.Refs
 	// Compare has no signature policy: upstream records count when they

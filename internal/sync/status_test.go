@@ -10,6 +10,8 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -46,7 +48,7 @@ func TestStatusRefusesTheRefsSyncRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dst.Close()
-	got, err := fdlsync.Compare(context.Background(), src, dst, repo.RefSelection{})
+	got, err := fdlsync.Compare(context.Background(), source.New(src, nil, nil), sink.NewReader(dst, nil), repo.RefSelection{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
@@ -36,7 +37,7 @@ func TestVersionsSignedByTrustedKeysArePublished(t *testing.T) {
 			key := fdltest.NewSSHKey(t, typ, "publisher@example.org")
 			r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, Signer: key.Signer(t, "fdl")})
 			trusted := fdltest.AllowedSigners(t, `namespaces="fdl"`, key)
-			rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, trusted, true, "")})
+			rep := mustRunTrusting(t, up, mirror, trustFrom(t, trusted, true, ""), fdlsync.Options{})
 			if !rep.OK() {
 				t.Fatalf("refused: %+v", rep.Refused)
 			}
@@ -50,8 +51,8 @@ func TestVersionsSignedByTrustedKeysArePublished(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			problems, err := verify.CheckRepository(t.Context(), mustOpen(t, mirror),
-				verify.CheckOptions{Trust: &verify.Policy{Signers: signers, Require: true}})
+			problems, err := verify.CheckRepository(t.Context(), source.New(mustOpen(t, mirror), (&verify.Policy{Signers: signers, Require: true}).AsTrust(), nil),
+				verify.CheckOptions{})
 			if err != nil || len(problems) > 0 {
 				t.Errorf("verify with signatures: %v %+v", err, problems)
 			}
@@ -73,7 +74,7 @@ func TestUnsignedVersionIsRefusedWhenSignaturesAreRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), true, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "no signature")
 }
 
@@ -81,7 +82,7 @@ func TestUnsignedVersionPassesWhenSignaturesAreNotRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
-	if rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")}); !rep.OK() {
+	if rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), false, ""), fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}
 }
@@ -94,7 +95,7 @@ func TestBadSignatureIsRefusedEvenWhenNotRequired(t *testing.T) {
 	fdltest.EditJSON(t, filepath.Join(up, "versions", r.Versions[0], "version.json"), func(doc map[string]any) {
 		doc["message"] = "tampered"
 	})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), false, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "bad signature")
 }
 
@@ -108,7 +109,7 @@ func TestSignatureByAKeyListedOnlyInTheRepositoryIsRefused(t *testing.T) {
 		doc["signers"] = []string{intruder.Principal + " " + intruder.Pub}
 	})
 	core, logs := observer.New(zap.WarnLevel)
-	rep := mustRun(t, up, mirror, fdlsync.Options{Logger: zap.New(core), Trust: trustFrom(t, fdltest.AllowedSigners(t, "", trustedKey), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", trustedKey), false, ""), fdlsync.Options{Logger: zap.New(core)})
 	assertSignatureRefused(t, rep, mirror, "untrusted key")
 	if n := logs.FilterMessage("repository signers differ from the trusted signers").Len(); n != 1 {
 		t.Errorf("%d warnings that the repository's signers differ from the trusted ones, want 1", n)
@@ -119,7 +120,7 @@ func TestSignatureInTheWrongNamespaceIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "other")})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), false, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "namespace")
 }
 
@@ -127,7 +128,7 @@ func TestSignatureByAnExpiredKeyIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ecdsa", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "fdl")})
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, `valid-before="20200101"`, key), false, "")})
+	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, `valid-before="20200101"`, key), false, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "expired")
 }
 
@@ -135,7 +136,7 @@ func TestCustomSignatureNamespace(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
 	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, Signer: key.Signer(t, "towns")})
-	if rep := mustRun(t, up, mirror, fdlsync.Options{Trust: trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "towns")}); !rep.OK() {
+	if rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), true, "towns"), fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}
 }

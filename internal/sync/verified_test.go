@@ -38,6 +38,13 @@ func runLocal(t *testing.T, up, mirror string, opts fdlsync.Options) (*fdlsync.R
 // (a recorder, a store that says it is an object store); nil: as it is.
 func runLocalThrough(t *testing.T, up, mirror string, opts fdlsync.Options, wrap func(backend.Backend) backend.Backend) (*fdlsync.Report, error) {
 	t.Helper()
+	return runLocalWith(t, up, mirror, nil, opts, wrap)
+}
+
+// runLocalWith is runLocalThrough with the upstream judged by trust (nil:
+// no signature is checked).
+func runLocalWith(t *testing.T, up, mirror string, trust fdlsync.Trust, opts fdlsync.Options, wrap func(backend.Backend) backend.Backend) (*fdlsync.Report, error) {
+	t.Helper()
 	src, err := local.Open(up)
 	if err != nil {
 		t.Fatal(err)
@@ -55,12 +62,22 @@ func runLocalThrough(t *testing.T, up, mirror string, opts fdlsync.Options, wrap
 	if wrap != nil {
 		sink = wrap(dst)
 	}
-	return fdlsync.Run(context.Background(), src, sink, opts)
+	return syncTrusting(context.Background(), src, sink, trust, opts)
 }
 
 func mustRun(t *testing.T, up, mirror string, opts fdlsync.Options) *fdlsync.Report {
 	t.Helper()
 	rep, err := runLocal(t, up, mirror, opts)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return rep
+}
+
+// mustRunTrusting is mustRun with the upstream judged by trust.
+func mustRunTrusting(t *testing.T, up, mirror string, trust fdlsync.Trust, opts fdlsync.Options) *fdlsync.Report {
+	t.Helper()
+	rep, err := runLocalWith(t, up, mirror, trust, opts, nil)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
@@ -154,7 +171,7 @@ func TestRefMovedOnlyToAVersionThatPassesThePolicy(t *testing.T) {
 	}
 	old := r.Versions[0]
 	writeRef(t, up, "refs/heads/old", old)
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: requireSigned(t, allowed)})
+	rep := mustRunTrusting(t, up, mirror, requireSigned(t, allowed), fdlsync.Options{})
 	var refused bool
 	for _, x := range rep.Refused {
 		if x.Ref == "refs/heads/old" && x.Reason == fdlsync.ReasonSignature && x.Version == old {
@@ -286,7 +303,7 @@ func TestRecordOfAnotherVersionIsRefusedAsAReplay(t *testing.T) {
 	replay := "019a7777-0000-7000-8000-000000000002"
 	copyDir(t, filepath.Join(up, "versions", r.Versions[0]), filepath.Join(up, "versions", replay))
 	writeRef(t, up, "refs/heads/evil", replay)
-	rep := mustRun(t, up, mirror, fdlsync.Options{Trust: requireSigned(t, allowed)})
+	rep := mustRunTrusting(t, up, mirror, requireSigned(t, allowed), fdlsync.Options{})
 	refusedOnly(t, rep, replay, fdlsync.ReasonReplay)
 	assertUnpublished(t, mirror, replay)
 	if refIn(mirror, "refs/heads/evil") != "" {

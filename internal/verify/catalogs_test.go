@@ -13,6 +13,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
 // Issue 15: verify checks the data files of a version's alternate
@@ -47,7 +48,7 @@ func stores(t *testing.T, dir string) map[string]backend.Reader {
 
 func check(t *testing.T, r backend.Reader, deep bool) []Problem {
 	t.Helper()
-	problems, err := CheckRepository(context.Background(), r, CheckOptions{Deep: deep})
+	problems, err := CheckRepository(context.Background(), source.New(r, nil, nil), CheckOptions{Deep: deep})
 	if err != nil {
 		t.Fatal(err)
 	}

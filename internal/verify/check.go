@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
-	"strings"
 	gosync "sync"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
@@ -27,8 +25,6 @@ func (p Problem) String() string { return p.Message }
 
 // CheckOptions tune CheckRepository.
 type CheckOptions struct {
-	// Trust, when set, checks every version's signature too.
-	Trust *Policy
 	// Concurrency bounds the size checks at once (default 8).
 	Concurrency int
 	// Note, when set, is told what is worth knowing but not wrong: a
@@ -48,19 +44,19 @@ type CheckOptions struct {
 // way git fsck does: every ref resolves to a version whose version.json
 // parses, whose catalog matches the record's sha256, and whose data files
 // are all present with the sizes the catalog records. Ancestors that exist
-// are checked as well. It returns every problem found; the error is for a
-// store that cannot be read at all.
-func CheckRepository(ctx context.Context, r backend.Reader, opts CheckOptions) ([]Problem, error) {
+// are checked as well. The repository is read through r, whose Trust
+// (source.New) checks every version's signature too. It returns every
+// problem found; the error is for a store that cannot be read at all.
+func CheckRepository(ctx context.Context, r *source.Source, opts CheckOptions) ([]Problem, error) {
 	if opts.Concurrency <= 0 {
 		opts.Concurrency = 8
 	}
-	c := &checker{r: r, opts: opts, src: source.New(r, opts.Trust.AsTrust(), nil)}
+	c := &checker{src: r, opts: opts}
 	return c.run(ctx)
 }
 
 type checker struct {
-	r        backend.Reader
-	src      *source.Source // judges version records and signatures
+	src      *source.Source // reads the repository; judges records and signatures
 	opts     CheckOptions
 	settings *repo.Settings
 	problems []Problem
@@ -78,39 +74,29 @@ func (c *checker) add(p Problem) {
 }
 
 func (c *checker) run(ctx context.Context) ([]Problem, error) {
-	raw, err := backend.ReadAll(ctx, c.r, repo.SettingsFile, repo.MaxSmallFile)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %s: %w", c.r.Location(), repo.SettingsFile, err)
-	}
-	if c.settings, err = repo.ParseSettings(raw); err != nil {
-		c.add(Problem{File: repo.SettingsFile, Message: err.Error()})
+	var err error
+	var unread *source.ReadError
+	var broken *source.SettingsError
+	c.settings, err = c.src.ReadSettings(ctx)
+	switch {
+	case errors.As(err, &unread):
+		return nil, fmt.Errorf("%s: %w", c.src.Location(), unread)
+	case errors.As(err, &broken):
+		c.add(Problem{File: repo.SettingsFile, Message: broken.Error()})
 		return c.problems, nil
+	case err != nil:
+		return nil, err
 	}
 	refs := c.refs(ctx)
 	rootFiles := []string{repo.CatalogFile, repo.MetadataFile} // what a store that cannot list is asked for
-	if c.r.Properties().CanList {
-		// One listing of everything: the data files' sizes, and the files
-		// at the root, where no catalog may sit.
-		c.data = map[string]int64{}
-		c.versions = map[string]map[string]int64{}
-		rootFiles = nil
-		err := c.r.List(ctx, "", func(fi backend.FileInfo) error {
-			if id, file, ok := strings.Cut(strings.TrimPrefix(fi.Name, repo.VersionsDir), "/"); ok && strings.HasPrefix(fi.Name, repo.VersionsDir) {
-				if c.versions[id] == nil {
-					c.versions[id] = map[string]int64{}
-				}
-				c.versions[id][file] = fi.Size
-			}
-			if strings.HasPrefix(fi.Name, c.settings.DataDir) {
-				c.data[fi.Name] = fi.Size
-			} else if !strings.Contains(fi.Name, "/") {
-				rootFiles = append(rootFiles, fi.Name)
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%s: listing: %w", c.r.Location(), err)
-		}
+	// One listing of everything, where the store lists: the data files'
+	// sizes, and the files at the root, where no catalog may sit.
+	listing, err := c.src.Whole().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listing: %w", c.src.Location(), err)
+	}
+	if listing != nil {
+		c.data, c.versions, rootFiles = listing.Data, listing.Versions, listing.Root
 	}
 	c.rootCatalogs(ctx, rootFiles)
 	seen := map[string]bool{}
@@ -140,7 +126,8 @@ func (c *checker) run(ctx context.Context) ([]Problem, error) {
 
 func (c *checker) refs(ctx context.Context) repo.Refs {
 	refs := repo.Refs{}
-	if c.r.Properties().CanList {
+	canList := c.src.CanList()
+	if canList {
 		// The ref files, read and judged as sync reads them.
 		got := c.src.ReadRefsWithoutHead(ctx)
 		if got.Unread {
@@ -156,20 +143,20 @@ func (c *checker) refs(ctx context.Context) repo.Refs {
 		}
 	}
 	limit := int64(repo.MaxRefsJSON)
-	if c.r.Properties().CanList {
+	if canList {
 		limit = repo.RefsJSONLimit(refs)
 	}
-	raw, err := backend.ReadAll(ctx, c.r, repo.RefsFile, limit)
+	listed, bad, err := c.src.Whole().RefsJSON(ctx, limit)
+	var unread *source.ReadError
 	switch {
-	case err == nil:
-		listed, bad, err := repo.ParseRefsJSON(raw)
+	case !errors.As(err, &unread):
 		if err != nil {
 			c.add(Problem{File: repo.RefsFile, Message: err.Error()})
 		}
 		for _, b := range bad {
 			c.add(Problem{Ref: b.Ref, File: repo.RefsFile, Message: b.Err.Error()})
 		}
-		if !c.r.Properties().CanList {
+		if !canList {
 			return listed
 		}
 		// Readers that cannot list follow refs.json, so its versions must
@@ -181,15 +168,15 @@ func (c *checker) refs(ctx context.Context) repo.Refs {
 				refs["refs.json:"+name] = id
 			}
 		}
-	case backend.IsNotExist(err):
-		if !c.r.Properties().CanList {
-			c.add(Problem{File: repo.RefsFile, Message: fmt.Sprintf("%s is missing and %s cannot list refs", repo.RefsFile, c.r.Location())})
+	case backend.IsNotExist(unread.Err):
+		if !canList {
+			c.add(Problem{File: repo.RefsFile, Message: fmt.Sprintf("%s is missing and %s cannot list refs", repo.RefsFile, c.src.Location())})
 		}
 	default:
-		c.add(Problem{File: repo.RefsFile, Message: err.Error()})
+		c.add(Problem{File: repo.RefsFile, Message: unread.Err.Error()})
 	}
-	if raw, err := backend.ReadAll(ctx, c.r, repo.HeadFile, repo.MaxSmallFile); err == nil {
-		if head, err := repo.ParseHead(raw); err != nil {
+	if head, err := c.src.Whole().Head(ctx); !errors.As(err, &unread) {
+		if err != nil {
 			c.add(Problem{File: repo.HeadFile, Message: err.Error()})
 		} else if _, ok := refs[head]; !ok {
 			c.add(Problem{File: repo.HeadFile, Message: fmt.Sprintf("%s names %s, which does not exist", repo.HeadFile, head)})
@@ -215,7 +202,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		return nil
 	}
 	rec := v.Record
-	if c.opts.Trust != nil {
+	if c.src.ChecksSignatures() {
 		sigName := repo.VersionFile(id, repo.SignatureFile)
 		switch {
 		case errors.As(err, &unread):
@@ -308,12 +295,12 @@ func (c *checker) dataFiles(ctx context.Context, id string, cat *catalog.Catalog
 		go func() {
 			defer func() { <-slots; wg.Done() }()
 			if c.data == nil {
-				fi, err := c.r.Stat(ctx, name)
+				size, err := c.src.Whole().FileSize(ctx, name)
 				if err != nil && !backend.IsNotExist(err) {
 					c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: %v", id, name, err)})
 					return
 				}
-				if !c.compare(id, name, fi.Size, err == nil, f.Size, via) || !c.opts.Deep {
+				if !c.compare(id, name, size, err == nil, f.Size, via) || !c.opts.Deep {
 					return
 				}
 			}
@@ -343,7 +330,7 @@ func (c *checker) compare(id, name string, have int64, exists bool, want int64, 
 // whatever their name.
 func (c *checker) rootCatalogs(ctx context.Context, names []string) {
 	for _, name := range names {
-		rc, err := c.r.Open(ctx, name)
+		head, err := c.src.Whole().Prefix(ctx, name, 16)
 		if backend.IsNotExist(err) {
 			continue
 		}
@@ -351,10 +338,7 @@ func (c *checker) rootCatalogs(ctx context.Context, names []string) {
 			c.add(Problem{File: name, Message: fmt.Sprintf("%s at the root: %v", name, err)})
 			continue
 		}
-		head := make([]byte, 16)
-		n, _ := io.ReadFull(rc, head)
-		rc.Close()
-		if kind := databaseKind(head[:n]); kind != "" {
+		if kind := databaseKind(head); kind != "" {
 			c.add(Problem{File: name, Message: fmt.Sprintf("%s at the root is a %s database: no catalog may sit outside %s", name, kind, repo.VersionsDir)})
 		}
 	}

@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"io"
-	"sync"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 )
 
@@ -32,7 +29,7 @@ func (c *checker) deep(ctx context.Context, id, name string, f catalog.File, via
 	if f.Puffin {
 		magic, kind = puffinMagic, "puffin"
 	}
-	head, tail, size, err := ends(ctx, c.r, name, 4, 8)
+	head, tail, size, err := c.src.Whole().Ends(ctx, name, 4, 8)
 	if err != nil {
 		c.add(Problem{Version: id, File: name, Message: fmt.Sprintf("version %s: data file %s: reading its ends: %v%s", id, name, err, via)})
 		return
@@ -61,58 +58,3 @@ func (c *checker) deep(ctx context.Context, id, name string, f catalog.File, via
 		bad("its footer is %d bytes, the catalog records footer_size %d", footer, f.Footer)
 	}
 }
-
-// ends reads the first nHead and the last nTail bytes of a file and its
-// size. A store whose reader can seek (a local file) is read at both ends
-// only; other stores stream the file through, keeping its last bytes.
-func ends(ctx context.Context, r backend.Reader, name string, nHead, nTail int) (head, tail []byte, size int64, err error) {
-	rc, err := r.Open(ctx, name)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	defer rc.Close()
-	if ra, ok := rc.(interface {
-		io.ReaderAt
-		io.Seeker
-	}); ok {
-		size, err = ra.Seek(0, io.SeekEnd)
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		head = make([]byte, min(int64(nHead), size))
-		if _, err := ra.ReadAt(head, 0); err != nil && err != io.EOF {
-			return nil, nil, 0, err
-		}
-		tail = make([]byte, min(int64(nTail), size))
-		if _, err := ra.ReadAt(tail, size-int64(len(tail))); err != nil && err != io.EOF {
-			return nil, nil, 0, err
-		}
-		return head, tail, size, nil
-	}
-	buf := bufPool.Get().(*[]byte)
-	defer bufPool.Put(buf)
-	var last []byte // the last nTail bytes seen so far
-	for {
-		n, err := rc.Read(*buf)
-		chunk := (*buf)[:n]
-		if len(head) < nHead {
-			head = append(head, chunk[:min(n, nHead-len(head))]...)
-		}
-		size += int64(n)
-		last = append(last, chunk[max(0, n-nTail):]...)
-		if len(last) > nTail {
-			last = append(last[:0], last[len(last)-nTail:]...)
-		}
-		if err == io.EOF {
-			return head, last, size, nil
-		}
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		if ctx.Err() != nil {
-			return nil, nil, 0, ctx.Err()
-		}
-	}
-}
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}

@@ -8,7 +8,9 @@
 // is not the one its version records, each data file the catalog lists
 // that is missing or of another size, catalogs left at the repository's
 // root, and with Deep, data files whose Parquet or puffin ends are damaged.
-// With a Policy it checks each version's signature as well.
+// It reads the repository through a source.Source, as a run reads an
+// upstream; with a source made with a Policy's Trust it checks each
+// version's signature as well.
 //
 // Policy is what the operator trusts: an allowed_signers file they got
 // from the publisher by another channel, never keys the repository lists

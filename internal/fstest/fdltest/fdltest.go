@@ -16,6 +16,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/source"
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
 
@@ -24,6 +25,35 @@ import (
 func Files(t testing.TB, dir string) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
+	walkFiles(t, dir, func(rel, p string) error {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		out[rel] = b
+		return nil
+	})
+	return out
+}
+
+// Names is Files without the bytes, for a test that compares only which
+// files there are: under -race every byte read into a new buffer costs
+// its shadow memory, and a mirror of thousands of files read again in
+// every round of a test costs more than the runs it tests.
+func Names(t testing.TB, dir string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	walkFiles(t, dir, func(rel, _ string) error {
+		out[rel] = true
+		return nil
+	})
+	return out
+}
+
+// walkFiles calls file with the slash path and the path on disk of every
+// file below dir, outside the mirror's own .fdl-mirror/ folder.
+func walkFiles(t testing.TB, dir string, file func(rel, p string) error) {
+	t.Helper()
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -36,17 +66,11 @@ func Files(t testing.TB, dir string) map[string][]byte {
 			}
 			return nil
 		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		out[rel] = b
-		return nil
+		return file(rel, p)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out
 }
 
 // FileState is what changes when a file is rewritten, even with the same bytes.
@@ -113,7 +137,7 @@ func Complete(t testing.TB, dir string) []string {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	problems, err := verify.CheckRepository(context.Background(), r, verify.CheckOptions{})
+	problems, err := verify.CheckRepository(context.Background(), source.New(r, nil, nil), verify.CheckOptions{})
 	if err != nil {
 		t.Fatalf("verify %s: %v", dir, err)
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"log"
+	"maps"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"sync"
@@ -154,6 +156,11 @@ type Pause struct {
 	done    chan struct{} // closed once the request was answered and the process continued
 	taken   atomic.Bool
 	resumed sync.Once
+	// when is where the process is stopped: at the request (holdRequest),
+	// once the server answered it (holdAnswer), or a while after
+	// (stopLater, by delay).
+	when  pauseWhen
+	delay time.Duration
 	// Request is the request that stopped the process ("PUT /bucket/key"),
 	// set before Stopped is closed.
 	Request string
@@ -167,7 +174,12 @@ type Pause struct {
 // request reaches the store after whatever other runs did meanwhile. The
 // process is continued when the test ends, whatever happened.
 func (p *FaultProxy) StopOn(t testing.TB, pid int, match func(*http.Request) bool) *Pause {
-	ps := &Pause{pid: pid, match: match, stopped: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
+	return p.stopOn(t, pid, match, holdRequest, 0)
+}
+
+func (p *FaultProxy) stopOn(t testing.TB, pid int, match func(*http.Request) bool, when pauseWhen, delay time.Duration) *Pause {
+	ps := &Pause{pid: pid, match: match, when: when, delay: delay,
+		stopped: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
 	p.mu.Lock()
 	p.pauses = append(p.pauses, ps)
 	p.mu.Unlock()
@@ -182,6 +194,31 @@ func (p *FaultProxy) StopOn(t testing.TB, pid int, match func(*http.Request) boo
 		syscall.Kill(pid, syscall.SIGCONT)
 	})
 	return ps
+}
+
+// pauseWhen says where a Pause stops its process.
+type pauseWhen int
+
+const (
+	holdRequest pauseWhen = iota
+	holdAnswer
+	stopLater
+)
+
+// StopAfterAnswer is StopOn, but the request goes on to the server at
+// once: the process is stopped once the server has answered, with that
+// answer held until Resume, as a run paused just after a write landed
+// (its removal done, say) and before it saw so.
+func (p *FaultProxy) StopAfterAnswer(t testing.TB, pid int, match func(*http.Request) bool) *Pause {
+	return p.stopOn(t, pid, match, holdAnswer, 0)
+}
+
+// StopLater is StopOn, but the request and its answer pass: the process
+// is stopped delay after the answer was passed on, wherever its work has
+// got to by then (a pause that falls on a timer, among the requests
+// that follow, or after its last).
+func (p *FaultProxy) StopLater(t testing.TB, pid int, match func(*http.Request) bool, delay time.Duration) *Pause {
+	return p.stopOn(t, pid, match, stopLater, delay)
 }
 
 // Stopped is closed once the process is stopped at its request.
@@ -211,6 +248,29 @@ func (p *FaultProxy) takePause(r *http.Request) *Pause {
 // hold stops ps's process at r, waits for Resume, then sends r on and
 // continues the process as soon as the server's answer is in.
 func (p *FaultProxy) hold(ps *Pause, w http.ResponseWriter, r *http.Request) {
+	switch ps.when {
+	case holdAnswer:
+		p.holdAnswer(ps, w, r)
+		return
+	case stopLater:
+		p.proxy.ServeHTTP(w, r)
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		req := r.Method + " " + r.URL.Path
+		go func() {
+			defer close(ps.done)
+			time.Sleep(ps.delay)
+			if err := syscall.Kill(ps.pid, syscall.SIGSTOP); err != nil {
+				log.Printf("testserver: stopping pid %d: %v", ps.pid, err)
+			}
+			ps.Request = req
+			close(ps.stopped)
+			<-ps.resume
+			syscall.Kill(ps.pid, syscall.SIGCONT)
+		}()
+		return
+	}
 	defer close(ps.done)
 	// The whole body first: the process is stopped with its request
 	// sent, as if the pause fell just after it left.
@@ -228,6 +288,24 @@ func (p *FaultProxy) hold(ps *Pause, w http.ResponseWriter, r *http.Request) {
 	r.ContentLength = int64(len(body))
 	p.proxy.ServeHTTP(&continueWriter{ResponseWriter: w, pid: ps.pid}, r)
 	syscall.Kill(ps.pid, syscall.SIGCONT) // when the answer had no body
+}
+
+// holdAnswer sends r on, stops ps's process once the server answered,
+// and passes the answer on after Resume.
+func (p *FaultProxy) holdAnswer(ps *Pause, w http.ResponseWriter, r *http.Request) {
+	defer close(ps.done)
+	rec := httptest.NewRecorder()
+	p.proxy.ServeHTTP(rec, r)
+	if err := syscall.Kill(ps.pid, syscall.SIGSTOP); err != nil {
+		log.Printf("testserver: stopping pid %d: %v", ps.pid, err)
+	}
+	ps.Request = r.Method + " " + r.URL.Path
+	close(ps.stopped)
+	<-ps.resume
+	syscall.Kill(ps.pid, syscall.SIGCONT)
+	maps.Copy(w.Header(), rec.Header())
+	w.WriteHeader(rec.Code)
+	w.Write(rec.Body.Bytes())
 }
 
 // continueWriter continues a stopped process when the server's answer to
