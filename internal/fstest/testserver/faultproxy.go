@@ -171,6 +171,11 @@ type Pause struct {
 	// (stopLater, by delay).
 	when  pauseWhen
 	delay time.Duration
+	// early, for stopLater: closed by the next request match accepts
+	// before the timer fired, which is held and stops the process now.
+	early     chan struct{}
+	earlyOnce sync.Once
+	fired     atomic.Bool // stopLater: stopped, by the timer or early
 	// Request is the request that stopped the process ("PUT /bucket/key"),
 	// set before Stopped is closed.
 	Request string
@@ -189,7 +194,7 @@ func (p *FaultProxy) StopOn(t testing.TB, pid int, match func(*http.Request) boo
 
 func (p *FaultProxy) stopOn(t testing.TB, pid int, match func(*http.Request) bool, when pauseWhen, delay time.Duration) *Pause {
 	ps := &Pause{pid: pid, match: match, when: when, delay: delay,
-		stopped: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{})}
+		stopped: make(chan struct{}), resume: make(chan struct{}), done: make(chan struct{}), early: make(chan struct{})}
 	p.mu.Lock()
 	p.pauses = append(p.pauses, ps)
 	p.mu.Unlock()
@@ -226,7 +231,10 @@ func (p *FaultProxy) StopAfterAnswer(t testing.TB, pid int, match func(*http.Req
 // StopLater is StopOn, but the request and its answer pass: the process
 // is stopped delay after the answer was passed on, wherever its work has
 // got to by then (a pause that falls on a timer, among the requests
-// that follow, or after its last).
+// that follow), and at the latest at the next request match accepts,
+// held: a process that would finish its work within delay (or whose
+// test's timer is late, on a loaded machine) is still stopped, never
+// let exit.
 func (p *FaultProxy) StopLater(t testing.TB, pid int, match func(*http.Request) bool, delay time.Duration) *Pause {
 	return p.stopOn(t, pid, match, stopLater, delay)
 }
@@ -241,6 +249,19 @@ func (ps *Pause) Resume() { ps.resumed.Do(func() { close(ps.resume) }) }
 // Done is closed once the held request was answered and the process
 // continued.
 func (ps *Pause) Done() <-chan struct{} { return ps.done }
+
+// laterPause returns a StopLater pause, taken and not yet fired, that
+// matches r.
+func (p *FaultProxy) laterPause(r *http.Request) *Pause {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, ps := range p.pauses {
+		if ps.when == stopLater && ps.taken.Load() && !ps.fired.Load() && ps.match(r) {
+			return ps
+		}
+	}
+	return nil
+}
 
 // takePause returns the first pause, not yet taken, that matches r.
 func (p *FaultProxy) takePause(r *http.Request) *Pause {
@@ -270,7 +291,12 @@ func (p *FaultProxy) hold(ps *Pause, w http.ResponseWriter, r *http.Request) {
 		req := r.Method + " " + r.URL.Path
 		go func() {
 			defer close(ps.done)
-			time.Sleep(ps.delay)
+			select {
+			case <-time.After(ps.delay):
+			case <-ps.early:
+				req += " (the timer late: stopped at the next, held)"
+			}
+			ps.fired.Store(true)
 			if err := syscall.Kill(ps.pid, syscall.SIGSTOP); err != nil {
 				log.Printf("testserver: stopping pid %d: %v", ps.pid, err)
 			}
@@ -347,6 +373,13 @@ func (p *FaultProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if ps := p.takePause(r); ps != nil {
 		p.hold(ps, w, r)
 		return
+	}
+	if ps := p.laterPause(r); ps != nil {
+		// StopLater's backstop: this request waits, the process stopped,
+		// until Resume.
+		ps.earlyOnce.Do(func() { close(ps.early) })
+		<-ps.stopped
+		<-ps.resume
 	}
 	p.mu.Lock()
 	f := p.failAll

@@ -194,3 +194,75 @@ func TestFaultProxyStopsAProcessAfterTheAnswer(t *testing.T) {
 		t.Errorf("the server had /before %d times, /write %d times; want once each", b, w)
 	}
 }
+
+// StopLater passes the chosen request and its answer, and stops the
+// client on its timer; a client that would reach the next matching
+// request first is stopped there, that request held, so it never gets
+// past the pause by being quick (or the timer late).
+func TestFaultProxyStopLaterStopsAtTheNextRequestAtTheLatest(t *testing.T) {
+	var before, writes atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/before":
+			before.Add(1)
+		case "/write":
+			writes.Add(1)
+		}
+		io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(w, "served %s", r.URL.Path)
+	}))
+	defer srv.Close()
+	proxy := testserver.NewFaultProxy(t, srv.URL)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), pauseChildURL+"="+proxy.URL)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	start, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	// Both requests match; the timer (an hour) never fires in the test.
+	pause := proxy.StopLater(t, cmd.Process.Pid, func(*http.Request) bool { return true }, time.Hour)
+	go func() { exited <- cmd.Wait() }()
+	start.Write([]byte("go\n"))
+	select {
+	case <-pause.Stopped():
+	case err := <-exited:
+		t.Fatalf("the client exited (%v) without being stopped\n%s", err, out.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client was not stopped at its second request")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if st := processState(t, cmd.Process.Pid); st != "T" {
+		t.Errorf("the client's state is %s, want T (stopped)", st)
+	}
+	if b, w := before.Load(), writes.Load(); b != 1 || w != 0 {
+		t.Fatalf("while the client is stopped the server has /before %d times, /write %d times; want 1 and 0 (the second held)", b, w)
+	}
+	if !strings.HasPrefix(pause.Request, "GET /before") {
+		t.Errorf("the pause says it stopped after %q, want the first request", pause.Request)
+	}
+	pause.Resume()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("the client: %v\n%s", err, out.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the client did not finish after Resume")
+	}
+	if want := "/before served /before\n/write served /write\n"; out.String() != want {
+		t.Errorf("the client printed %q, want %q", out.String(), want)
+	}
+	if b, w := before.Load(), writes.Load(); b != 1 || w != 1 {
+		t.Errorf("the server had /before %d times, /write %d times; want once each", b, w)
+	}
+}
