@@ -44,6 +44,15 @@ type fenceStore struct {
 	proxy  *testserver.FaultProxy
 }
 
+// configs writes two configurations of a mirror of up at prefix: B's
+// sink (returned) reached directly, A's through the proxy with env.
+func (st fenceStore) configs(t *testing.T, parent, up, prefix string) (sink string, env []string, configA, configB string) {
+	t.Helper()
+	sink = st.direct(prefix)
+	pausedSink, env := st.paused(prefix)
+	return sink, env, writeFenceConfig(t, parent, "a", up, pausedSink), writeFenceConfig(t, parent, "b", up, sink)
+}
+
 func fenceStores(t *testing.T) []fenceStore {
 	t.Helper()
 	s3 := testserver.S3(t)
@@ -233,10 +242,7 @@ func TestPausedRunCannotMoveARefBackOverAnotherRunsWork(t *testing.T) {
 				up := filepath.Join(parent, "upstream")
 				gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
 				prefix := fmt.Sprintf("refs-%d", round)
-				sink := st.direct(prefix)
-				pausedSink, env := st.paused(prefix)
-				configB := writeFenceConfig(t, parent, "b", up, sink)
-				configA := writeFenceConfig(t, parent, "a", up, pausedSink)
+				sink, env, configA, configB := st.configs(t, parent, up, prefix)
 				if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
 					t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 				}
@@ -480,13 +486,10 @@ type withdrawnTip struct {
 func newWithdrawnTip(t *testing.T, st fenceStore, prefix string) withdrawnTip {
 	t.Helper()
 	parent := t.TempDir()
-	wt := withdrawnTip{up: filepath.Join(parent, "upstream"), prefix: prefix, sink: st.direct(prefix)}
+	wt := withdrawnTip{up: filepath.Join(parent, "upstream"), prefix: prefix}
 	wt.repo = newBranchedRepo(t, wt.up, 3, "old")
 	wt.w = wt.repo.branches["refs/heads/old"]
-	pausedSink, env := st.paused(prefix)
-	wt.env = env
-	wt.configB = writeFenceConfig(t, parent, "b", wt.up, wt.sink)
-	wt.configA = writeFenceConfig(t, parent, "a", wt.up, pausedSink)
+	wt.sink, wt.env, wt.configA, wt.configB = st.configs(t, parent, wt.up, prefix)
 	appendFile(t, wt.configB, "    allow_rewind: true\n")
 	if res := run(t, "sync", "--config", wt.configB, "--mirror", "m"); res.code != 0 {
 		t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)

@@ -34,10 +34,7 @@ func TestTheRunAfterOneStoppedAmongItsRefsMendsRefsJSONFirst(t *testing.T) {
 			up := filepath.Join(parent, "upstream")
 			gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
 			const prefix = "mend"
-			sinkAddr := st.direct(prefix)
-			pausedSink, env := st.paused(prefix)
-			configB := writeFenceConfig(t, parent, "b", up, sinkAddr)
-			configA := writeFenceConfig(t, parent, "a", up, pausedSink)
+			sinkAddr, env, configA, configB := st.configs(t, parent, up, prefix)
 			if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
 				t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 			}

@@ -55,10 +55,7 @@ func TestASyncPausedBeforeItsRefsMovesNoRefToAVersionAPruneRemoved(t *testing.T)
 				r := newBranchedRepo(t, up, 3, "feat", "other")
 				x := r.branches[feat]
 				prefix := fmt.Sprintf("refclaims-%d", round)
-				sinkAddr := st.direct(prefix)
-				pausedSink, env := st.paused(prefix)
-				configB := writeFenceConfig(t, parent, "b", up, sinkAddr)
-				configA := writeFenceConfig(t, parent, "a", up, pausedSink)
+				sinkAddr, env, configA, configB := st.configs(t, parent, up, prefix)
 				if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
 					t.Fatalf("round %d: first sync: exit %d\n%s%s", round, res.code, res.stdout, res.stderr)
 				}

@@ -53,10 +53,7 @@ func TestAPruneThatLostItsLockStopsAndExitsOne(t *testing.T) {
 			r := newBranchedRepo(t, up, 3, "old")
 			w := r.branches["refs/heads/old"]
 			prefix := "lost"
-			sink := st.direct(prefix)
-			pausedSink, env := st.paused(prefix)
-			configB := writeFenceConfig(t, parent, "b", up, sink)
-			configA := writeFenceConfig(t, parent, "a", up, pausedSink)
+			sink, env, configA, configB := st.configs(t, parent, up, prefix)
 			if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
 				t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 			}
