@@ -305,7 +305,7 @@ func (d *Daemon) listen(addr, what string, h http.Handler, reserve int) (*server
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
-	al := newAdmitListener(ln, d.opts.HTTPMaxConnections, d.opts.HTTPMaxPerAddress, reserve, d.metrics.connRefused)
+	al := newAdmitListener(ln, d.opts.HTTPMaxConnections, d.opts.HTTPMaxPerAddress, reserve, d.metrics.connRefused, d.metrics.connOpen)
 	s := &server{done: make(chan struct{}), srv: &http.Server{
 		Handler:           reserveOnly(h),
 		ConnContext:       connContext,

@@ -47,10 +47,17 @@ const (
 	refusedFull       = "full"
 )
 
+// Slots of http_connections_open.
+const (
+	slotPublic  = "public"
+	slotReserve = "reserve"
+)
+
 type admitListener struct {
 	net.Listener
 	max, perAddr, reserve int
 	refused               *prometheus.CounterVec
+	open                  *prometheus.GaugeVec
 
 	mu        sync.Mutex
 	public    int
@@ -59,8 +66,8 @@ type admitListener struct {
 	reserveBy map[string]int
 }
 
-func newAdmitListener(ln net.Listener, max, perAddr, reserve int, refused *prometheus.CounterVec) *admitListener {
-	return &admitListener{Listener: ln, max: max, perAddr: perAddr, reserve: reserve, refused: refused,
+func newAdmitListener(ln net.Listener, max, perAddr, reserve int, refused *prometheus.CounterVec, open *prometheus.GaugeVec) *admitListener {
+	return &admitListener{Listener: ln, max: max, perAddr: perAddr, reserve: reserve, refused: refused, open: open,
 		byAddr: map[string]int{}, reserveBy: map[string]int{}}
 }
 
@@ -104,11 +111,13 @@ func (l *admitListener) admit(c net.Conn, host string) (*admittedConn, string) {
 	case l.public < l.max:
 		l.public++
 		l.byAddr[host]++
+		l.open.WithLabelValues(slotPublic).Inc()
 		return &admittedConn{Conn: c, l: l, host: host}, ""
 	case l.reserved < l.reserve && l.reserveBy[host] < reservePerAddr:
 		l.reserved++
 		l.reserveBy[host]++
 		l.byAddr[host]++
+		l.open.WithLabelValues(slotReserve).Inc()
 		return &admittedConn{Conn: c, l: l, host: host, reserve: true}, ""
 	}
 	return nil, refusedFull
@@ -119,11 +128,13 @@ func (l *admitListener) release(c *admittedConn) {
 	defer l.mu.Unlock()
 	if c.reserve {
 		l.reserved--
+		l.open.WithLabelValues(slotReserve).Dec()
 		if l.reserveBy[c.host]--; l.reserveBy[c.host] <= 0 {
 			delete(l.reserveBy, c.host)
 		}
 	} else {
 		l.public--
+		l.open.WithLabelValues(slotPublic).Dec()
 	}
 	if l.byAddr[c.host]--; l.byAddr[c.host] <= 0 {
 		delete(l.byAddr, c.host)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
@@ -59,6 +60,12 @@ func serveWithConfig(t *testing.T, opts Options, addr, extra string) string {
 	// The client keeps the connection it asked on: let it go, so that it
 	// holds none of the server's connections.
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	// The server sees that close a moment later: until it has, the probe's
+	// connection takes one of the slots a test counts on.
+	waitFor(t, "the probe's connection released", 5*time.Second, func() bool {
+		return testutil.ToFloat64(d.metrics.connOpen.WithLabelValues(slotPublic)) == 0 &&
+			testutil.ToFloat64(d.metrics.connOpen.WithLabelValues(slotReserve)) == 0
+	})
 	return addr
 }
 
@@ -166,9 +173,22 @@ func TestHealthReserveServesProbesWhenEveryConnectionIsHeld(t *testing.T) {
 		if err != nil {
 			t.Fatalf("GET %s with every public connection held: %v", tc.path, err)
 		}
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != tc.code {
 			t.Errorf("GET %s from the reserve: %d, want %d", tc.path, resp.StatusCode, tc.code)
+		}
+		if tc.path == "/metrics" {
+			// The reserve holds this scrape and perhaps the last probe,
+			// which the server may not have seen closed yet.
+			for _, want := range []string{`fdl_mirror_http_connections_open{slot="public"} 4` + "\n", `fdl_mirror_http_connections_open{slot="reserve"} `} {
+				if !strings.Contains(string(body), want) {
+					t.Errorf("GET /metrics with 4 public connections held and itself in the reserve: no %q", want)
+				}
+			}
+			if strings.Contains(string(body), `fdl_mirror_http_connections_open{slot="reserve"} 0`) {
+				t.Error("GET /metrics, served from the reserve, counts no connection there")
+			}
 		}
 	}
 }

@@ -50,6 +50,7 @@ type Metrics struct {
 	pruned        *prometheus.CounterVec
 	sandbox       *prometheus.GaugeVec
 	connRefused   *prometheus.CounterVec
+	connOpen      *prometheus.GaugeVec
 	landlockABI   prometheus.Gauge
 	scrubs        *prometheus.CounterVec
 	lastScrub     *prometheus.GaugeVec
@@ -153,6 +154,10 @@ func NewMetrics() *Metrics {
 			Namespace: ns, Name: "http_connections_refused_total",
 			Help: "HTTP connections closed at accept, by reason: per-address (the client address holds its share), full (every slot, the health reserve too, is held).",
 		}, []string{"reason"}),
+		connOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: ns, Name: "http_connections_open",
+			Help: "HTTP connections open, by slot: public (counted against http_max_connections), reserve (past it, for probes and scrapes).",
+		}, []string{"slot"}),
 		landlockABI: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: ns, Name: "catalog_sandbox_landlock_abi",
 			Help: "The Landlock ABI catalog readers are confined with (0: none). Landlock counts as a layer from ABI 1 with seccomp, from 6 without.",
@@ -180,8 +185,10 @@ func NewMetrics() *Metrics {
 	}
 	m.connRefused.WithLabelValues(refusedPerAddress)
 	m.connRefused.WithLabelValues(refusedFull)
+	m.connOpen.WithLabelValues(slotPublic)
+	m.connOpen.WithLabelValues(slotReserve)
 	m.Registry.MustRegister(
-		m.sandbox, m.connRefused, m.landlockABI,
+		m.sandbox, m.connRefused, m.connOpen, m.landlockABI,
 		m.lastSuccess, m.lastRun, m.lastDuration, m.runs, m.skipped, m.running,
 		m.files, m.bytes, m.versions, m.refsMoved, m.refused, m.lag, m.upChange, m.upStale, m.period, m.pending,
 		m.reloads, m.configSuccess, m.prunes, m.pruned,
