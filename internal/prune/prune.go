@@ -221,9 +221,9 @@ func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) 
 // fsynced): a power cut must not bring back a ref whose version is gone,
 // or a version.json whose files are.
 func (p *pruner) execute(ctx context.Context, pl *plan) error {
-	dctx := p.sink.WithoutSync(ctx)
+	dctx := p.sink.Durability().WithoutSync(ctx)
 	settle := func() error {
-		if err := p.sink.Barrier(ctx); err != nil {
+		if err := p.sink.Durability().Barrier(ctx); err != nil {
 			return fmt.Errorf("sink %s: making removals durable: %w", p.sink.Location(), err)
 		}
 		return nil

@@ -64,7 +64,7 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	if inv.Pending, err = s.readPending(ctx); err != nil {
 		return nil, err
 	}
-	if inv.Distrusted, err = s.loadUnsynced(ctx, dataDir); err != nil {
+	if inv.Distrusted, err = s.Durability().loadUnsynced(ctx, dataDir); err != nil {
 		return nil, err
 	}
 	if inv.Head, err = s.readVersioned(ctx, inv, repo.HeadFile, repo.MaxSmallFile); err != nil {
