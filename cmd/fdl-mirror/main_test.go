@@ -32,6 +32,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "fdl-mirror")
+	templates.root = dir
 	// The catalog reader's binary beside it, as make installs them: the
 	// tests' readers run it (internal/catalog, program.go).
 	for _, b := range []struct{ out, pkg string }{{binary, "."}, {filepath.Join(dir, catalog.ReaderProgram), "../fdl-mirror-catalog-reader"}} {
