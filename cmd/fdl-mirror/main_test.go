@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 )
 
 // The command is tested as users run it: a built binary, its exit code,
@@ -32,7 +33,6 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "fdl-mirror")
-	templates.root = dir
 	// The catalog reader's binary beside it, as make installs them: the
 	// tests' readers run it (internal/catalog, program.go).
 	for _, b := range []struct{ out, pkg string }{{binary, "."}, {filepath.Join(dir, catalog.ReaderProgram), "../fdl-mirror-catalog-reader"}} {
@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	fdltest.RemoveTemplates()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
