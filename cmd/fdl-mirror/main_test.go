@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 )
 
 // The command is tested as users run it: a built binary, its exit code,
@@ -43,6 +44,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	code := m.Run()
+	fdltest.RemoveTemplates()
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
