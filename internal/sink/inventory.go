@@ -15,7 +15,7 @@ type Inventory struct {
 	Head     []byte // nil when absent
 	// Tokens are the version tokens (backend.FileInfo.Version) of the ref
 	// files, refs.json and HEAD as the inventory read them, for the
-	// conditional writes of WriteRefs; an object absent when read has
+	// conditional writes of Refs.Write; an object absent when read has
 	// none. Empty on a store without conditional writes.
 	Tokens map[string]string
 	// RefsMoving: RefsMovingFile is there (an earlier run stopped while
@@ -58,7 +58,7 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	for id := range inv.Versions {
 		s.held = s.held || inv.Complete(id)
 	}
-	if err := s.readRefs(ctx, inv); err != nil {
+	if err := s.Refs().read(ctx, inv); err != nil {
 		return nil, err
 	}
 	if inv.Pending, err = s.readPending(ctx); err != nil {

@@ -25,11 +25,3 @@ func (s *Sink) ReadSignature(ctx context.Context, id string) ([]byte, error) {
 	}
 	return sig, err
 }
-
-// ReadRefs reads the refs of the mirror as a reader of it finds them
-// (repo.ReadRefs: its ref files, or refs.json where its store cannot
-// list): refs that break the rules are left out, with their reasons in
-// bad; the error is for refs that cannot be read at all.
-func (s *Sink) ReadRefs(ctx context.Context) (refs repo.Refs, bad []*repo.RefError, err error) {
-	return repo.ReadRefs(ctx, s.b)
-}

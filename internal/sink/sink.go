@@ -197,7 +197,7 @@ func (s *Sink) readOptional(ctx context.Context, name string, limit int64) ([]by
 }
 
 // readVersioned is readOptional that records the version read in
-// inv.Tokens, for a write of WriteRefs conditional on it.
+// inv.Tokens, for a write of Refs.Write conditional on it.
 func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, limit int64) ([]byte, error) {
 	b, version, err := backend.ReadAllVersion(ctx, s.b, name, limit)
 	if backend.IsNotExist(err) {
@@ -210,12 +210,6 @@ func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, l
 		inv.Tokens[name] = version
 	}
 	return b, nil
-}
-
-// putRead writes a ref file, refs.json or HEAD only if it is still what
-// the inventory read (see replace).
-func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byte) error {
-	return s.replace(ctx, name, b, inv.Tokens[name])
 }
 
 // createRecord writes a version's version.json only where there is none

@@ -320,7 +320,7 @@ func TestWriteAfterAnotherRunChangedTheFileIsFenced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		written, err := other.WriteRefs(ctx, otherInv, []*sink.RefWrite{{Name: "refs/heads/main", ID: "v2"}}, "")
+		written, err := other.Refs().Write(ctx, otherInv, []*sink.RefWrite{{Name: "refs/heads/main", ID: "v2"}}, "")
 		if err != nil || written.RefsJSONErr != nil {
 			t.Fatalf("the other run's refs: %v, %+v", err, written)
 		}
@@ -332,7 +332,7 @@ func TestWriteAfterAnotherRunChangedTheFileIsFenced(t *testing.T) {
 
 		// The paused run wakes up.
 		w := &sink.RefWrite{Name: "refs/heads/main", ID: "v3"}
-		if _, err := paused.WriteRefs(ctx, inv, []*sink.RefWrite{w}, ""); !backend.IsPreconditionFailed(err) && !backend.IsPreconditionFailed(w.Err) {
+		if _, err := paused.Refs().Write(ctx, inv, []*sink.RefWrite{w}, ""); !backend.IsPreconditionFailed(err) && !backend.IsPreconditionFailed(w.Err) {
 			t.Fatalf("WriteRefs after another run moved the ref: err %v, ref %v; want a fenced refusal", err, w.Err)
 		}
 		err = paused.Holdings().Replace(ctx, repo.RefsFile, repo.RefsJSON(repo.Refs{"refs/heads/main": "v3"}), stale[repo.RefsFile])

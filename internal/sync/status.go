@@ -24,7 +24,7 @@ func Compare(ctx context.Context, upstream *source.Source, mirror *sink.Sink, se
 	var seen sink.UpstreamState
 	if mirror != nil {
 		var err error
-		if mine, _, err = mirror.ReadRefs(ctx); err != nil {
+		if mine, _, err = mirror.Refs().Read(ctx); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", mirror.Location(), err)
 		}
 		if seen, _, err = mirror.UpstreamState(ctx); err != nil {
