@@ -84,10 +84,10 @@ type Sink struct {
 	dur    durability
 	data   backend.LazyListing // data_dir, listed only when a version needs it
 	// held: the mirror held a complete version when its inventory was
-	// taken, so its data_dir may hold many files (see DataFile).
+	// taken, so its data_dir may hold many files (see Data.File).
 	held bool
 	// fits: data_dir's names fitted one page of its listing when a pass
-	// first asked (see DataCursor); fitsOnce asks once.
+	// first asked (see Data.Cursor); fitsOnce asks once.
 	fitsOnce sync.Once
 	fits     bool
 	// tokens: the store gives version tokens (backend.Conditional), and

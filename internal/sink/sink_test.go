@@ -160,7 +160,7 @@ func TestPutDataFileWritesTheSourcesStream(t *testing.T) {
 		if f.Name() != "data/t/a.parquet" {
 			t.Fatalf("the source names the file %q, want data/t/a.parquet", f.Name())
 		}
-		if err := s.PutDataFile(ctx, f.Name(), f); err != nil {
+		if err := s.Data().Put(ctx, f.Name(), f); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := read(t, mirror, "data/t/a.parquet"); got != body {
@@ -204,7 +204,7 @@ func TestPutDataFileOfAStreamOfAnotherSizePublishesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = s.PutDataFile(ctx, f.Name(), f)
+			err = s.Data().Put(ctx, f.Name(), f)
 			f.Close()
 			var r *source.RefusalError
 			if !errors.As(err, &r) || r.Reason != source.ReasonSizeMismatch || r.File != "data/a.parquet" {
@@ -228,15 +228,15 @@ func TestCopyDataFileServerSide(t *testing.T) {
 		src := upstream(t, up, map[string]string{"b.parquet": body})
 		var rec recorder
 		s := sink.New(mirror, rec.options(sink.Options{}))
-		if got := s.CanCopyFrom(src.Data().Origin()); got != st.copies {
+		if got := s.Data().CanCopyFrom(src.Data().Origin()); got != st.copies {
 			t.Fatalf("CanCopyFrom = %v, want %v", got, st.copies)
 		}
 		if !st.copies {
 			return
 		}
-		ok, err := s.CopyDataFile(ctx, src.Data().Origin(), "data/b.parquet", int64(len(body)))
+		ok, err := s.Data().Copy(ctx, src.Data().Origin(), "data/b.parquet", int64(len(body)))
 		if err != nil || !ok {
-			t.Fatalf("CopyDataFile = %v, %v", ok, err)
+			t.Fatalf("Data().Copy = %v, %v", ok, err)
 		}
 		if got, _ := read(t, mirror, "data/b.parquet"); got != body {
 			t.Fatalf("the mirror holds %d bytes, want the upstream's %d", len(got), len(body))
@@ -261,11 +261,11 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 		}
 		defer f.Close()
 		writes := map[string]error{
-			"data/c.parquet": s.PutDataFile(ctx, "data/c.parquet", f),
+			"data/c.parquet": s.Data().Put(ctx, "data/c.parquet", f),
 			repo.RefsFile:    s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
 		}
 		if st.copies {
-			_, writes["server-side copy of data/c.parquet"] = s.CopyDataFile(ctx, src.Data().Origin(), "data/c.parquet", 3)
+			_, writes["server-side copy of data/c.parquet"] = s.Data().Copy(ctx, src.Data().Origin(), "data/c.parquet", 3)
 		}
 		writes[repo.VersionFile("v1", repo.RecordFile)] = s.PublishVersion(ctx, "v1", []byte("{}"), nil)
 		for name, err := range writes {
@@ -445,13 +445,13 @@ func TestDryRunSinkWritesNothing(t *testing.T) {
 		}
 		defer f.Close()
 		steps := []error{
-			s.PutDataFile(ctx, "data/d.parquet", f),
+			s.Data().Put(ctx, "data/d.parquet", f),
 			s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
 			s.Holdings().Remove(ctx, "data/gone.parquet", ""),
 			s.PublishVersion(ctx, "v1", []byte("{}"), []byte("sig")),
 		}
-		if ok, err := s.CopyDataFile(ctx, src.Data().Origin(), "data/e.parquet", 3); err != nil || !ok {
-			t.Fatalf("dry-run CopyDataFile = %v, %v", ok, err)
+		if ok, err := s.Data().Copy(ctx, src.Data().Origin(), "data/e.parquet", 3); err != nil || !ok {
+			t.Fatalf("dry-run Data().Copy = %v, %v", ok, err)
 		}
 		for i, err := range steps {
 			if err != nil {

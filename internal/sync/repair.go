@@ -12,9 +12,10 @@ import (
 )
 
 // repair re-checks every version complete in the sink against the sink
-// (its data_dir listed once on an object store, each file asked for on a
-// disk; see sink.DataFile) and copies back from upstream the data files missing
-// or of another size than the version's catalog records (sync --repair).
+// (its data_dir listed once on an object store, each file asked for on
+// a disk; see sink.Data.File) and copies back from upstream the data
+// files missing or of another size than the version's catalog records
+// (sync --repair).
 // A copy is made only from an upstream file of the recorded size.
 func (e *engine) repair(ctx context.Context) {
 	var ids []string
@@ -45,7 +46,7 @@ func (e *engine) repair(ctx context.Context) {
 				continue
 			}
 			done[name] = true
-			have, ok, err := e.sink.DataFile(ctx, e.src.Settings().DataDir, name, true)
+			have, ok, err := e.sink.Data().File(ctx, e.src.Settings().DataDir, name, true)
 			if err != nil {
 				e.addRefusal(refuse(ReasonCopy, id, name, "repair: %v", err))
 				return
