@@ -667,7 +667,7 @@ func sameSource(ctx context.Context, dst *sink.Sink, up, mine *repo.Settings, so
 	if source == "" {
 		source = fallback
 	}
-	rec, err := dst.SourceRecord(ctx)
+	rec, err := dst.State().SourceRecord(ctx)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
 	}

@@ -61,7 +61,7 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	if err := s.Refs().read(ctx, inv); err != nil {
 		return nil, err
 	}
-	if inv.Pending, err = s.readPending(ctx); err != nil {
+	if inv.Pending, err = s.State().readPending(ctx); err != nil {
 		return nil, err
 	}
 	if inv.Distrusted, err = s.Durability().loadUnsynced(ctx, dataDir); err != nil {

@@ -267,7 +267,7 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 		if st.copies {
 			_, writes["server-side copy of data/c.parquet"] = s.Data().Copy(ctx, src.Data().Origin(), "data/c.parquet", 3)
 		}
-		writes[repo.VersionFile("v1", repo.RecordFile)] = s.PublishVersion(ctx, "v1", []byte("{}"), nil)
+		writes[repo.VersionFile("v1", repo.RecordFile)] = s.Versions().Publish(ctx, "v1", []byte("{}"), nil)
 		for name, err := range writes {
 			if err == nil || !strings.Contains(err.Error(), "before holding the mirror's lock") {
 				t.Errorf("%s before the lock: err %v, want a refusal before holding the lock", name, err)
@@ -406,7 +406,7 @@ func TestPublishVersionCreatesTheRecordOnce(t *testing.T) {
 		_, mirror := st.open(t)
 		s := sink.New(mirror, sink.Options{})
 		record, sig := []byte(`{"id":"v1"}`), []byte("sig")
-		if err := s.PublishVersion(ctx, "v1", record, sig); err != nil {
+		if err := s.Versions().Publish(ctx, "v1", record, sig); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := read(t, mirror, repo.VersionFile("v1", repo.RecordFile)); got != string(record) {
@@ -415,10 +415,10 @@ func TestPublishVersionCreatesTheRecordOnce(t *testing.T) {
 		if got, _ := read(t, mirror, repo.VersionFile("v1", repo.SignatureFile)); got != string(sig) {
 			t.Fatalf("version.json.sig = %q", got)
 		}
-		if err := s.PublishVersion(ctx, "v1", record, nil); err != nil {
+		if err := s.Versions().Publish(ctx, "v1", record, nil); err != nil {
 			t.Fatalf("the same record again: %v", err)
 		}
-		err := s.PublishVersion(ctx, "v1", []byte(`{"id":"v1","other":1}`), nil)
+		err := s.Versions().Publish(ctx, "v1", []byte(`{"id":"v1","other":1}`), nil)
 		var fe *sink.FileError
 		if !errors.As(err, &fe) || fe.File != repo.VersionFile("v1", repo.RecordFile) || !backend.IsPreconditionFailed(err) {
 			t.Fatalf("another record over a published one: %v; want a fenced FileError naming version.json", err)
@@ -448,7 +448,7 @@ func TestDryRunSinkWritesNothing(t *testing.T) {
 			s.Data().Put(ctx, "data/d.parquet", f),
 			s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
 			s.Holdings().Remove(ctx, "data/gone.parquet", ""),
-			s.PublishVersion(ctx, "v1", []byte("{}"), []byte("sig")),
+			s.Versions().Publish(ctx, "v1", []byte("{}"), []byte("sig")),
 		}
 		if ok, err := s.Data().Copy(ctx, src.Data().Origin(), "data/e.parquet", 3); err != nil || !ok {
 			t.Fatalf("dry-run Data().Copy = %v, %v", ok, err)
@@ -477,7 +477,7 @@ func TestReadsComeFromTheMirror(t *testing.T) {
 		cat := bytes.Repeat([]byte("catalog"), 100)
 		put(t, mirror, repo.VersionFile("v1", repo.CatalogFile), string(cat))
 		s := sink.New(mirror, sink.Options{})
-		f, err := s.FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), 0)
+		f, err := s.Versions().FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -485,20 +485,20 @@ func TestReadsComeFromTheMirror(t *testing.T) {
 		if f.Size != int64(len(cat)) {
 			t.Fatalf("fetched %d bytes, want %d", f.Size, len(cat))
 		}
-		if _, err := s.FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), int64(len(cat))-1); err == nil {
+		if _, err := s.Versions().FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), int64(len(cat))-1); err == nil {
 			t.Fatal("a catalog past its bound was fetched")
 		}
-		state, raw, err := s.UpstreamState(ctx)
+		state, raw, err := s.State().UpstreamState(ctx)
 		if err != nil || raw != nil || len(state.Refs) != 0 {
 			t.Fatalf("a mirror without upstream.json: %+v, %q, %v", state, raw, err)
 		}
-		if err := s.WriteUpstreamState(ctx, sink.UpstreamState{Refs: map[string]sink.RefSeen{"refs/heads/main": {Version: "v1"}}}); err != nil {
+		if err := s.State().WriteUpstreamState(ctx, sink.UpstreamState{Refs: map[string]sink.RefSeen{"refs/heads/main": {Version: "v1"}}}); err != nil {
 			t.Fatal(err)
 		}
-		if state, _, err = s.UpstreamState(ctx); err != nil || state.Refs["refs/heads/main"].Version != "v1" {
+		if state, _, err = s.State().UpstreamState(ctx); err != nil || state.Refs["refs/heads/main"].Version != "v1" {
 			t.Fatalf("upstream.json read back: %+v, %v", state, err)
 		}
-		rec, err := s.SourceRecord(ctx)
+		rec, err := s.State().SourceRecord(ctx)
 		if err != nil || rec != nil {
 			t.Fatalf("a mirror without source.json: %+v, %v", rec, err)
 		}

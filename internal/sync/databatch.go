@@ -171,7 +171,7 @@ func (c *catalogReader) readSinkCatalog(ctx context.Context, id string) (*catalo
 // readSinkSorted reads one catalog of a version in the sink.
 func (c *catalogReader) readSinkSorted(ctx context.Context, id, file string) (*catalog.Sorted, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := c.sink.FetchCatalog(ctx, c.pool, name)
+	fetched, err := c.sink.Versions().FetchCatalog(ctx, c.pool, name)
 	if err != nil {
 		return nil, err
 	}

@@ -119,7 +119,7 @@ func (p *publisher) missingDataFiles(ctx context.Context, id string) ([]string, 
 // signature by the run's policy, as upstream's are judged (source).
 func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	recordName := repo.VersionFile(id, repo.RecordFile)
-	raw, err := p.sink.ReadRecord(ctx, id)
+	raw, err := p.sink.Versions().ReadRecord(ctx, id)
 	if err != nil {
 		return refuse(ReasonRecord, id, recordName, "version %s: reading the mirror's %s: %v", id, recordName, err)
 	}
@@ -130,7 +130,7 @@ func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 		return nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
-	sig, err := p.sink.ReadSignature(ctx, id)
+	sig, err := p.sink.Versions().ReadSignature(ctx, id)
 	if err != nil {
 		return refuse(ReasonSignature, id, sigName, "version %s: reading the mirror's %s: %v", id, sigName, err)
 	}

@@ -76,7 +76,7 @@ func (e *engine) repair(ctx context.Context) {
 // sinkCatalogIs says whether the catalog an interrupted run left in a
 // version's folder (name) has the record's sha256: its size proves nothing.
 func (c *catalogReader) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
-	fetched, err := c.sink.FetchFile(ctx, name, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
+	fetched, err := c.sink.Versions().FetchFile(ctx, name, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return false
 	}
