@@ -464,7 +464,7 @@ func (n *Notifier) readRecords(m config.Mirror, moves []fdlsync.RefMove) map[str
 			continue
 		}
 		out[mv.To] = recordText{}
-		raw, err := mirror.ReadRecord(ctx, mv.To)
+		raw, err := mirror.Versions().ReadRecord(ctx, mv.To)
 		if err != nil {
 			n.log.Warn("notification: cannot read a version record", zap.String("mirror", m.Name), zap.String("version", mv.To), zap.String("error", RedactText(err.Error())))
 			continue

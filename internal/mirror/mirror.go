@@ -252,5 +252,5 @@ func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVe
 		return nil, 0, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
 	defer closeDst()
-	return sink.NewReader(dst, log).ReadPending(ctx)
+	return sink.NewReader(dst, log).State().ReadPending(ctx)
 }

@@ -99,7 +99,7 @@ func listData(ctx context.Context, dst *sink.Sink, dataDir string, versionOf map
 // file a catalog in the mirror names: fetched through the sink, read by a
 // confined reader under the limits a sync's are.
 func readCatalog(ctx context.Context, dst *sink.Sink, name, tmpDir string, lim catalog.Limits) ([]string, error) {
-	fetched, err := dst.FetchFile(ctx, name, tmpDir, lim.MaxSize)
+	fetched, err := dst.Versions().FetchFile(ctx, name, tmpDir, lim.MaxSize)
 	if err != nil {
 		return nil, err
 	}

@@ -137,8 +137,8 @@ func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) 
 		sink: dst.ForRun(sink.Options{DryRun: opts.DryRun, Logger: opts.Logger, Lease: opts.Lease})}
 
 	// First, as a sync does: refs.json as the ref files say, where an
-	// earlier run stopped between them (sink.MendRefs).
-	if _, err := p.sink.MendRefs(ctx); err != nil {
+	// earlier run stopped between them (sink.Refs.Mend).
+	if _, err := p.sink.Refs().Mend(ctx); err != nil {
 		return rep, err
 	}
 	// Read and plan; nothing is deleted before the plan is whole.
@@ -577,7 +577,7 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 	// The marker first: stopped before the last ref file goes, this
 	// prune leaves refs.json without refs whose files are still there,
 	// and the next run mends that before it reads anything else.
-	if err := p.sink.StartRemovingRefs(ctx); err != nil {
+	if err := p.sink.Refs().StartRemoving(ctx); err != nil {
 		return fmt.Errorf("sink %s: writing %s%s: %w", p.sink.Location(), backend.ReservedPrefix, sink.RefsMovingFile, err)
 	}
 	if pl.refsJSON != nil {
@@ -597,7 +597,7 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 			return err
 		}
 	}
-	p.sink.DoneRemovingRefs(ctx)
+	p.sink.Refs().DoneRemoving(ctx)
 	for _, r := range pl.refs {
 		p.report.RefsRemoved = append(p.report.RefsRemoved, r)
 		p.log.Info("ref removed: upstream no longer has it", zap.String("ref", r.Ref), zap.String("version", r.Version))
@@ -667,7 +667,7 @@ func sameSource(ctx context.Context, dst *sink.Sink, up, mine *repo.Settings, so
 	if source == "" {
 		source = fallback
 	}
-	rec, err := dst.SourceRecord(ctx)
+	rec, err := dst.State().SourceRecord(ctx)
 	if err != nil {
 		return fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
 	}

@@ -16,12 +16,22 @@ type DataStream interface {
 	Mismatch() error
 }
 
-// PutDataFile writes the data file name from the source's stream,
+// Data is the mirror's data files as a transfer writes them and a plan
+// asks after them: written from the source's streams (Put) or copied
+// server-side (Copy), asked for one by one, by a pass in path order
+// (Cursor), or from one listing of data_dir.
+type Data struct{ s *Sink }
+
+// Data is the mirror's data files.
+func (s *Sink) Data() Data { return Data{s} }
+
+// Put writes the data file name from the source's stream,
 // through the write guard. A stream that broke its size fails with the
 // source's refusal, and the store publishes nothing (a Put publishes all
 // of its bytes or none). The caller makes it durable (WithoutSync, then
 // a barrier) as it does the version's other files.
-func (s *Sink) PutDataFile(ctx context.Context, name string, f DataStream) error {
+func (d Data) Put(ctx context.Context, name string, f DataStream) error {
+	s := d.s
 	ctx = s.claims.claim(ctx, name)
 	if err := s.b.Put(ctx, name, f.Body(), f.Size()); err != nil {
 		if m := f.Mismatch(); m != nil {
@@ -43,15 +53,16 @@ type Origin interface {
 
 // CanCopyFrom says, without a request, whether the mirror's store copies
 // from o server-side.
-func (s *Sink) CanCopyFrom(o Origin) bool {
-	return s.copier != nil && o.CopiableBy(s.copier)
+func (d Data) CanCopyFrom(o Origin) bool {
+	return d.s.copier != nil && o.CopiableBy(d.s.copier)
 }
 
-// CopyDataFile copies the data file name, of size bytes (the caller has
+// Copy copies the data file name, of size bytes (the caller has
 // checked the size upstream), from o server-side, through the write
 // guard. ok false: the store declined (a file past its copy size), and
-// the caller streams it (PutDataFile).
-func (s *Sink) CopyDataFile(ctx context.Context, o Origin, name string, size int64) (ok bool, err error) {
+// the caller streams it (Put).
+func (d Data) Copy(ctx context.Context, o Origin, name string, size int64) (ok bool, err error) {
+	s := d.s
 	if s.copier == nil {
 		return false, nil
 	}

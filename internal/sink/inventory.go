@@ -15,7 +15,7 @@ type Inventory struct {
 	Head     []byte // nil when absent
 	// Tokens are the version tokens (backend.FileInfo.Version) of the ref
 	// files, refs.json and HEAD as the inventory read them, for the
-	// conditional writes of WriteRefs; an object absent when read has
+	// conditional writes of Refs.Write; an object absent when read has
 	// none. Empty on a store without conditional writes.
 	Tokens map[string]string
 	// RefsMoving: RefsMovingFile is there (an earlier run stopped while
@@ -58,10 +58,10 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	for id := range inv.Versions {
 		s.held = s.held || inv.Complete(id)
 	}
-	if err := s.readRefs(ctx, inv); err != nil {
+	if err := s.Refs().read(ctx, inv); err != nil {
 		return nil, err
 	}
-	if inv.Pending, err = s.readPending(ctx); err != nil {
+	if inv.Pending, err = s.State().readPending(ctx); err != nil {
 		return nil, err
 	}
 	if inv.Distrusted, err = s.Durability().loadUnsynced(ctx, dataDir); err != nil {
@@ -73,7 +73,7 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	return inv, nil
 }
 
-// DataFile says whether the mirror has a data file below dataDir, and its
+// File says whether the mirror has a data file below dataDir, and its
 // size. many says the caller will ask about more files than a page of an
 // object store's listing holds (about a thousand): only then is data_dir
 // listed, once per run, and its listing kept to answer every later ask
@@ -88,12 +88,13 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 // run: its data_dir holds at most what an interrupted run left) is: in a
 // first mirror of 300,000 files the stats of absent files would take a
 // second of CPU, the listing of the empty folder none.
-func (s *Sink) DataFile(ctx context.Context, dataDir, name string, many bool) (int64, bool, error) {
+func (d Data) File(ctx context.Context, dataDir, name string, many bool) (int64, bool, error) {
+	s := d.s
 	if s.claims.listed(name) {
 		return 0, false, nil // a prune's candidate: copied again (claims.go)
 	}
 	if !s.data.Loaded() && (!many || (s.b.Properties().LocalStat && s.held)) {
-		return s.StatFile(ctx, name)
+		return d.Stat(ctx, name)
 	}
 	if err := s.data.Load(ctx, s.b, dataDir); err != nil {
 		return 0, false, s.errorf("listing %s: %w", dataDir, err)
@@ -108,37 +109,38 @@ func (s *Sink) DataFile(ctx context.Context, dataDir, name string, many bool) (i
 // a page at a time (backend.Cursor), so that what a version's check
 // costs and holds follows the version, not the mirror: asks far apart a
 // request each, asks close together a request per page, one page held,
-// where DataFile with many lists the whole of data_dir (850 MB held at
+// where Data.File with many lists the whole of data_dir (850 MB held at
 // 10,000,000 files). A name asked out of order is asked for alone. Each
 // pass has its own: the passes of versions mirrored at once go through
 // data_dir each in its own order.
 type DataCursor struct {
-	s   *Sink
+	d   Data
 	dir string
-	c   *backend.Cursor // nil: DataFile with many answers
+	c   *backend.Cursor // nil: Data.File with many answers
 }
 
-// DataCursor starts a pass over data_dir. Where the store lists no
-// pages, or is a local folder (which DataFile already asks file by
-// file), the pass answers as DataFile does with many; and so it does
+// Cursor starts a pass over data_dir. Where the store lists no
+// pages, or is a local folder (which File already asks file by
+// file), the pass answers as File does with many; and so it does
 // where data_dir fitted one page of its listing when the run first
 // asked (a first mirror's empty data_dir, or the few files an
 // interrupted one left): that listing, a page's worth, then answers
 // every pass of the run, where passes would each list again the files
 // the run itself copies.
-func (s *Sink) DataCursor(ctx context.Context, dataDir string) *DataCursor {
-	d := &DataCursor{s: s, dir: dataDir}
-	l := backend.PageListerOf(s.b)
-	if s.b.Properties().LocalStat || l == nil || s.dataFitsAPage(ctx, l, dataDir) {
-		return d
+func (d Data) Cursor(ctx context.Context, dataDir string) *DataCursor {
+	pass := &DataCursor{d: d, dir: dataDir}
+	l := backend.PageListerOf(d.s.b)
+	if d.s.b.Properties().LocalStat || l == nil || d.fitsAPage(ctx, l, dataDir) {
+		return pass
 	}
-	d.c = backend.NewCursor(s.b, dataDir)
-	return d
+	pass.c = backend.NewCursor(d.s.b, dataDir)
+	return pass
 }
 
-// dataFitsAPage says whether data_dir's first page of names was all of
+// fitsAPage says whether data_dir's first page of names was all of
 // it, asked once a run (a request, the first time).
-func (s *Sink) dataFitsAPage(ctx context.Context, l backend.PageLister, dataDir string) bool {
+func (d Data) fitsAPage(ctx context.Context, l backend.PageLister, dataDir string) bool {
+	s := d.s
 	s.fitsOnce.Do(func() {
 		_, more, err := l.ListPage(ctx, dataDir, "")
 		s.fits = err == nil && !more
@@ -147,27 +149,28 @@ func (s *Sink) dataFitsAPage(ctx context.Context, l backend.PageLister, dataDir 
 }
 
 // Paged says whether the pass merges with pages of the listing.
-func (d *DataCursor) Paged() bool { return d.c != nil }
+func (p *DataCursor) Paged() bool { return p.c != nil }
 
-// DataFile says whether the mirror has a data file below data_dir, and
+// File says whether the mirror has a data file below data_dir, and
 // its size; names are asked in path order.
-func (d *DataCursor) DataFile(ctx context.Context, name string) (int64, bool, error) {
-	if d.c == nil {
-		return d.s.DataFile(ctx, d.dir, name, true)
+func (p *DataCursor) File(ctx context.Context, name string) (int64, bool, error) {
+	if p.c == nil {
+		return p.d.File(ctx, p.dir, name, true)
 	}
-	if d.s.claims.listed(name) {
+	if p.d.s.claims.listed(name) {
 		return 0, false, nil // a prune's candidate: copied again (claims.go)
 	}
-	size, ok, err := d.c.Size(ctx, name)
+	size, ok, err := p.c.Size(ctx, name)
 	if err != nil {
-		return 0, false, d.s.errorf("listing %s: %w", d.dir, err)
+		return 0, false, p.d.s.errorf("listing %s: %w", p.dir, err)
 	}
 	return size, ok, nil
 }
 
-// StatFile says whether the mirror has a file, and its size, asking for
+// Stat says whether the mirror has a file, and its size, asking for
 // it alone.
-func (s *Sink) StatFile(ctx context.Context, name string) (int64, bool, error) {
+func (d Data) Stat(ctx context.Context, name string) (int64, bool, error) {
+	s := d.s
 	if s.claims.listed(name) {
 		return 0, false, nil // a prune's candidate: copied again (claims.go)
 	}
@@ -181,18 +184,18 @@ func (s *Sink) StatFile(ctx context.Context, name string) (int64, bool, error) {
 	return fi.Size, true, nil
 }
 
-// DataListed says whether data_dir was listed, and how many files the
+// Listed says whether data_dir was listed, and how many files the
 // listing holds.
-func (s *Sink) DataListed() (listed bool, files int) {
-	if !s.data.Loaded() {
+func (d Data) Listed() (listed bool, files int) {
+	if !d.s.data.Loaded() {
 		return false, 0
 	}
-	return true, s.data.Len()
+	return true, d.s.data.Len()
 }
 
-// HasDataFile says whether the mirror holds a data file at size (-1:
-// any); many as for DataFile.
-func (s *Sink) HasDataFile(ctx context.Context, dataDir, name string, size int64, many bool) bool {
-	have, ok, err := s.DataFile(ctx, dataDir, name, many)
+// Has says whether the mirror holds a data file at size (-1:
+// any); many as for File.
+func (d Data) Has(ctx context.Context, dataDir, name string, size int64, many bool) bool {
+	have, ok, err := d.File(ctx, dataDir, name, many)
 	return err == nil && ok && (size < 0 || have == size)
 }

@@ -15,30 +15,30 @@ import (
 // FetchCatalog copies the mirror's catalog name (in a version's folder)
 // to a local temporary file through pool, which starts a reader for it
 // while it comes.
-func (s *Sink) FetchCatalog(ctx context.Context, pool *catalog.Pool, name string) (*catalog.Fetched, error) {
-	return pool.Fetch(ctx, s.b, name)
+func (v Versions) FetchCatalog(ctx context.Context, pool *catalog.Pool, name string) (*catalog.Fetched, error) {
+	return pool.Fetch(ctx, v.s.b, name)
 }
 
 // FetchCatalogBeside is FetchCatalog for a catalog read in another's
 // request (a difference's parent), which starts no reader of its own.
-func (s *Sink) FetchCatalogBeside(ctx context.Context, pool *catalog.Pool, name string) (*catalog.Fetched, error) {
-	return pool.FetchBeside(ctx, s.b, name)
+func (v Versions) FetchCatalogBeside(ctx context.Context, pool *catalog.Pool, name string) (*catalog.Fetched, error) {
+	return pool.FetchBeside(ctx, v.s.b, name)
 }
 
 // FetchFile copies the mirror's file name to a local temporary file in
 // dir ("" is os.TempDir), of at most maxSize bytes (0: the catalogs'
 // default bound), to be checked rather than read.
-func (s *Sink) FetchFile(ctx context.Context, name, dir string, maxSize int64) (*catalog.Fetched, error) {
-	return catalog.Fetch(ctx, s.b, name, dir, maxSize)
+func (v Versions) FetchFile(ctx context.Context, name, dir string, maxSize int64) (*catalog.Fetched, error) {
+	return catalog.Fetch(ctx, v.s.b, name, dir, maxSize)
 }
 
 // UpstreamState reads the mirror's UpstreamStateFile; the zero value
 // when it has none (see readUpstreamState).
-func (s *Sink) UpstreamState(ctx context.Context) (state UpstreamState, raw []byte, err error) {
-	return readUpstreamState(ctx, s.b)
+func (st State) UpstreamState(ctx context.Context) (state UpstreamState, raw []byte, err error) {
+	return readUpstreamState(ctx, st.s.b)
 }
 
 // SourceRecord reads the mirror's SourceFile; nil when it has none.
-func (s *Sink) SourceRecord(ctx context.Context) (*SourceRecord, error) {
-	return readSourceRecord(ctx, s.b)
+func (st State) SourceRecord(ctx context.Context) (*SourceRecord, error) {
+	return readSourceRecord(ctx, st.s.b)
 }

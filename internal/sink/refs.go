@@ -21,12 +21,13 @@ import (
 // between a ref file and refs.json, and every ref file is read.
 const RefsMovingFile = "refs-moving"
 
-// readRefs lists the mirror's ref files, reads refs.json and the
+// read lists the mirror's ref files, reads refs.json and the
 // ref files whose values it cannot take from refs.json: those refs.json
 // does not name, those whose listed size (or MD5, where the store lists
 // one) is not that of the value refs.json gives, and all of them while
 // RefsMovingFile says a run stopped mid-move.
-func (s *Sink) readRefs(ctx context.Context, inv *Inventory) error {
+func (r Refs) read(ctx context.Context, inv *Inventory) error {
+	s := r.s
 	files, err := repo.ListRefFiles(ctx, s.b)
 	if err != nil {
 		return s.errorf("reading refs: %w", err)
@@ -84,20 +85,45 @@ func (s *Sink) readRefs(ctx context.Context, inv *Inventory) error {
 	return nil
 }
 
-// MendRefs is a locked run's first step, before it reads anything else
+// Refs are the mirror's refs as runs read and move them: read as readers
+// find them (Read) or with the inventory (every ref file, or refs.json
+// where it says what they hold); written in the mirror's order (Write);
+// mended where a run stopped between its ref files and refs.json (Mend);
+// and removed by a prune between the same marker's two ends.
+type Refs struct{ s *Sink }
+
+// Refs are the mirror's refs.
+func (s *Sink) Refs() Refs { return Refs{s} }
+
+// Read reads the refs of the mirror as a reader of it finds them
+// (repo.ReadRefs: its ref files, or refs.json where its store cannot
+// list): refs that break the rules are left out, with their reasons in
+// bad; the error is for refs that cannot be read at all.
+func (r Refs) Read(ctx context.Context) (refs repo.Refs, bad []*repo.RefError, err error) {
+	return repo.ReadRefs(ctx, r.s.b)
+}
+
+// putRead writes a ref file, refs.json or HEAD only if it is still what
+// the inventory read (see replace).
+func (r Refs) putRead(ctx context.Context, inv *Inventory, name string, b []byte) error {
+	return r.s.replace(ctx, name, b, inv.Tokens[name])
+}
+
+// Mend is a locked run's first step, before it reads anything else
 // of the mirror: where an earlier run stopped between its ref files and
 // refs.json (killed, or a run that lost its lock and had its refs.json
 // write refused), refs.json is written from the ref files, conditional
 // on refs.json as read, and RefsMovingFile removed. Readers that cannot
 // list follow refs.json, and a ref file a run wrote is one of a version
-// complete in the mirror (WriteRefs): mended first, the two never
+// complete in the mirror (Write): mended first, the two never
 // disagree for longer than the next run takes to start. Every run that
 // writes a ref file writes the marker before it and removes it only once
 // refs.json says what the ref files hold, so without the marker there is
 // nothing to mend, and this costs one read. It says whether refs.json
 // was rewritten; an error wrapping backend.ErrPreconditionFailed means
 // another run changed refs.json since: this run lost the lock.
-func (s *Sink) MendRefs(ctx context.Context) (bool, error) {
+func (r Refs) Mend(ctx context.Context) (bool, error) {
+	s := r.s
 	if s.opts.DryRun {
 		return false, nil
 	}
@@ -105,26 +131,26 @@ func (s *Sink) MendRefs(ctx context.Context) (bool, error) {
 	var unusable *lock.UnusableStateError
 	switch {
 	case errors.As(err, &unusable):
-		// readRefs sets it aside and reads every ref file.
+		// read sets it aside and reads every ref file.
 	case err != nil:
 		return false, s.errorf("%s%s: %w", backend.ReservedPrefix, RefsMovingFile, err)
 	case marker == nil:
 		return false, nil
 	}
 	inv := &Inventory{Tokens: map[string]string{}}
-	if err := s.readRefs(ctx, inv); err != nil {
+	if err := r.read(ctx, inv); err != nil {
 		return false, err
 	}
 	want := repo.RefsJSON(inv.Refs)
 	mended := string(inv.RefsJSON) != string(want)
 	if mended {
-		if err := s.putRead(ctx, inv, repo.RefsFile, want); err != nil {
+		if err := r.putRead(ctx, inv, repo.RefsFile, want); err != nil {
 			return false, s.errorf("mending %s from the ref files: %w", repo.RefsFile, err)
 		}
 		s.log.Info("an earlier run stopped between its ref files and refs.json; refs.json mended from the ref files",
 			zap.Int("refs", len(inv.Refs)))
 	}
-	s.doneMovingRefs(ctx)
+	r.doneMoving(ctx)
 	return mended, nil
 }
 
@@ -147,7 +173,7 @@ type RefsWritten struct {
 	HeadUnknown bool
 }
 
-// WriteRefs is stage two in the mirror's order: RefsMovingFile before the
+// Write is stage two in the mirror's order: RefsMovingFile before the
 // first ref file moves; the ref files at once (each names a version
 // complete in the mirror, so their order among themselves does not
 // matter); refs.json from the ref files the mirror then holds; the marker
@@ -159,14 +185,15 @@ type RefsWritten struct {
 // files, or one wrapping backend.ErrPreconditionFailed when the store
 // refused a write because another run changed the file since: nothing
 // more is written then (neither refs.json nor HEAD from this run's view).
-func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite, head string) (RefsWritten, error) {
+func (r Refs) Write(ctx context.Context, inv *Inventory, writes []*RefWrite, head string) (RefsWritten, error) {
+	s := r.s
 	out := RefsWritten{Refs: repo.Refs{}}
 	for name, id := range inv.Refs {
 		out.Refs[name] = id
 	}
 	moving := inv.RefsMoving
 	if len(writes) > 0 {
-		if err := s.startMovingRefs(ctx, moving); err != nil {
+		if err := r.startMoving(ctx, moving); err != nil {
 			out.MarkerErr = err
 			writes = nil
 		} else {
@@ -183,7 +210,7 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 	g.SetLimit(width)
 	for _, w := range writes {
 		g.Go(func() error {
-			w.Err = s.putRead(ctx, inv, w.Name, repo.RefFileContent(w.ID))
+			w.Err = r.putRead(ctx, inv, w.Name, repo.RefFileContent(w.ID))
 			return nil
 		})
 	}
@@ -206,13 +233,13 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 	}
 	want := repo.RefsJSON(out.Refs)
 	if string(inv.RefsJSON) != string(want) {
-		out.RefsJSONErr = s.putRead(ctx, inv, repo.RefsFile, want)
+		out.RefsJSONErr = r.putRead(ctx, inv, repo.RefsFile, want)
 		if backend.IsPreconditionFailed(out.RefsJSONErr) {
 			return out, out.RefsJSONErr
 		}
 	}
 	if out.RefsJSONErr == nil && !refWriteFailed && moving {
-		s.doneMovingRefs(ctx)
+		r.doneMoving(ctx)
 	}
 	if head == "" {
 		return out, nil
@@ -222,7 +249,7 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 		return out, nil
 	}
 	if content := []byte("ref: " + head + "\n"); string(inv.Head) != string(content) {
-		out.HeadErr = s.putRead(ctx, inv, repo.HeadFile, content)
+		out.HeadErr = r.putRead(ctx, inv, repo.HeadFile, content)
 		if backend.IsPreconditionFailed(out.HeadErr) {
 			return out, out.HeadErr
 		}
@@ -230,21 +257,22 @@ func (s *Sink) WriteRefs(ctx context.Context, inv *Inventory, writes []*RefWrite
 	return out, nil
 }
 
-// StartRemovingRefs and DoneRemovingRefs bracket a prune's removal of
+// StartRemoving and DoneRemoving bracket a prune's removal of
 // refs: refs.json first, then the ref files. A prune stopped between the
-// two leaves the marker, so the next run's first step (MendRefs) makes
+// two leaves the marker, so the next run's first step (Mend) makes
 // refs.json say what the ref files still hold, as after a sync stopped
 // among its refs.
-func (s *Sink) StartRemovingRefs(ctx context.Context) error {
-	return s.startMovingRefs(ctx, false)
+func (r Refs) StartRemoving(ctx context.Context) error {
+	return r.startMoving(ctx, false)
 }
 
-// DoneRemovingRefs: see StartRemovingRefs.
-func (s *Sink) DoneRemovingRefs(ctx context.Context) { s.doneMovingRefs(ctx) }
+// DoneRemoving: see StartRemoving.
+func (r Refs) DoneRemoving(ctx context.Context) { r.doneMoving(ctx) }
 
-// startMovingRefs writes RefsMovingFile before the first ref file moves
+// startMoving writes RefsMovingFile before the first ref file moves
 // (in a dry run, the planned store drops it, as every write).
-func (s *Sink) startMovingRefs(ctx context.Context, moving bool) error {
+func (r Refs) startMoving(ctx context.Context, moving bool) error {
+	s := r.s
 	if moving {
 		return nil
 	}
@@ -252,9 +280,10 @@ func (s *Sink) startMovingRefs(ctx context.Context, moving bool) error {
 	return lock.WriteState(ctx, s.b, RefsMovingFile, stamp)
 }
 
-// doneMovingRefs removes RefsMovingFile once refs.json says what every ref
+// doneMoving removes RefsMovingFile once refs.json says what every ref
 // file holds: not after a ref file or refs.json failed to be written.
-func (s *Sink) doneMovingRefs(ctx context.Context) {
+func (r Refs) doneMoving(ctx context.Context) {
+	s := r.s
 	if err := lock.RemoveState(ctx, s.b, RefsMovingFile); err != nil {
 		s.log.Warn("removing the mirror's refs-moving marker; the next run reads every ref file",
 			zap.String("file", backend.ReservedPrefix+RefsMovingFile), zap.Error(err))

@@ -38,7 +38,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,7 +45,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -84,10 +82,10 @@ type Sink struct {
 	dur    durability
 	data   backend.LazyListing // data_dir, listed only when a version needs it
 	// held: the mirror held a complete version when its inventory was
-	// taken, so its data_dir may hold many files (see DataFile).
+	// taken, so its data_dir may hold many files (see Data.File).
 	held bool
 	// fits: data_dir's names fitted one page of its listing when a pass
-	// first asked (see DataCursor); fitsOnce asks once.
+	// first asked (see Data.Cursor); fitsOnce asks once.
 	fitsOnce sync.Once
 	fits     bool
 	// tokens: the store gives version tokens (backend.Conditional), and
@@ -167,23 +165,6 @@ func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
 	return nil
 }
 
-// PutCatalog writes a fetched catalog from its local copy, with the
-// SHA-256 of the bytes that were read: a store that can check a write
-// against it (S3) stores those bytes or nothing.
-func (s *Sink) PutCatalog(ctx context.Context, name string, cat *catalog.Fetched) error {
-	f, err := os.Open(cat.Path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	ctx = s.claims.claim(ctx, name)
-	if err := s.b.Put(backend.WithContentSHA256(ctx, cat.SHA256), name, f, cat.Size); err != nil {
-		return err
-	}
-	s.opts.Copied(cat.Size)
-	return nil
-}
-
 // readOptional reads a small file of the mirror; nil when it is absent.
 func (s *Sink) readOptional(ctx context.Context, name string, limit int64) ([]byte, error) {
 	b, err := backend.ReadAll(ctx, s.b, name, limit)
@@ -197,7 +178,7 @@ func (s *Sink) readOptional(ctx context.Context, name string, limit int64) ([]by
 }
 
 // readVersioned is readOptional that records the version read in
-// inv.Tokens, for a write of WriteRefs conditional on it.
+// inv.Tokens, for a write of Refs.Write conditional on it.
 func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, limit int64) ([]byte, error) {
 	b, version, err := backend.ReadAllVersion(ctx, s.b, name, limit)
 	if backend.IsNotExist(err) {
@@ -210,39 +191,6 @@ func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, l
 		inv.Tokens[name] = version
 	}
 	return b, nil
-}
-
-// putRead writes a ref file, refs.json or HEAD only if it is still what
-// the inventory read (see replace).
-func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byte) error {
-	return s.replace(ctx, name, b, inv.Tokens[name])
-}
-
-// createRecord writes a version's version.json only where there is none
-// (If-None-Match: * on an object store): a record already there was
-// published by another run, which is fine when it holds these bytes, and
-// means this run lost the mirror to another when it does not.
-func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
-	listed := s.claims.listed(name)
-	ctx = s.claims.claim(ctx, name)
-	err := s.b.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
-	if errors.Is(err, backend.ErrExist) {
-		there, rerr := backend.ReadAll(ctx, s.b, name, int64(len(b))+1)
-		if rerr == nil && string(there) == string(b) {
-			if listed {
-				// A prune's candidate: made this run's own, the same
-				// bytes under a new token (claims.go).
-				return s.b.Put(ctx, name, strings.NewReader(string(b)), int64(len(b)))
-			}
-			return nil
-		}
-		return fenced(name, fmt.Errorf("%w: %w", backend.ErrPreconditionFailed, err))
-	}
-	if err != nil {
-		return err
-	}
-	s.opts.Copied(int64(len(b)))
-	return nil
 }
 
 // errorf is an error about the mirror, naming it.

@@ -160,7 +160,7 @@ func TestPutDataFileWritesTheSourcesStream(t *testing.T) {
 		if f.Name() != "data/t/a.parquet" {
 			t.Fatalf("the source names the file %q, want data/t/a.parquet", f.Name())
 		}
-		if err := s.PutDataFile(ctx, f.Name(), f); err != nil {
+		if err := s.Data().Put(ctx, f.Name(), f); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := read(t, mirror, "data/t/a.parquet"); got != body {
@@ -204,7 +204,7 @@ func TestPutDataFileOfAStreamOfAnotherSizePublishesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = s.PutDataFile(ctx, f.Name(), f)
+			err = s.Data().Put(ctx, f.Name(), f)
 			f.Close()
 			var r *source.RefusalError
 			if !errors.As(err, &r) || r.Reason != source.ReasonSizeMismatch || r.File != "data/a.parquet" {
@@ -228,15 +228,15 @@ func TestCopyDataFileServerSide(t *testing.T) {
 		src := upstream(t, up, map[string]string{"b.parquet": body})
 		var rec recorder
 		s := sink.New(mirror, rec.options(sink.Options{}))
-		if got := s.CanCopyFrom(src.Data().Origin()); got != st.copies {
+		if got := s.Data().CanCopyFrom(src.Data().Origin()); got != st.copies {
 			t.Fatalf("CanCopyFrom = %v, want %v", got, st.copies)
 		}
 		if !st.copies {
 			return
 		}
-		ok, err := s.CopyDataFile(ctx, src.Data().Origin(), "data/b.parquet", int64(len(body)))
+		ok, err := s.Data().Copy(ctx, src.Data().Origin(), "data/b.parquet", int64(len(body)))
 		if err != nil || !ok {
-			t.Fatalf("CopyDataFile = %v, %v", ok, err)
+			t.Fatalf("Data().Copy = %v, %v", ok, err)
 		}
 		if got, _ := read(t, mirror, "data/b.parquet"); got != body {
 			t.Fatalf("the mirror holds %d bytes, want the upstream's %d", len(got), len(body))
@@ -261,13 +261,13 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 		}
 		defer f.Close()
 		writes := map[string]error{
-			"data/c.parquet": s.PutDataFile(ctx, "data/c.parquet", f),
+			"data/c.parquet": s.Data().Put(ctx, "data/c.parquet", f),
 			repo.RefsFile:    s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
 		}
 		if st.copies {
-			_, writes["server-side copy of data/c.parquet"] = s.CopyDataFile(ctx, src.Data().Origin(), "data/c.parquet", 3)
+			_, writes["server-side copy of data/c.parquet"] = s.Data().Copy(ctx, src.Data().Origin(), "data/c.parquet", 3)
 		}
-		writes[repo.VersionFile("v1", repo.RecordFile)] = s.PublishVersion(ctx, "v1", []byte("{}"), nil)
+		writes[repo.VersionFile("v1", repo.RecordFile)] = s.Versions().Publish(ctx, "v1", []byte("{}"), nil)
 		for name, err := range writes {
 			if err == nil || !strings.Contains(err.Error(), "before holding the mirror's lock") {
 				t.Errorf("%s before the lock: err %v, want a refusal before holding the lock", name, err)
@@ -320,7 +320,7 @@ func TestWriteAfterAnotherRunChangedTheFileIsFenced(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		written, err := other.WriteRefs(ctx, otherInv, []*sink.RefWrite{{Name: "refs/heads/main", ID: "v2"}}, "")
+		written, err := other.Refs().Write(ctx, otherInv, []*sink.RefWrite{{Name: "refs/heads/main", ID: "v2"}}, "")
 		if err != nil || written.RefsJSONErr != nil {
 			t.Fatalf("the other run's refs: %v, %+v", err, written)
 		}
@@ -332,7 +332,7 @@ func TestWriteAfterAnotherRunChangedTheFileIsFenced(t *testing.T) {
 
 		// The paused run wakes up.
 		w := &sink.RefWrite{Name: "refs/heads/main", ID: "v3"}
-		if _, err := paused.WriteRefs(ctx, inv, []*sink.RefWrite{w}, ""); !backend.IsPreconditionFailed(err) && !backend.IsPreconditionFailed(w.Err) {
+		if _, err := paused.Refs().Write(ctx, inv, []*sink.RefWrite{w}, ""); !backend.IsPreconditionFailed(err) && !backend.IsPreconditionFailed(w.Err) {
 			t.Fatalf("WriteRefs after another run moved the ref: err %v, ref %v; want a fenced refusal", err, w.Err)
 		}
 		err = paused.Holdings().Replace(ctx, repo.RefsFile, repo.RefsJSON(repo.Refs{"refs/heads/main": "v3"}), stale[repo.RefsFile])
@@ -406,7 +406,7 @@ func TestPublishVersionCreatesTheRecordOnce(t *testing.T) {
 		_, mirror := st.open(t)
 		s := sink.New(mirror, sink.Options{})
 		record, sig := []byte(`{"id":"v1"}`), []byte("sig")
-		if err := s.PublishVersion(ctx, "v1", record, sig); err != nil {
+		if err := s.Versions().Publish(ctx, "v1", record, sig); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := read(t, mirror, repo.VersionFile("v1", repo.RecordFile)); got != string(record) {
@@ -415,10 +415,10 @@ func TestPublishVersionCreatesTheRecordOnce(t *testing.T) {
 		if got, _ := read(t, mirror, repo.VersionFile("v1", repo.SignatureFile)); got != string(sig) {
 			t.Fatalf("version.json.sig = %q", got)
 		}
-		if err := s.PublishVersion(ctx, "v1", record, nil); err != nil {
+		if err := s.Versions().Publish(ctx, "v1", record, nil); err != nil {
 			t.Fatalf("the same record again: %v", err)
 		}
-		err := s.PublishVersion(ctx, "v1", []byte(`{"id":"v1","other":1}`), nil)
+		err := s.Versions().Publish(ctx, "v1", []byte(`{"id":"v1","other":1}`), nil)
 		var fe *sink.FileError
 		if !errors.As(err, &fe) || fe.File != repo.VersionFile("v1", repo.RecordFile) || !backend.IsPreconditionFailed(err) {
 			t.Fatalf("another record over a published one: %v; want a fenced FileError naming version.json", err)
@@ -445,13 +445,13 @@ func TestDryRunSinkWritesNothing(t *testing.T) {
 		}
 		defer f.Close()
 		steps := []error{
-			s.PutDataFile(ctx, "data/d.parquet", f),
+			s.Data().Put(ctx, "data/d.parquet", f),
 			s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
 			s.Holdings().Remove(ctx, "data/gone.parquet", ""),
-			s.PublishVersion(ctx, "v1", []byte("{}"), []byte("sig")),
+			s.Versions().Publish(ctx, "v1", []byte("{}"), []byte("sig")),
 		}
-		if ok, err := s.CopyDataFile(ctx, src.Data().Origin(), "data/e.parquet", 3); err != nil || !ok {
-			t.Fatalf("dry-run CopyDataFile = %v, %v", ok, err)
+		if ok, err := s.Data().Copy(ctx, src.Data().Origin(), "data/e.parquet", 3); err != nil || !ok {
+			t.Fatalf("dry-run Data().Copy = %v, %v", ok, err)
 		}
 		for i, err := range steps {
 			if err != nil {
@@ -477,7 +477,7 @@ func TestReadsComeFromTheMirror(t *testing.T) {
 		cat := bytes.Repeat([]byte("catalog"), 100)
 		put(t, mirror, repo.VersionFile("v1", repo.CatalogFile), string(cat))
 		s := sink.New(mirror, sink.Options{})
-		f, err := s.FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), 0)
+		f, err := s.Versions().FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -485,20 +485,20 @@ func TestReadsComeFromTheMirror(t *testing.T) {
 		if f.Size != int64(len(cat)) {
 			t.Fatalf("fetched %d bytes, want %d", f.Size, len(cat))
 		}
-		if _, err := s.FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), int64(len(cat))-1); err == nil {
+		if _, err := s.Versions().FetchFile(ctx, repo.VersionFile("v1", repo.CatalogFile), t.TempDir(), int64(len(cat))-1); err == nil {
 			t.Fatal("a catalog past its bound was fetched")
 		}
-		state, raw, err := s.UpstreamState(ctx)
+		state, raw, err := s.State().UpstreamState(ctx)
 		if err != nil || raw != nil || len(state.Refs) != 0 {
 			t.Fatalf("a mirror without upstream.json: %+v, %q, %v", state, raw, err)
 		}
-		if err := s.WriteUpstreamState(ctx, sink.UpstreamState{Refs: map[string]sink.RefSeen{"refs/heads/main": {Version: "v1"}}}); err != nil {
+		if err := s.State().WriteUpstreamState(ctx, sink.UpstreamState{Refs: map[string]sink.RefSeen{"refs/heads/main": {Version: "v1"}}}); err != nil {
 			t.Fatal(err)
 		}
-		if state, _, err = s.UpstreamState(ctx); err != nil || state.Refs["refs/heads/main"].Version != "v1" {
+		if state, _, err = s.State().UpstreamState(ctx); err != nil || state.Refs["refs/heads/main"].Version != "v1" {
 			t.Fatalf("upstream.json read back: %+v, %v", state, err)
 		}
-		rec, err := s.SourceRecord(ctx)
+		rec, err := s.State().SourceRecord(ctx)
 		if err != nil || rec != nil {
 			t.Fatalf("a mirror without source.json: %+v, %v", rec, err)
 		}

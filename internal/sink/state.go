@@ -15,6 +15,13 @@ import (
 // The mirror's state files, under .fdl-mirror/ (readers never look
 // there), written only by a run that holds the lock (lock.WriteState).
 
+// State is the mirror's state files: the versions pending a retry, the
+// source's address, when upstream's refs last changed.
+type State struct{ s *Sink }
+
+// State is the mirror's state files.
+func (s *Sink) State() State { return State{s} }
+
 // PendingFile is the mirror's list of versions it could not mirror yet.
 const PendingFile = "pending.json"
 
@@ -75,7 +82,8 @@ type PendingVersion struct {
 // PendingVersion), at most MaxPendingVersions, and how many more it
 // counts; none when there are none. An unusable file is logged and read
 // as none (the next sync sets it aside).
-func (s *Sink) ReadPending(ctx context.Context) ([]PendingVersion, int, error) {
+func (st State) ReadPending(ctx context.Context) ([]PendingVersion, int, error) {
+	s := st.s
 	raw, err := lock.ReadStateOrSetAside(ctx, s.b, PendingFile, maxPendingFile, false, s.log)
 	if err != nil || raw == nil {
 		return nil, 0, err
@@ -92,7 +100,8 @@ func (s *Sink) ReadPending(ctx context.Context) ([]PendingVersion, int, error) {
 // (what was pending is found again only where a ref still leads to it
 // through an incomplete version); an unusable one is set aside by a run
 // that writes.
-func (s *Sink) readPending(ctx context.Context) (map[string]PendingVersion, error) {
+func (st State) readPending(ctx context.Context) (map[string]PendingVersion, error) {
+	s := st.s
 	pending := map[string]PendingVersion{}
 	raw, err := lock.ReadStateOrSetAside(ctx, s.b, PendingFile, maxPendingFile, !s.opts.DryRun, s.log)
 	if err != nil {
@@ -115,7 +124,8 @@ func (s *Sink) readPending(ctx context.Context) (map[string]PendingVersion, erro
 
 // WritePending replaces the list of pending versions (sorted), with the
 // count of those left out.
-func (s *Sink) WritePending(ctx context.Context, list []PendingVersion, more int) error {
+func (st State) WritePending(ctx context.Context, list []PendingVersion, more int) error {
+	s := st.s
 	raw, _ := json.MarshalIndent(pendingFile{Versions: list, More: more}, "", "  ")
 	return lock.WriteState(ctx, s.b, PendingFile, append(raw, '\n'))
 }
@@ -152,7 +162,8 @@ func readSourceRecord(ctx context.Context, dst backend.Reader) (*SourceRecord, e
 }
 
 // WriteSourceRecord records the source's address for the next runs.
-func (s *Sink) WriteSourceRecord(ctx context.Context, address string) error {
+func (st State) WriteSourceRecord(ctx context.Context, address string) error {
+	s := st.s
 	raw, err := json.MarshalIndent(SourceRecord{Address: address, Recorded: time.Now().UTC()}, "", "  ")
 	if err != nil {
 		return err
@@ -213,7 +224,8 @@ func readUpstreamState(ctx context.Context, dst backend.Reader) (state UpstreamS
 }
 
 // WriteUpstreamState replaces the mirror's UpstreamStateFile.
-func (s *Sink) WriteUpstreamState(ctx context.Context, state UpstreamState) error {
+func (st State) WriteUpstreamState(ctx context.Context, state UpstreamState) error {
+	s := st.s
 	raw, err := json.MarshalIndent(state, "", "  ")
 	if err != nil {
 		return err

@@ -92,7 +92,7 @@ func (a *ancestry) parentsOf(ctx context.Context, id string) []string {
 // folder); nil when neither does.
 func (a *ancestry) readParents(ctx context.Context, id string) []string {
 	if a.sink != nil {
-		if raw, err := a.sink.ReadRecord(ctx, id); err == nil {
+		if raw, err := a.sink.Versions().ReadRecord(ctx, id); err == nil {
 			if rec, bad := source.JudgeRecord(id, raw); bad == nil {
 				return rec.Parents
 			}

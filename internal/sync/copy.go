@@ -71,7 +71,7 @@ func (t *transfer) waitToRetry(ctx context.Context, msg, name string, attempt in
 // copies from the upstream's (the size checked upstream first), else the
 // source's stream of the file into the sink.
 func (t *transfer) copyOnce(ctx context.Context, name string, size int64) error {
-	if origin := t.src.Data().Origin(); t.sink.CanCopyFrom(origin) {
+	if origin := t.src.Data().Origin(); t.sink.Data().CanCopyFrom(origin) {
 		have, err := t.sourceSize(ctx, name)
 		if err != nil {
 			return &sourceError{err}
@@ -79,7 +79,7 @@ func (t *transfer) copyOnce(ctx context.Context, name string, size int64) error 
 		if size >= 0 && have != size {
 			return source.SizeRefusal(name, have, size)
 		}
-		if ok, err := t.sink.CopyDataFile(ctx, origin, name, have); ok || err != nil {
+		if ok, err := t.sink.Data().Copy(ctx, origin, name, have); ok || err != nil {
 			return err
 		}
 	}
@@ -92,7 +92,7 @@ func (t *transfer) copyOnce(ctx context.Context, name string, size int64) error 
 		return &sourceError{err}
 	}
 	defer f.Close()
-	return t.sink.PutDataFile(ctx, name, f)
+	return t.sink.Data().Put(ctx, name, f)
 }
 
 // sourceError is a request to the source that failed after the backend's
@@ -115,7 +115,7 @@ func (t *transfer) sourceSize(ctx context.Context, name string) (int64, error) {
 		}
 		// Not listed, or the listing failed: asked for alone below.
 	}
-	sinkListed, sinkFiles := t.sink.DataListed()
+	sinkListed, sinkFiles := t.sink.Data().Listed()
 	return t.src.Data().Size(ctx, name, sinkListed, sinkFiles)
 }
 
@@ -129,7 +129,7 @@ type sourcePassKey struct{}
 // from the source server-side and the source lists pages; a size asked
 // out of order is a Stat.
 func (t *transfer) withSourcePass(ctx context.Context) context.Context {
-	if !t.sink.CanCopyFrom(t.src.Data().Origin()) {
+	if !t.sink.Data().CanCopyFrom(t.src.Data().Origin()) {
 		return ctx
 	}
 	pass := t.src.Data().Pass()

@@ -171,7 +171,7 @@ func (c *catalogReader) readSinkCatalog(ctx context.Context, id string) (*catalo
 // readSinkSorted reads one catalog of a version in the sink.
 func (c *catalogReader) readSinkSorted(ctx context.Context, id, file string) (*catalog.Sorted, error) {
 	name := repo.VersionFile(id, file)
-	fetched, err := c.sink.FetchCatalog(ctx, c.pool, name)
+	fetched, err := c.sink.Versions().FetchCatalog(ctx, c.pool, name)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func (c *catalogReader) readSinkFile(ctx context.Context, id, file string) (*cat
 // the recorded size, a batch at a time. Files known (see
 // knownFromParents) at the recorded size are there already.
 func (t *transfer) mirrorDataFiles(ctx context.Context, id string, files *catalog.Sorted, known *parentFiles) error {
-	if sinkListed, _ := t.sink.DataListed(); files.Len() >= 2*listPart && (!sinkListed || !t.src.Data().Listed()) {
+	if sinkListed, _ := t.sink.Data().Listed(); files.Len() >= 2*listPart && (!sinkListed || !t.src.Data().Listed()) {
 		// Where data_dir is listed for this version, in parts split
 		// among the files its catalog names (worked out only by a store
 		// that lists in parts).
@@ -202,7 +202,7 @@ func (t *transfer) mirrorDataFiles(ctx context.Context, id string, files *catalo
 	}
 	m := &batchMirror{t: t, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
 	if m.many {
-		m.sinkFiles = t.sink.DataCursor(ctx, t.src.Settings().DataDir)
+		m.sinkFiles = t.sink.Data().Cursor(ctx, t.src.Settings().DataDir)
 		// Where the sink's data_dir was listed whole (it fitted a page:
 		// a first mirror), source.Data.Size lists the upstream's once for the
 		// run; a pass per version would list the pages that version's
@@ -488,7 +488,7 @@ func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, names []
 	found := make([]sinkFile, len(batch))
 	for i := range batch {
 		if ask[i] {
-			size, ok, err := m.sinkFiles.DataFile(ctx, names[i])
+			size, ok, err := m.sinkFiles.File(ctx, names[i])
 			found[i] = sinkFile{asked: true, size: size, ok: ok, err: err}
 		}
 	}
@@ -513,7 +513,7 @@ func (m *batchMirror) gone(ctx context.Context, batch []catalog.File, names []st
 	} else {
 		t.each(len(parents), func(k int) {
 			i := parents[k]
-			lost[k] = !t.sink.HasDataFile(ctx, t.src.Settings().DataDir, names[i], batch[i].Size, m.many)
+			lost[k] = !t.sink.Data().Has(ctx, t.src.Settings().DataDir, names[i], batch[i].Size, m.many)
 		})
 	}
 	var todo []int

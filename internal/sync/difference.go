@@ -52,7 +52,7 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 		return nil, false, nil
 	}
 	parentName := repo.VersionFile(p, repo.CatalogFile)
-	pf, err := c.sink.FetchCatalogBeside(ctx, c.pool, parentName)
+	pf, err := c.sink.Versions().FetchCatalogBeside(ctx, c.pool, parentName)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()

@@ -241,8 +241,8 @@ func (e *engine) run(ctx context.Context) error {
 		ctx = locked
 		e.sink.Locked()
 		// First: refs.json as the ref files say, where a run stopped
-		// between them (sink.MendRefs).
-		if _, err := e.sink.MendRefs(ctx); err != nil {
+		// between them (sink.Refs.Mend).
+		if _, err := e.sink.Refs().Mend(ctx); err != nil {
 			if backend.IsPreconditionFailed(err) {
 				e.lockLost.Store(true)
 			}

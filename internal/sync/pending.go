@@ -19,7 +19,7 @@ func (p *publisher) savePending(ctx context.Context, roots map[string]bool) {
 	if len(list) == 0 && len(p.versions.pending) == 0 {
 		return
 	}
-	if err := p.sink.WritePending(ctx, list, more); err != nil {
+	if err := p.sink.State().WritePending(ctx, list, more); err != nil {
 		p.addRefusal(refuse(ReasonCopy, "", backend.ReservedPrefix+sink.PendingFile, "writing the list of pending versions: %v", err))
 	}
 }

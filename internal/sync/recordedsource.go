@@ -34,7 +34,7 @@ func (e *engine) checkSource(ctx context.Context, sinkHasSettings bool) error {
 	if !sinkHasSettings {
 		return nil // a new mirror: this run's source is the first
 	}
-	rec, err := e.sink.SourceRecord(ctx)
+	rec, err := e.sink.State().SourceRecord(ctx)
 	if err != nil {
 		return fatalf("sink %s: %w", e.sink.Location(), err)
 	}
@@ -66,7 +66,7 @@ func (e *engine) recordSource(ctx context.Context) error {
 	if !e.sourceUnrecorded() {
 		return nil
 	}
-	if err := e.sink.WriteSourceRecord(ctx, e.opts.Source); err != nil {
+	if err := e.sink.State().WriteSourceRecord(ctx, e.opts.Source); err != nil {
 		return &FatalError{err}
 	}
 	e.recorded.recorded = &sink.SourceRecord{Address: e.opts.Source}

@@ -264,7 +264,7 @@ func TestRequestRefsOnlyWhenSelected(t *testing.T) {
 
 func TestUpstreamLastChangeIsRecorded(t *testing.T) {
 	up, mirror, _ := chain(t)
-	st, _, err := fdlsink.NewReader(mustOpen(t, mirror), nil).UpstreamState(context.Background())
+	st, _, err := fdlsink.NewReader(mustOpen(t, mirror), nil).State().UpstreamState(context.Background())
 	if err != nil || st.Refs[generate.MainRef].Version == "" {
 		t.Fatalf("no upstream state after the first run: %+v, %v", st, err)
 	}

@@ -13,7 +13,7 @@ import (
 
 // publishRefs is stage two: decide each ref by the policy, have the sink
 // write them in its order (ref files, refs.json, HEAD; see
-// sink.WriteRefs), and report how every ref stands.
+// sink.Refs.Write), and report how every ref stands.
 func (p *publisher) publishRefs(ctx context.Context, upstream repo.Refs, head string, inv *sink.Inventory) error {
 	writes, moves := p.decideRefs(ctx, upstream, inv.Refs)
 	if err := ctx.Err(); err != nil {
@@ -34,7 +34,7 @@ func (p *publisher) publishRefs(ctx context.Context, upstream repo.Refs, head st
 			return fatalf("sink %s: %v", p.sink.Location(), err)
 		}
 	}
-	written, err := p.sink.WriteRefs(ctx, inv, writes, head)
+	written, err := p.sink.Refs().Write(ctx, inv, writes, head)
 	if backend.IsPreconditionFailed(err) {
 		// Another run moved refs after this run read them: it has the
 		// mirror, and this run stops.

@@ -80,7 +80,7 @@ func (p *publisher) missingDataFiles(ctx context.Context, id string) ([]string, 
 		}
 		var pass *sink.DataCursor
 		if files.Len() > int64(maxStatChecks) {
-			pass = p.sink.DataCursor(ctx, dataDir)
+			pass = p.sink.Data().Cursor(ctx, dataDir)
 		}
 		err = files.Each(func(f catalog.File) error {
 			name := dataDir + f.Path
@@ -88,15 +88,15 @@ func (p *publisher) missingDataFiles(ctx context.Context, id string) ([]string, 
 			var ok bool
 			var err error
 			if pass == nil {
-				size, ok, err = p.sink.DataFile(ctx, dataDir, name, false)
+				size, ok, err = p.sink.Data().File(ctx, dataDir, name, false)
 			} else {
-				size, ok, err = pass.DataFile(ctx, name)
+				size, ok, err = pass.File(ctx, name)
 			}
-			if listed, _ := p.sink.DataListed(); (listed || pass != nil) && err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
+			if listed, _ := p.sink.Data().Listed(); (listed || pass != nil) && err == nil && (!ok || (f.Size >= 0 && size != f.Size)) {
 				// A listing (a page, or the whole of data_dir from the
 				// run's start) may predate a file this run copied since
 				// (a repair): one it lacks is asked for alone.
-				size, ok, err = p.sink.StatFile(ctx, name)
+				size, ok, err = p.sink.Data().Stat(ctx, name)
 			}
 			if err != nil {
 				return err
@@ -119,7 +119,7 @@ func (p *publisher) missingDataFiles(ctx context.Context, id string) ([]string, 
 // signature by the run's policy, as upstream's are judged (source).
 func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	recordName := repo.VersionFile(id, repo.RecordFile)
-	raw, err := p.sink.ReadRecord(ctx, id)
+	raw, err := p.sink.Versions().ReadRecord(ctx, id)
 	if err != nil {
 		return refuse(ReasonRecord, id, recordName, "version %s: reading the mirror's %s: %v", id, recordName, err)
 	}
@@ -130,7 +130,7 @@ func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 		return nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
-	sig, err := p.sink.ReadSignature(ctx, id)
+	sig, err := p.sink.Versions().ReadSignature(ctx, id)
 	if err != nil {
 		return refuse(ReasonSignature, id, sigName, "version %s: reading the mirror's %s: %v", id, sigName, err)
 	}

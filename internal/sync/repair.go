@@ -12,9 +12,10 @@ import (
 )
 
 // repair re-checks every version complete in the sink against the sink
-// (its data_dir listed once on an object store, each file asked for on a
-// disk; see sink.DataFile) and copies back from upstream the data files missing
-// or of another size than the version's catalog records (sync --repair).
+// (its data_dir listed once on an object store, each file asked for on
+// a disk; see sink.Data.File) and copies back from upstream the data
+// files missing or of another size than the version's catalog records
+// (sync --repair).
 // A copy is made only from an upstream file of the recorded size.
 func (e *engine) repair(ctx context.Context) {
 	var ids []string
@@ -45,7 +46,7 @@ func (e *engine) repair(ctx context.Context) {
 				continue
 			}
 			done[name] = true
-			have, ok, err := e.sink.DataFile(ctx, e.src.Settings().DataDir, name, true)
+			have, ok, err := e.sink.Data().File(ctx, e.src.Settings().DataDir, name, true)
 			if err != nil {
 				e.addRefusal(refuse(ReasonCopy, id, name, "repair: %v", err))
 				return
@@ -75,7 +76,7 @@ func (e *engine) repair(ctx context.Context) {
 // sinkCatalogIs says whether the catalog an interrupted run left in a
 // version's folder (name) has the record's sha256: its size proves nothing.
 func (c *catalogReader) sinkCatalogIs(ctx context.Context, name, sha256 string) bool {
-	fetched, err := c.sink.FetchFile(ctx, name, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
+	fetched, err := c.sink.Versions().FetchFile(ctx, name, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 	if err != nil {
 		return false
 	}

@@ -50,7 +50,7 @@ func recordedSource(t *testing.T, sink string) string {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	rec, err := fdlsink.NewReader(l, nil).SourceRecord(context.Background())
+	rec, err := fdlsink.NewReader(l, nil).State().SourceRecord(context.Background())
 	if err != nil || rec == nil {
 		t.Fatalf("source record: %v %v", rec, err)
 	}

@@ -24,10 +24,10 @@ func Compare(ctx context.Context, upstream *source.Source, mirror *sink.Sink, se
 	var seen sink.UpstreamState
 	if mirror != nil {
 		var err error
-		if mine, _, err = mirror.ReadRefs(ctx); err != nil {
+		if mine, _, err = mirror.Refs().Read(ctx); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", mirror.Location(), err)
 		}
-		if seen, _, err = mirror.UpstreamState(ctx); err != nil {
+		if seen, _, err = mirror.State().UpstreamState(ctx); err != nil {
 			return nil, fmt.Errorf("mirror %s: %w", mirror.Location(), err)
 		}
 	}

@@ -78,7 +78,7 @@ func (t *transfer) ensureDataFile(ctx context.Context, name string, size int64, 
 // needsCopy says whether the sink lacks a data file (or holds one an
 // interrupted run wrote with no barrier behind it), and refuses one of
 // another size than recorded: data files are immutable. byStat: the
-// caller checks few files (see sink.DataFile). found is the sink's
+// caller checks few files (see sink.Data.File). found is the sink's
 // answer where it was asked already in path order (lookUp).
 func (t *transfer) needsCopy(ctx context.Context, name string, size int64, byStat bool, found sinkFile) (bool, error) {
 	if t.sink.Durability().IsDistrusted(name) {
@@ -86,7 +86,7 @@ func (t *transfer) needsCopy(ctx context.Context, name string, size int64, bySta
 	}
 	have, known, err := found.size, found.ok, found.err
 	if !found.asked {
-		have, known, err = t.sink.DataFile(ctx, t.src.Settings().DataDir, name, !byStat)
+		have, known, err = t.sink.Data().File(ctx, t.src.Settings().DataDir, name, !byStat)
 	}
 	if err != nil {
 		return false, err

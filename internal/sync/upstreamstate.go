@@ -22,7 +22,7 @@ type upstreamState struct {
 // loadUpstreamState reads the state; a run whose state does not match the
 // selected upstream refs has something to write (see hasWork).
 func (e *engine) loadUpstreamState(ctx context.Context) {
-	s, raw, err := e.sink.UpstreamState(ctx)
+	s, raw, err := e.sink.State().UpstreamState(ctx)
 	if err != nil {
 		e.log.Warn("reading the mirror's upstream state; starting a new one",
 			zap.String("file", backend.ReservedPrefix+sink.UpstreamStateFile), zap.Error(err))
@@ -50,7 +50,7 @@ func (p *publisher) saveUpstreamState(ctx context.Context, upstream repo.Refs, r
 		return
 	}
 	next := nextUpstreamState(p.upstream.state.loaded, upstream, p.upstream.state.now)
-	if err := p.sink.WriteUpstreamState(ctx, next); err != nil {
+	if err := p.sink.State().WriteUpstreamState(ctx, next); err != nil {
 		p.log.Warn("writing the mirror's upstream state", zap.Error(err))
 		return
 	}

@@ -55,7 +55,7 @@ func (p *publisher) writeVersionFiles(ctx context.Context, id string, files map[
 		}
 	}
 	for _, a := range alternates {
-		if err := p.sink.PutCatalog(dctx, a.name, a.fetched); err != nil {
+		if err := p.sink.Versions().PutCatalog(dctx, a.name, a.fetched); err != nil {
 			return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 		}
 	}
@@ -63,19 +63,19 @@ func (p *publisher) writeVersionFiles(ctx context.Context, id string, files map[
 	if size, ok := have[main.file]; ok && size == cat.Size && p.catalogs.sinkCatalogIs(ctx, main.name, cat.SHA256) {
 		// Written by an interrupted run from a copy of this record's
 		// catalog (same sha256).
-	} else if err := p.sink.PutCatalog(dctx, main.name, cat); err != nil {
+	} else if err := p.sink.Versions().PutCatalog(dctx, main.name, cat); err != nil {
 		return refuse(ReasonCopy, id, main.name, "version %s: writing catalog: %v", id, err)
 	}
 	return nil
 }
 
 // publishVersion publishes a version whose files are all in the sink
-// (sink.PublishVersion: version.json last, behind a barrier); a write
+// (sink.Versions.Publish: version.json last, behind a barrier); a write
 // that fails refuses it, naming the file. A version.json another run
 // created with other bytes means this run lost the mirror: the lock is
 // lost, and the run stops at its next check (checkLock).
 func (p *publisher) publishVersion(ctx context.Context, id string, record, sig []byte) error {
-	err := p.sink.PublishVersion(ctx, id, record, sig)
+	err := p.sink.Versions().Publish(ctx, id, record, sig)
 	if backend.IsPreconditionFailed(err) {
 		p.lockLost.Store(true)
 	}
@@ -131,7 +131,7 @@ func (e *engine) addAlternateCatalog(ctx context.Context, id, file string, size 
 	if err := e.transfer.mirrorDataFiles(ctx, id, a.list(), nil); err != nil {
 		return listedBy(err, a.name)
 	}
-	if err := e.sink.PutCatalog(ctx, a.name, a.fetched); err != nil {
+	if err := e.sink.Versions().PutCatalog(ctx, a.name, a.fetched); err != nil {
 		return refuse(ReasonCopy, id, a.name, "version %s: writing catalog %s: %v", id, a.name, err)
 	}
 	return nil
