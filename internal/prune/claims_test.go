@@ -102,7 +102,7 @@ func TestASyncMakesTheCandidatesItNeedsItsOwn(t *testing.T) {
 			if rep := prune(t0); len(rep.Removed) != 1 || rep.Candidates < 4 {
 				t.Fatalf("first prune removed %v and listed %d; want the ref alone, and the version's objects listed", rep.Removed, rep.Candidates)
 			}
-			listed, _, err := sink.New(dst, sink.Options{}).ReadCandidates(ctx)
+			listed, _, err := sink.New(dst, sink.Options{}).Holdings().ReadCandidates(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +138,7 @@ func TestASyncMakesTheCandidatesItNeedsItsOwn(t *testing.T) {
 				}
 			}
 			checkMirror(t, dst)
-			after, _, err := sink.New(dst, sink.Options{}).ReadCandidates(ctx)
+			after, _, err := sink.New(dst, sink.Options{}).Holdings().ReadCandidates(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -206,7 +206,7 @@ func TestASyncWritesWhatAPruneRemovedWithANewToken(t *testing.T) {
 			if err != nil || len(rep.VersionsRemoved) != 1 || len(rep.DataFilesRemoved) != 2 {
 				t.Fatalf("second prune: %v, versions %v, data files %v; want the version and its 2 files removed", err, rep.VersionsRemoved, rep.DataFilesRemoved)
 			}
-			list, _, err := sink.New(dst, sink.Options{}).ReadCandidates(ctx)
+			list, _, err := sink.New(dst, sink.Options{}).Holdings().ReadCandidates(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -201,7 +201,7 @@ func (v *versionPlan) objects() []string {
 
 // forgetRemoved takes what a prune without grace removed off the list.
 func (p *pruner) forgetRemoved(ctx context.Context) (*graceState, error) {
-	old, version, err := p.sink.ReadCandidates(ctx)
+	old, version, err := p.sink.Holdings().ReadCandidates(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -95,7 +95,7 @@ func TestACandidateGoesOnlyAfterItsGrace(t *testing.T) {
 			if held < 4 || rep.NextDue == nil || !rep.NextDue.Equal(t0.Add(grace)) {
 				t.Fatalf("first prune held %d candidates, next due %v; want the version's files and its 2 data files, due at %s", held, rep.NextDue, t0.Add(grace))
 			}
-			list, _, err := sink.New(dst, sink.Options{}).ReadCandidates(ctx)
+			list, _, err := sink.New(dst, sink.Options{}).Holdings().ReadCandidates(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +178,7 @@ func TestACandidateGoesOnlyAfterItsGrace(t *testing.T) {
 					t.Errorf("%s stayed", f)
 				}
 			}
-			list, _, err = sink.New(dst, sink.Options{}).ReadCandidates(ctx)
+			list, _, err = sink.New(dst, sink.Options{}).Holdings().ReadCandidates(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -31,10 +31,10 @@ func readMirror(ctx context.Context, dst *sink.Sink) (*mirror, error) {
 	fail := func(format string, args ...any) error {
 		return fmt.Errorf("sink %s: "+format+"; nothing removed", append([]any{dst.Location()}, args...)...)
 	}
-	if !dst.CanList() {
+	if !dst.Holdings().CanList() {
 		return nil, fail("cannot list")
 	}
-	raw, err := dst.ReadSettings(ctx)
+	raw, err := dst.Holdings().ReadSettings(ctx)
 	if backend.IsNotExist(err) {
 		return nil, fail("no %s: not a mirror", repo.SettingsFile)
 	}
@@ -45,7 +45,7 @@ func readMirror(ctx context.Context, dst *sink.Sink) (*mirror, error) {
 	if m.settings, err = repo.ParseSettings(raw); err != nil {
 		return nil, fail("%w", err)
 	}
-	refs, bad, err := dst.ReadRefFiles(ctx, m.versionOf)
+	refs, bad, err := dst.Holdings().ReadRefFiles(ctx, m.versionOf)
 	if err != nil {
 		return nil, fail("refs unreadable: %w", err)
 	}
@@ -54,7 +54,7 @@ func readMirror(ctx context.Context, dst *sink.Sink) (*mirror, error) {
 	}
 	m.refs = refs
 	var version string
-	m.refsJSON, version, err = dst.ReadRefsJSON(ctx)
+	m.refsJSON, version, err = dst.Holdings().ReadRefsJSON(ctx)
 	m.versionOf[repo.RefsFile] = version
 	switch {
 	case backend.IsNotExist(err):
@@ -70,7 +70,7 @@ func readMirror(ctx context.Context, dst *sink.Sink) (*mirror, error) {
 			return nil, fail("%s: ref %s breaks the rules: %w", repo.RefsFile, bad[0].Ref, bad[0].Err)
 		}
 	}
-	raw, version, err = dst.ReadHead(ctx)
+	raw, version, err = dst.Holdings().ReadHead(ctx)
 	m.versionOf[repo.HeadFile] = version
 	switch {
 	case err == nil:
@@ -79,7 +79,7 @@ func readMirror(ctx context.Context, dst *sink.Sink) (*mirror, error) {
 	case !backend.IsNotExist(err):
 		return nil, fail("%s: %w", repo.HeadFile, err)
 	}
-	if m.versions, err = dst.ListVersions(ctx, m.versionOf); err != nil {
+	if m.versions, err = dst.Holdings().ListVersions(ctx, m.versionOf); err != nil {
 		return nil, fail("%w", err)
 	}
 	return m, nil
@@ -88,7 +88,7 @@ func readMirror(ctx context.Context, dst *sink.Sink) (*mirror, error) {
 // listData lists the mirror's data_dir, sorted, with each file's
 // version token into versionOf.
 func listData(ctx context.Context, dst *sink.Sink, dataDir string, versionOf map[string]string) ([]string, error) {
-	out, err := dst.ListDataFiles(ctx, dataDir, versionOf)
+	out, err := dst.Holdings().ListDataFiles(ctx, dataDir, versionOf)
 	if err != nil {
 		return nil, fmt.Errorf("sink %s: %w; nothing removed", dst.Location(), err)
 	}

@@ -160,7 +160,7 @@ func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) 
 	if opts.Grace > 0 {
 		// Read before the plan: a data file listed whose version went
 		// since is named by no catalog any more, and stays a candidate.
-		if p.listed, p.listedVersion, err = p.sink.ReadCandidates(ctx); err != nil {
+		if p.listed, p.listedVersion, err = p.sink.Holdings().ReadCandidates(ctx); err != nil {
 			return rep, err
 		}
 	}
@@ -208,7 +208,7 @@ func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) 
 		// Last: a prune stopped before it leaves the list it read, which
 		// the next one reads again (the objects removed since are no
 		// longer listed, and leave it).
-		if err := p.sink.WriteCandidates(ctx, grace.next, grace.version); err != nil {
+		if err := p.sink.Holdings().WriteCandidates(ctx, grace.next, grace.version); err != nil {
 			return rep, err
 		}
 	}
@@ -221,9 +221,9 @@ func Run(ctx context.Context, src *source.Source, dst *sink.Sink, opts Options) 
 // fsynced): a power cut must not bring back a ref whose version is gone,
 // or a version.json whose files are.
 func (p *pruner) execute(ctx context.Context, pl *plan) error {
-	dctx := p.sink.WithoutSync(ctx)
+	dctx := p.sink.Durability().WithoutSync(ctx)
 	settle := func() error {
-		if err := p.sink.Barrier(ctx); err != nil {
+		if err := p.sink.Durability().Barrier(ctx); err != nil {
 			return fmt.Errorf("sink %s: making removals durable: %w", p.sink.Location(), err)
 		}
 		return nil
@@ -581,7 +581,7 @@ func (p *pruner) removeRefs(ctx, rctx context.Context, pl *plan) error {
 		return fmt.Errorf("sink %s: writing %s%s: %w", p.sink.Location(), backend.ReservedPrefix, sink.RefsMovingFile, err)
 	}
 	if pl.refsJSON != nil {
-		if err := p.sink.Replace(ctx, repo.RefsFile, pl.refsJSON, p.versionOf[repo.RefsFile]); err != nil {
+		if err := p.sink.Holdings().Replace(ctx, repo.RefsFile, pl.refsJSON, p.versionOf[repo.RefsFile]); err != nil {
 			return fmt.Errorf("sink %s: writing %s: %w", p.sink.Location(), repo.RefsFile, err)
 		}
 	}
@@ -634,7 +634,7 @@ func (p *pruner) remove(ctx context.Context, name string) error {
 	// run wrote since. (A file another run relies on without rewriting it
 	// keeps its version: that window is the lock's, checked before the
 	// removals begin.)
-	if err := p.sink.Remove(ctx, name, p.versionOf[name]); err != nil {
+	if err := p.sink.Holdings().Remove(ctx, name, p.versionOf[name]); err != nil {
 		if ctx.Err() != nil && !backend.IsPreconditionFailed(err) && !errors.Is(err, sink.ErrNotSent) {
 			// Stopped with the request out: a cancelled client gives up
 			// on the answer, not on the removal, which may have landed.

@@ -55,7 +55,8 @@ type Candidates struct {
 // token for a write conditional on it (WriteCandidates). An absent or
 // unusable file is an empty list: the mirror's own memory, whose loss
 // only restarts the grace period.
-func (s *Sink) ReadCandidates(ctx context.Context) (*Candidates, string, error) {
+func (h Holdings) ReadCandidates(ctx context.Context) (*Candidates, string, error) {
+	s := h.s
 	c := &Candidates{Objects: map[string]Candidate{}}
 	var raw []byte
 	var version string
@@ -100,14 +101,15 @@ func (s *Sink) ReadCandidates(ctx context.Context) (*Candidates, string, error) 
 // WriteCandidates replaces the list, conditional on the version
 // ReadCandidates returned where the store can: a prune that lost its
 // lock to another run that changed the list since writes nothing.
-func (s *Sink) WriteCandidates(ctx context.Context, c *Candidates, version string) error {
+func (h Holdings) WriteCandidates(ctx context.Context, c *Candidates, version string) error {
+	s := h.s
 	raw, err := json.MarshalIndent(c, "", "  ")
 	if err != nil {
 		return err
 	}
 	raw = append(raw, '\n')
 	if s.b.Properties().ConditionalWrite {
-		err = s.Replace(ctx, backend.ReservedPrefix+CandidatesFile, raw, version)
+		err = s.replace(ctx, backend.ReservedPrefix+CandidatesFile, raw, version)
 	} else {
 		err = lock.WriteState(ctx, s.b, CandidatesFile, raw)
 	}

@@ -49,13 +49,22 @@ type claims struct {
 	mine    map[string]string // object → the token it was written away from
 }
 
-// readClaims reads the prune's list for the run, on a store with version
+// Claims is what a sync made its own of a prune's candidates (see
+// above): read with the inventory, held by the Sink for the run's writes,
+// settled before its refs move.
+type Claims struct{ s *Sink }
+
+// Claims is the run's claims on a prune's candidates.
+func (s *Sink) Claims() Claims { return Claims{s} }
+
+// read reads the prune's list for the run, on a store with version
 // tokens; elsewhere the run claims nothing.
-func (s *Sink) readClaims(ctx context.Context) error {
+func (c Claims) read(ctx context.Context) error {
+	s := c.s
 	if !s.tokens {
 		return nil
 	}
-	list, version, err := s.ReadCandidates(ctx)
+	list, version, err := s.Holdings().ReadCandidates(ctx)
 	if err != nil {
 		return err
 	}
@@ -65,29 +74,29 @@ func (s *Sink) readClaims(ctx context.Context) error {
 	return nil
 }
 
-// Listed says whether a prune lists name as a candidate for removal: the
+// listed says whether a prune lists name as a candidate for removal: the
 // run treats it as absent, and copies it again where it needs it.
-func (s *Sink) Listed(name string) bool {
-	s.claims.mu.Lock()
-	defer s.claims.mu.Unlock()
-	if !s.claims.read {
+func (cl *claims) listed(name string) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.read {
 		return false
 	}
-	_, ok := s.claims.list.Objects[name]
+	_, ok := cl.list.Objects[name]
 	return ok
 }
 
 // claim is ctx for a write of name: where a prune listed or removed it,
 // or a run made it its own, within the grace, the write must leave it
 // with another token than that one, and the run records it as its own.
-func (s *Sink) claim(ctx context.Context, name string) context.Context {
-	s.claims.mu.Lock()
-	defer s.claims.mu.Unlock()
-	if !s.claims.read {
+func (cl *claims) claim(ctx context.Context, name string) context.Context {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.read {
 		return ctx
 	}
 	old := ""
-	for _, m := range []map[string]Candidate{s.claims.list.Objects, s.claims.list.Removed, s.claims.list.Rewritten} {
+	for _, m := range []map[string]Candidate{cl.list.Objects, cl.list.Removed, cl.list.Rewritten} {
 		if c, ok := m[name]; ok && c.Version != "" {
 			old = c.Version
 			break
@@ -96,15 +105,16 @@ func (s *Sink) claim(ctx context.Context, name string) context.Context {
 	if old == "" {
 		return ctx
 	}
-	if _, ok := s.claims.mine[name]; !ok {
-		s.claims.mine[name] = old
+	if _, ok := cl.mine[name]; !ok {
+		cl.mine[name] = old
 	}
 	return backend.WithNewToken(ctx, old)
 }
 
 // Claimed lists, sorted, the objects the run made its own (written again
 // with a new token), for its report.
-func (s *Sink) Claimed() []string {
+func (c Claims) Claimed() []string {
+	s := c.s
 	s.claims.mu.Lock()
 	defer s.claims.mu.Unlock()
 	out := make([]string, 0, len(s.claims.mine))
@@ -115,7 +125,7 @@ func (s *Sink) Claimed() []string {
 	return out
 }
 
-// SettleClaims writes the prune's list back before the run's refs move,
+// Settle writes the prune's list back before the run's refs move,
 // conditional on the token the inventory read: what the run made its own
 // leaves the candidates and is recorded Rewritten at now. The caller
 // calls it whenever refs move, even when the run made nothing its own,
@@ -123,7 +133,8 @@ func (s *Sink) Claimed() []string {
 // before then fails to record what it planned, and plans again under its
 // next lock (see the comment above). An error means another run changed
 // the list: this run lost the lock, and moves no ref.
-func (s *Sink) SettleClaims(ctx context.Context, now time.Time) error {
+func (c Claims) Settle(ctx context.Context, now time.Time) error {
+	s := c.s
 	s.claims.mu.Lock()
 	defer s.claims.mu.Unlock()
 	if !s.claims.read || s.opts.DryRun {
@@ -163,13 +174,13 @@ func (s *Sink) SettleClaims(ctx context.Context, now time.Time) error {
 // unlisted drops from the inventory's version folders the files a prune
 // lists: a version whose version.json is listed is not complete to the
 // run, which mirrors it again, every file of its folder made its own.
-func (s *Sink) unlisted(versions map[string]map[string]int64) {
-	s.claims.mu.Lock()
-	defer s.claims.mu.Unlock()
-	if !s.claims.read || len(s.claims.list.Objects) == 0 {
+func (cl *claims) unlisted(versions map[string]map[string]int64) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if !cl.read || len(cl.list.Objects) == 0 {
 		return
 	}
-	for name := range s.claims.list.Objects {
+	for name := range cl.list.Objects {
 		rest, ok := strings.CutPrefix(name, repo.VersionsDir)
 		if !ok {
 			continue

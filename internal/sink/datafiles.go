@@ -22,7 +22,7 @@ type DataStream interface {
 // of its bytes or none). The caller makes it durable (WithoutSync, then
 // a barrier) as it does the version's other files.
 func (s *Sink) PutDataFile(ctx context.Context, name string, f DataStream) error {
-	ctx = s.claim(ctx, name)
+	ctx = s.claims.claim(ctx, name)
 	if err := s.b.Put(ctx, name, f.Body(), f.Size()); err != nil {
 		if m := f.Mismatch(); m != nil {
 			return m
@@ -55,7 +55,7 @@ func (s *Sink) CopyDataFile(ctx context.Context, o Origin, name string, size int
 	if s.copier == nil {
 		return false, nil
 	}
-	ctx = s.claim(ctx, name)
+	ctx = s.claims.claim(ctx, name)
 	ok, err = o.CopyInto(ctx, s.copier, name, name, size)
 	if ok && err == nil {
 		s.opts.Copied(size)

@@ -70,6 +70,14 @@ func (u *unsyncedEntry) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Durability is the mirror's durability as one run keeps it: writes
+// deferred to a barrier, the record of files written without one, and the
+// files an earlier run's record distrusts.
+type Durability struct{ s *Sink }
+
+// Durability is the run's barriers and its record of unsynced files.
+func (s *Sink) Durability() Durability { return Durability{s} }
+
 // durability is a run's part of the above.
 type durability struct {
 	barrier backend.Barrier // nil: every write is durable when it returns
@@ -87,11 +95,11 @@ type durability struct {
 // deferSync says whether writes are made durable by barriers. Not in a
 // dry run: the barrier is the store's own, found past the planned
 // wrapper, and would fsync a mirror the run writes nothing to.
-func (s *Sink) deferSync() bool { return s.dur.barrier != nil && !s.opts.DryRun }
+func (d Durability) deferSync() bool { return d.s.dur.barrier != nil && !d.s.opts.DryRun }
 
 // WithoutSync is ctx for a write the next barrier makes durable.
-func (s *Sink) WithoutSync(ctx context.Context) context.Context {
-	if !s.deferSync() {
+func (d Durability) WithoutSync(ctx context.Context) context.Context {
+	if !d.deferSync() {
 		return ctx
 	}
 	return backend.WithoutSync(ctx)
@@ -100,7 +108,8 @@ func (s *Sink) WithoutSync(ctx context.Context) context.Context {
 // loadUnsynced reads the record an earlier run left: those files were
 // written without a barrier behind them and may hold wrong bytes. It
 // returns their names, sorted; only data files below dataDir count.
-func (s *Sink) loadUnsynced(ctx context.Context, dataDir string) ([]string, error) {
+func (d Durability) loadUnsynced(ctx context.Context, dataDir string) ([]string, error) {
+	s := d.s
 	s.dur.distrusted = map[string]int64{}
 	if s.dur.barrier == nil {
 		return nil, nil
@@ -146,7 +155,8 @@ func (s *Sink) loadUnsynced(ctx context.Context, dataDir string) ([]string, erro
 // sink has, before any version is published. Those it cannot copy, and those recorded without a size,
 // stay distrusted: treated as absent, and so copied at the size a
 // catalog gives (or their versions refused) like any missing file.
-func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string, size int64) error) {
+func (d Durability) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.Context, name string, size int64) error) {
+	s := d.s
 	// Not in a dry run: its copies would only be planned, and the files
 	// then taken for copied again; left distrusted, they are planned
 	// with the versions that need them.
@@ -179,13 +189,13 @@ func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := copyFile(s.WithoutSync(ctx), name, size); err != nil {
+			if err := copyFile(d.WithoutSync(ctx), name, size); err != nil {
 				// Left in the record: its bytes are as untrusted as before.
 				s.log.Warn("file written before a power cut could not be copied again; treated as absent",
 					zap.String("file", name), zap.Error(err))
 				return
 			}
-			s.WroteUnsynced(name)
+			d.WroteUnsynced(name)
 			mu.Lock()
 			delete(s.dur.distrusted, name)
 			mu.Unlock()
@@ -195,7 +205,8 @@ func (s *Sink) RewriteDistrusted(ctx context.Context, copyFile func(ctx context.
 }
 
 // IsDistrusted says whether a file of the sink may hold wrong bytes.
-func (s *Sink) IsDistrusted(name string) bool {
+func (d Durability) IsDistrusted(name string) bool {
+	s := d.s
 	if len(s.dur.distrusted) == 0 {
 		return false
 	}
@@ -233,8 +244,9 @@ func quoteName(name string) string {
 // RecordUnsynced adds names to the record, with the sizes their catalogs
 // give (sizes[i] for names[i]), durably, before they are written without
 // a barrier.
-func (s *Sink) RecordUnsynced(ctx context.Context, names []string, sizes []int64) error {
-	if !s.deferSync() || s.opts.NoUnsyncedRecord || len(names) == 0 {
+func (d Durability) RecordUnsynced(ctx context.Context, names []string, sizes []int64) error {
+	s := d.s
+	if !d.deferSync() || s.opts.NoUnsyncedRecord || len(names) == 0 {
 		return nil
 	}
 	s.dur.mu.Lock()
@@ -252,10 +264,11 @@ func (s *Sink) RecordUnsynced(ctx context.Context, names []string, sizes []int64
 	if !added {
 		return nil
 	}
-	return s.writeUnsyncedLocked(ctx)
+	return d.writeUnsyncedLocked(ctx)
 }
 
-func (s *Sink) writeUnsyncedLocked(ctx context.Context) error {
+func (d Durability) writeUnsyncedLocked(ctx context.Context) error {
+	s := d.s
 	rec := unsyncedRecord{Files: make([]unsyncedEntry, 0, len(s.dur.recorded))}
 	for n, size := range s.dur.recorded {
 		rec.Files = append(rec.Files, unsyncedEntry{n, size})
@@ -274,7 +287,8 @@ func (s *Sink) writeUnsyncedLocked(ctx context.Context) error {
 
 // WroteUnsynced notes that a recorded file's write returned: the next
 // barrier to start covers it.
-func (s *Sink) WroteUnsynced(name string) {
+func (d Durability) WroteUnsynced(name string) {
+	s := d.s
 	s.dur.mu.Lock()
 	defer s.dur.mu.Unlock()
 	if _, ok := s.dur.recorded[name]; ok {
@@ -286,8 +300,9 @@ func (s *Sink) WroteUnsynced(name string) {
 // names written before it started. The record on disk keeps them until it
 // is written again (or removed by SettleUnsynced): a power cut in between
 // costs only copying them again.
-func (s *Sink) Barrier(ctx context.Context) error {
-	if !s.deferSync() {
+func (d Durability) Barrier(ctx context.Context) error {
+	s := d.s
+	if !d.deferSync() {
 		return nil
 	}
 	s.dur.barrierMu.Lock()
@@ -312,11 +327,12 @@ func (s *Sink) Barrier(ctx context.Context) error {
 
 // SettleUnsynced ends stage one: a last barrier for what no version's
 // barrier covered (files of refused versions, say), then the record goes.
-func (s *Sink) SettleUnsynced(ctx context.Context) {
-	if !s.deferSync() {
+func (d Durability) SettleUnsynced(ctx context.Context) {
+	s := d.s
+	if !d.deferSync() {
 		return
 	}
-	if err := s.Barrier(ctx); err != nil {
+	if err := d.Barrier(ctx); err != nil {
 		s.log.Warn("could not make the run's writes durable; the next run copies them again", zap.Error(err))
 		return
 	}
@@ -325,7 +341,7 @@ func (s *Sink) SettleUnsynced(ctx context.Context) {
 	if len(s.dur.recorded) > 0 || !s.dur.onDisk {
 		// Names not written by this run (a cancelled copy) stay recorded.
 		if len(s.dur.recorded) > 0 {
-			if err := s.writeUnsyncedLocked(ctx); err != nil {
+			if err := d.writeUnsyncedLocked(ctx); err != nil {
 				s.log.Warn("could not rewrite the record of unsynced files", zap.Error(err))
 			}
 		}

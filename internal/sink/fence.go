@@ -17,10 +17,10 @@ import (
 // needs no condition: its flock is held by the kernel through any pause.
 // A refused write is fenced's error, and the run stops.
 
-// Replace writes name only if it is still the version the run read
+// replace writes name only if it is still the version the run read
 // (version: its token as a read or listing gave it; "" where it was
 // absent, or the store has none). It is durable when it returns.
-func (s *Sink) Replace(ctx context.Context, name string, b []byte, version string) error {
+func (s *Sink) replace(ctx context.Context, name string, b []byte, version string) error {
 	err := backend.ReplaceIfUnchanged(ctx, s.b, name, b, version)
 	if backend.IsPreconditionFailed(err) {
 		return fenced(name, err)
@@ -32,10 +32,10 @@ func (s *Sink) Replace(ctx context.Context, name string, b []byte, version strin
 	return nil
 }
 
-// Remove removes name only if it is still the version the run read or
-// listed (version as for Replace; "" removes it whatever it holds). A
+// remove removes name only if it is still the version the run read or
+// listed (version as for replace; "" removes it whatever it holds). A
 // removal made under WithoutSync is durable at the next Barrier.
-func (s *Sink) Remove(ctx context.Context, name, version string) error {
+func (s *Sink) remove(ctx context.Context, name, version string) error {
 	err := backend.RemoveIfUnchanged(ctx, s.b, name, version)
 	if backend.IsPreconditionFailed(err) {
 		return fenced(name, err)

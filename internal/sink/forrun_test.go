@@ -31,7 +31,7 @@ func TestARunsViewKeepsTheMirrorsDryRunAndAddsItsGuard(t *testing.T) {
 		if err := dry.PutBytes(ctx, repo.HeadFile, []byte("refs/heads/main\n")); err != nil {
 			t.Fatalf("dry-run write: %v", err)
 		}
-		if err := dry.Remove(ctx, "data/kept.parquet", ""); err != nil {
+		if err := dry.Holdings().Remove(ctx, "data/kept.parquet", ""); err != nil {
 			t.Fatalf("dry-run removal: %v", err)
 		}
 		if got := names(t, mirror); !slices.Equal(got, before) {

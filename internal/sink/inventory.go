@@ -48,13 +48,13 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	if inv.Settings, err = s.readOptional(ctx, repo.SettingsFile, repo.MaxSmallFile); err != nil {
 		return nil, err
 	}
-	if err := s.readClaims(ctx); err != nil {
+	if err := s.Claims().read(ctx); err != nil {
 		return nil, err
 	}
 	if inv.Versions, err = repo.ListVersions(ctx, s.b, nil); err != nil {
 		return nil, s.errorf("%w", err)
 	}
-	s.unlisted(inv.Versions)
+	s.claims.unlisted(inv.Versions)
 	for id := range inv.Versions {
 		s.held = s.held || inv.Complete(id)
 	}
@@ -64,7 +64,7 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 	if inv.Pending, err = s.readPending(ctx); err != nil {
 		return nil, err
 	}
-	if inv.Distrusted, err = s.loadUnsynced(ctx, dataDir); err != nil {
+	if inv.Distrusted, err = s.Durability().loadUnsynced(ctx, dataDir); err != nil {
 		return nil, err
 	}
 	if inv.Head, err = s.readVersioned(ctx, inv, repo.HeadFile, repo.MaxSmallFile); err != nil {
@@ -89,7 +89,7 @@ func (s *Sink) TakeInventory(ctx context.Context, dataDir string) (*Inventory, e
 // first mirror of 300,000 files the stats of absent files would take a
 // second of CPU, the listing of the empty folder none.
 func (s *Sink) DataFile(ctx context.Context, dataDir, name string, many bool) (int64, bool, error) {
-	if s.Listed(name) {
+	if s.claims.listed(name) {
 		return 0, false, nil // a prune's candidate: copied again (claims.go)
 	}
 	if !s.data.Loaded() && (!many || (s.b.Properties().LocalStat && s.held)) {
@@ -155,7 +155,7 @@ func (d *DataCursor) DataFile(ctx context.Context, name string) (int64, bool, er
 	if d.c == nil {
 		return d.s.DataFile(ctx, d.dir, name, true)
 	}
-	if d.s.Listed(name) {
+	if d.s.claims.listed(name) {
 		return 0, false, nil // a prune's candidate: copied again (claims.go)
 	}
 	size, ok, err := d.c.Size(ctx, name)
@@ -168,7 +168,7 @@ func (d *DataCursor) DataFile(ctx context.Context, name string) (int64, bool, er
 // StatFile says whether the mirror has a file, and its size, asking for
 // it alone.
 func (s *Sink) StatFile(ctx context.Context, name string) (int64, bool, error) {
-	if s.Listed(name) {
+	if s.claims.listed(name) {
 		return 0, false, nil // a prune's candidate: copied again (claims.go)
 	}
 	fi, err := s.b.Stat(ctx, name)

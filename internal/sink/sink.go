@@ -159,7 +159,7 @@ func (s *Sink) IsLocked() bool { return s.locked.Load() }
 
 // PutBytes writes a small file (a ref, a record, refs.json).
 func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
-	ctx = s.claim(ctx, name)
+	ctx = s.claims.claim(ctx, name)
 	if err := s.b.Put(ctx, name, strings.NewReader(string(b)), int64(len(b))); err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func (s *Sink) PutCatalog(ctx context.Context, name string, cat *catalog.Fetched
 		return err
 	}
 	defer f.Close()
-	ctx = s.claim(ctx, name)
+	ctx = s.claims.claim(ctx, name)
 	if err := s.b.Put(backend.WithContentSHA256(ctx, cat.SHA256), name, f, cat.Size); err != nil {
 		return err
 	}
@@ -213,9 +213,9 @@ func (s *Sink) readVersioned(ctx context.Context, inv *Inventory, name string, l
 }
 
 // putRead writes a ref file, refs.json or HEAD only if it is still what
-// the inventory read (see Replace).
+// the inventory read (see replace).
 func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byte) error {
-	return s.Replace(ctx, name, b, inv.Tokens[name])
+	return s.replace(ctx, name, b, inv.Tokens[name])
 }
 
 // createRecord writes a version's version.json only where there is none
@@ -223,8 +223,8 @@ func (s *Sink) putRead(ctx context.Context, inv *Inventory, name string, b []byt
 // published by another run, which is fine when it holds these bytes, and
 // means this run lost the mirror to another when it does not.
 func (s *Sink) createRecord(ctx context.Context, name string, b []byte) error {
-	listed := s.Listed(name)
-	ctx = s.claim(ctx, name)
+	listed := s.claims.listed(name)
+	ctx = s.claims.claim(ctx, name)
 	err := s.b.Create(ctx, name, strings.NewReader(string(b)), int64(len(b)))
 	if errors.Is(err, backend.ErrExist) {
 		there, rerr := backend.ReadAll(ctx, s.b, name, int64(len(b))+1)

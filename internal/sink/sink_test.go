@@ -262,7 +262,7 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 		defer f.Close()
 		writes := map[string]error{
 			"data/c.parquet": s.PutDataFile(ctx, "data/c.parquet", f),
-			repo.RefsFile:    s.Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
+			repo.RefsFile:    s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
 		}
 		if st.copies {
 			_, writes["server-side copy of data/c.parquet"] = s.CopyDataFile(ctx, src.Data().Origin(), "data/c.parquet", 3)
@@ -277,7 +277,7 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 			t.Fatalf("the mirror holds %v, want nothing", got)
 		}
 		s.Locked()
-		if err := s.Replace(ctx, repo.RefsFile, []byte("{}\n"), ""); err != nil {
+		if err := s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""); err != nil {
 			t.Fatalf("after Locked: %v", err)
 		}
 	})
@@ -335,11 +335,11 @@ func TestWriteAfterAnotherRunChangedTheFileIsFenced(t *testing.T) {
 		if _, err := paused.WriteRefs(ctx, inv, []*sink.RefWrite{w}, ""); !backend.IsPreconditionFailed(err) && !backend.IsPreconditionFailed(w.Err) {
 			t.Fatalf("WriteRefs after another run moved the ref: err %v, ref %v; want a fenced refusal", err, w.Err)
 		}
-		err = paused.Replace(ctx, repo.RefsFile, repo.RefsJSON(repo.Refs{"refs/heads/main": "v3"}), stale[repo.RefsFile])
+		err = paused.Holdings().Replace(ctx, repo.RefsFile, repo.RefsJSON(repo.Refs{"refs/heads/main": "v3"}), stale[repo.RefsFile])
 		if !backend.IsPreconditionFailed(err) || !strings.Contains(err.Error(), "changed by another run") {
 			t.Fatalf("Replace of refs.json from a stale read: %v; want a fenced refusal", err)
 		}
-		err = paused.Remove(ctx, "data/old.parquet", stale["data/old.parquet"])
+		err = paused.Holdings().Remove(ctx, "data/old.parquet", stale["data/old.parquet"])
 		if !backend.IsPreconditionFailed(err) {
 			t.Fatalf("Remove from a stale listing: %v; want a fenced refusal", err)
 		}
@@ -372,16 +372,16 @@ func TestReplaceAndRemoveFromACurrentRead(t *testing.T) {
 			return fi.Version
 		}
 		s := sink.New(mirror, sink.Options{})
-		if err := s.Replace(ctx, repo.RefsFile, []byte(`{"refs/heads/main":"v1"}`+"\n"), version(repo.RefsFile)); err != nil {
+		if err := s.Holdings().Replace(ctx, repo.RefsFile, []byte(`{"refs/heads/main":"v1"}`+"\n"), version(repo.RefsFile)); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := read(t, mirror, repo.RefsFile); got != `{"refs/heads/main":"v1"}`+"\n" {
 			t.Fatalf("refs.json = %q", got)
 		}
-		if err := s.Replace(ctx, repo.HeadFile, []byte("ref: refs/heads/main\n"), ""); err != nil {
+		if err := s.Holdings().Replace(ctx, repo.HeadFile, []byte("ref: refs/heads/main\n"), ""); err != nil {
 			t.Fatalf("creating HEAD where it was absent: %v", err)
 		}
-		if err := s.Remove(ctx, "data/x.parquet", version("data/x.parquet")); err != nil {
+		if err := s.Holdings().Remove(ctx, "data/x.parquet", version("data/x.parquet")); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := read(t, mirror, "data/x.parquet"); ok {
@@ -390,7 +390,7 @@ func TestReplaceAndRemoveFromACurrentRead(t *testing.T) {
 		if st.conditional {
 			// Absent when read, there since: the create is refused.
 			put(t, mirror, "refs/heads/new", "v9\n")
-			if err := s.Replace(ctx, "refs/heads/new", []byte("v1\n"), ""); !backend.IsPreconditionFailed(err) {
+			if err := s.Holdings().Replace(ctx, "refs/heads/new", []byte("v1\n"), ""); !backend.IsPreconditionFailed(err) {
 				t.Fatalf("creating a ref another run made since: %v; want a fenced refusal", err)
 			}
 		}
@@ -446,8 +446,8 @@ func TestDryRunSinkWritesNothing(t *testing.T) {
 		defer f.Close()
 		steps := []error{
 			s.PutDataFile(ctx, "data/d.parquet", f),
-			s.Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
-			s.Remove(ctx, "data/gone.parquet", ""),
+			s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""),
+			s.Holdings().Remove(ctx, "data/gone.parquet", ""),
 			s.PublishVersion(ctx, "v1", []byte("{}"), []byte("sig")),
 		}
 		if ok, err := s.CopyDataFile(ctx, src.Data().Origin(), "data/e.parquet", 3); err != nil || !ok {
@@ -515,7 +515,7 @@ func TestPruneReadsGiveEachObjectItsToken(t *testing.T) {
 		ctx := context.Background()
 		_, mirror := st.open(t)
 		s := sink.New(mirror, sink.Options{})
-		if _, err := s.ReadSettings(ctx); !backend.IsNotExist(err) {
+		if _, err := s.Holdings().ReadSettings(ctx); !backend.IsNotExist(err) {
 			t.Fatalf("fdl.json of an empty mirror: %v; want not found", err)
 		}
 		put(t, mirror, repo.SettingsFile, settings)
@@ -527,14 +527,14 @@ func TestPruneReadsGiveEachObjectItsToken(t *testing.T) {
 		put(t, mirror, "data/b.parquet", "b")
 		put(t, mirror, "data/a.parquet", "a")
 
-		if !s.CanList() {
+		if !s.Holdings().CanList() {
 			t.Fatalf("%s: the store cannot list", st.name)
 		}
-		if raw, err := s.ReadSettings(ctx); err != nil || string(raw) != settings {
+		if raw, err := s.Holdings().ReadSettings(ctx); err != nil || string(raw) != settings {
 			t.Fatalf("fdl.json: %q, %v", raw, err)
 		}
 		tokens := map[string]string{}
-		refs, bad, err := s.ReadRefFiles(ctx, tokens)
+		refs, bad, err := s.Holdings().ReadRefFiles(ctx, tokens)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -544,19 +544,19 @@ func TestPruneReadsGiveEachObjectItsToken(t *testing.T) {
 		if len(bad) != 1 || bad[0].Ref != "refs/heads/Upper" {
 			t.Errorf("refs refused %v, want refs/heads/Upper", bad)
 		}
-		raw, refsVersion, err := s.ReadRefsJSON(ctx)
+		raw, refsVersion, err := s.Holdings().ReadRefsJSON(ctx)
 		if err != nil || !strings.Contains(string(raw), "refs/heads/main") {
 			t.Fatalf("refs.json: %q, %v", raw, err)
 		}
-		head, headVersion, err := s.ReadHead(ctx)
+		head, headVersion, err := s.Holdings().ReadHead(ctx)
 		if err != nil || string(head) != "ref: refs/heads/main\n" {
 			t.Fatalf("HEAD: %q, %v", head, err)
 		}
-		versions, err := s.ListVersions(ctx, tokens)
+		versions, err := s.Holdings().ListVersions(ctx, tokens)
 		if _, ok := versions["v1"][repo.RecordFile]; err != nil || !ok {
 			t.Fatalf("versions %v, %v; want v1 with its record", versions, err)
 		}
-		data, err := s.ListDataFiles(ctx, "data/", tokens)
+		data, err := s.Holdings().ListDataFiles(ctx, "data/", tokens)
 		if want := []string{"data/a.parquet", "data/b.parquet"}; err != nil || !slices.Equal(data, want) {
 			t.Fatalf("data files %v, %v; want %v", data, err, want)
 		}
@@ -570,14 +570,14 @@ func TestPruneReadsGiveEachObjectItsToken(t *testing.T) {
 			}
 		}
 		put(t, mirror, "data/a.parquet", "rewritten by another run")
-		if err := s.Remove(ctx, "data/a.parquet", tokens["data/a.parquet"]); !backend.IsPreconditionFailed(err) {
+		if err := s.Holdings().Remove(ctx, "data/a.parquet", tokens["data/a.parquet"]); !backend.IsPreconditionFailed(err) {
 			t.Fatalf("removing a file rewritten since it was listed: %v; want a fenced refusal", err)
 		}
 		if got, _ := read(t, mirror, "data/a.parquet"); got != "rewritten by another run" {
 			t.Fatalf("data/a.parquet = %q after the refused removal", got)
 		}
 		for _, name := range []string{"data/b.parquet", "refs/heads/main", repo.HeadFile} {
-			if err := s.Remove(ctx, name, tokens[name]); err != nil {
+			if err := s.Holdings().Remove(ctx, name, tokens[name]); err != nil {
 				t.Fatalf("removing %s as it was read: %v", name, err)
 			}
 			if _, ok := read(t, mirror, name); ok {

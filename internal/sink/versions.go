@@ -25,12 +25,12 @@ func (e *FileError) Unwrap() error { return e.Err }
 func (s *Sink) PublishVersion(ctx context.Context, id string, record, sig []byte) error {
 	if sig != nil {
 		name := repo.VersionFile(id, repo.SignatureFile)
-		if err := s.PutBytes(s.WithoutSync(ctx), name, sig); err != nil {
+		if err := s.PutBytes(s.Durability().WithoutSync(ctx), name, sig); err != nil {
 			return &FileError{name, err}
 		}
 	}
 	name := repo.VersionFile(id, repo.RecordFile)
-	if err := s.Barrier(ctx); err != nil {
+	if err := s.Durability().Barrier(ctx); err != nil {
 		return &FileError{name, err}
 	}
 	if err := s.createRecord(ctx, name, record); err != nil {

@@ -226,7 +226,7 @@ func (t *transfer) mirrorDataFiles(ctx context.Context, id string, files *catalo
 			// More batches follow: this one's copies are made durable
 			// while the next is copied, so that the record of names
 			// written without a barrier stays two batches long.
-			err = barrier.start(ctx, t.sink)
+			err = barrier.start(ctx, t.sink.Durability())
 		}
 		return err
 	})
@@ -251,12 +251,12 @@ type pendingBarrier struct {
 
 // start waits for the barrier before it, then starts one covering every
 // write returned so far.
-func (b *pendingBarrier) start(ctx context.Context, s *sink.Sink) error {
+func (b *pendingBarrier) start(ctx context.Context, d sink.Durability) error {
 	if err := b.wait(); err != nil {
 		return err
 	}
 	b.done = make(chan error, 1)
-	go func() { b.done <- s.Barrier(ctx) }()
+	go func() { b.done <- d.Barrier(ctx) }()
 	return nil
 }
 
@@ -386,18 +386,18 @@ func (m *batchMirror) copyMine(ctx context.Context, batch []catalog.File, batchN
 	for k, i := range mine {
 		names[k], sizes[k] = batchNames[i], batch[i].Size
 	}
-	if err := t.sink.RecordUnsynced(ctx, names, sizes); err != nil {
+	if err := t.sink.Durability().RecordUnsynced(ctx, names, sizes); err != nil {
 		for k, i := range mine {
 			t.settleDataFile(names[k], calls[i], err)
 		}
 		return err
 	}
-	dctx := t.sink.WithoutSync(ctx)
+	dctx := t.sink.Durability().WithoutSync(ctx)
 	defer t.readAhead(ctx, names, sizes)()
 	t.each(len(mine), func(k int) {
 		i, name := mine[k], names[k]
 		err := t.copyFile(dctx, name, batch[i].Size)
-		t.sink.WroteUnsynced(name)
+		t.sink.Durability().WroteUnsynced(name)
 		t.settleDataFile(name, calls[i], err)
 		errs[i] = err
 	})
@@ -455,7 +455,7 @@ func (t *transfer) filesToCheck(batch []catalog.File, names []string, known *par
 		name := names[i]
 		listed, now := known.has(f.Path, f.Size)
 		switch {
-		case !listed || f.Size < 0 || t.sink.IsDistrusted(name):
+		case !listed || f.Size < 0 || t.sink.Durability().IsDistrusted(name):
 			todo = append(todo, i)
 		case !now:
 			parents = append(parents, i)
@@ -482,7 +482,7 @@ func (m *batchMirror) lookUp(ctx context.Context, batch []catalog.File, names []
 	}
 	if !byStat {
 		for _, i := range todo {
-			ask[i] = !t.sink.IsDistrusted(names[i])
+			ask[i] = !t.sink.Durability().IsDistrusted(names[i])
 		}
 	}
 	found := make([]sinkFile, len(batch))

@@ -269,7 +269,7 @@ func (e *engine) run(ctx context.Context) error {
 	// Files an earlier run wrote with no barrier behind them (a power
 	// cut) are copied again before any version that needs them is
 	// published.
-	e.sink.RewriteDistrusted(ctx, e.transfer.copyFile)
+	e.sink.Durability().RewriteDistrusted(ctx, e.transfer.copyFile)
 	if e.opts.Repair {
 		e.repair(ctx)
 	}
@@ -307,7 +307,7 @@ func (e *engine) stageOne(ctx context.Context, upstream repo.Refs) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e.sink.SettleUnsynced(ctx)
+	e.sink.Durability().SettleUnsynced(ctx)
 	isRoot := map[string]bool{}
 	for _, id := range roots {
 		isRoot[id] = true

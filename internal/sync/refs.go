@@ -22,12 +22,12 @@ func (p *publisher) publishRefs(ctx context.Context, upstream repo.Refs, head st
 	// Before any ref moves: what the run made its own of a prune's
 	// candidates leaves its list, by a write conditional on the list the
 	// inventory read (sink/claims.go). Refused, the run lost the mirror.
-	claimed := p.sink.Claimed()
+	claimed := p.sink.Claims().Claimed()
 	if len(writes) > 0 || len(claimed) > 0 {
 		p.mu.Lock()
 		p.report.Claimed = claimed
 		p.mu.Unlock()
-		if err := p.sink.SettleClaims(ctx, time.Now()); err != nil {
+		if err := p.sink.Claims().Settle(ctx, time.Now()); err != nil {
 			if backend.IsPreconditionFailed(err) {
 				p.lockLost.Store(true)
 			}

@@ -67,11 +67,11 @@ func (t *transfer) ensureDataFile(ctx context.Context, name string, size int64, 
 	if err != nil || !need {
 		return err
 	}
-	if err := t.sink.RecordUnsynced(ctx, []string{name}, []int64{size}); err != nil {
+	if err := t.sink.Durability().RecordUnsynced(ctx, []string{name}, []int64{size}); err != nil {
 		return err
 	}
-	err = t.copyFile(t.sink.WithoutSync(ctx), name, size)
-	t.sink.WroteUnsynced(name)
+	err = t.copyFile(t.sink.Durability().WithoutSync(ctx), name, size)
+	t.sink.Durability().WroteUnsynced(name)
 	return err
 }
 
@@ -81,7 +81,7 @@ func (t *transfer) ensureDataFile(ctx context.Context, name string, size int64, 
 // caller checks few files (see sink.DataFile). found is the sink's
 // answer where it was asked already in path order (lookUp).
 func (t *transfer) needsCopy(ctx context.Context, name string, size int64, byStat bool, found sinkFile) (bool, error) {
-	if t.sink.IsDistrusted(name) {
+	if t.sink.Durability().IsDistrusted(name) {
 		return true, nil
 	}
 	have, known, err := found.size, found.ok, found.err

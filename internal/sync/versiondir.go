@@ -31,7 +31,7 @@ func (p *publisher) writeVersionFiles(ctx context.Context, id string, files map[
 	// Written without an fsync each: the barrier before version.json
 	// covers them, and a folder without version.json is rewritten by the
 	// next run whatever it holds (see durability.go).
-	dctx := p.sink.WithoutSync(ctx)
+	dctx := p.sink.Durability().WithoutSync(ctx)
 	var wg sync.WaitGroup
 	errs := make([]error, len(opaque))
 	for i, f := range opaque {
