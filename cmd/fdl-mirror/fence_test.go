@@ -437,7 +437,7 @@ func grepLines(s, sub string) string {
 // back and moves it.
 func TestRefMovesOnlyToAVersionWhoseFilesAreInTheMirror(t *testing.T) {
 	up, sink := filepath.Join(t.TempDir(), "upstream"), filepath.Join(t.TempDir(), "mirror")
-	g := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
+	g := genCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
 	if res := run(t, "sync", up, sink); res.code != 0 {
 		t.Fatalf("sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}

@@ -688,7 +688,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // A sink that does not exist is a usage error, and is not made.
 func TestPruneOfAMissingSinkIsAUsageError(t *testing.T) {
 	parent, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	res := run(t, "prune", up, sink)
 	if res.code != 2 || !strings.Contains(res.stderr, sink) {
 		t.Errorf("exit %d, want 2 naming %s\n%s%s", res.code, sink, res.stdout, res.stderr)
