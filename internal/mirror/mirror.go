@@ -109,7 +109,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
 	mine := sink.New(st.dst, sink.Options{DryRun: job.DryRun, Logger: log})
-	tmp, err := mine.Scratch()
+	tmp, err := mine.Runs().Scratch()
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		// Uploads older than the lock's lifetime were started by runs
 		// that no longer hold it (killed mid-upload): nothing else
 		// removes them.
-		mine.AbortStaleUploads(locked, job.LockTTL)
+		mine.Runs().AbortStaleUploads(locked, job.LockTTL)
 		return locked, release, nil
 	}
 	return fdlsync.Run(ctx, upstream, mine, opts)

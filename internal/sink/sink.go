@@ -53,8 +53,8 @@ type Options struct {
 	// DryRun writes nothing: every write is planned instead (see
 	// dryrun.go).
 	DryRun bool
-	// Guarded makes every write fail until Locked is called: the sink of
-	// a run that takes the mirror's lock only once it has work.
+	// Guarded makes every write fail until Runs().Locked is called: the
+	// sink of a run that takes the mirror's lock only once it has work.
 	Guarded bool
 	Logger  *zap.Logger
 	// Copied is told of every file written, with its size.
@@ -148,12 +148,6 @@ func (s *Sink) Location() string { return s.b.Location() }
 
 // DryRun says whether the sink writes nothing.
 func (s *Sink) DryRun() bool { return s.opts.DryRun }
-
-// Locked says the run holds the mirror's lock: writes may begin.
-func (s *Sink) Locked() { s.locked.Store(true) }
-
-// IsLocked says whether Locked was called.
-func (s *Sink) IsLocked() bool { return s.locked.Load() }
 
 // PutBytes writes a small file (a ref, a record, refs.json).
 func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {
