@@ -21,7 +21,9 @@ var version = ""
 const usage = `fdl-mirror: a read-only mirror of FDL repositories
 
 usage:
-  fdl-mirror sync [flags] SOURCE SINK     mirror once (SOURCE: path, file://, s3://, gs://, http(s)://)
+  fdl-mirror sync [flags] SOURCE SINK [SINK...]
+                                          mirror once (SOURCE: path, file://, s3://, gs://, http(s)://),
+                                          to each SINK, reading the upstream once
   fdl-mirror sync --config FILE [--mirror NAME]
   fdl-mirror prune [--dry-run] [--max-delete N] SOURCE SINK
                                           remove from SINK what SOURCE withdrew (refs, expired or

@@ -33,7 +33,7 @@ func (t *trustFlags) register(fs *flag.FlagSet) {
 }
 
 func cmdSync(args []string) int {
-	fs := newFlagSet("sync", "sync [flags] SOURCE SINK | sync --config FILE [--mirror NAME | --shard I/N | --shards N]")
+	fs := newFlagSet("sync", "sync [flags] SOURCE SINK [SINK...] | sync --config FILE [--mirror NAME | --shard I/N | --shards N]")
 	concurrency := fs.Int("concurrency", 8, "files copied at once")
 	dryRun := fs.Bool("dry-run", false, "print the plan; write nothing")
 	force := fs.Bool("force", false, "mirror a source other than the one the sink was made from, where neither has a repository id (a repository that moved); records the new address")
@@ -89,7 +89,7 @@ func cmdSync(args []string) int {
 		}
 		return syncFromConfig(ctx, *configPath, *onlyMirror, shard, configOverrides{dryRun: *dryRun, force: *force, repair: *repair}, *jsonOut, *notifyWait, log)
 	}
-	if len(pos) != 2 {
+	if len(pos) < 2 {
 		fs.Usage()
 		return exitUsage
 	}
@@ -119,15 +119,23 @@ func cmdSync(args []string) int {
 	}
 	job := mirror.Job{
 		Refs: repo.RefSelection{Include: refPatterns, Exclude: excludeRefs}, AllowRewind: rewind,
-		Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects, BWLimit: rate,
+		Source: pos[0], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
 		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries, Repair: *repair,
 		CatalogLimits: limits.Limits, Force: *force, CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth,
 	}
 	progress, done := newProgress(!*jsonOut)
-	report, err := mirror.Run(ctx, job, log, progress)
+	runs := mirror.RunSinks(ctx, job, pos[1:], log, progress)
 	done()
-	return finishSync(os.Stdout, job, report, err, *jsonOut, log)
+	// A report per sink, in the order given (with --json, one object
+	// each, as sync --config prints one per mirror); the exit code is the
+	// worst of them, so a sink that failed fails the command.
+	code := exitOK
+	for _, r := range runs {
+		job.Sink = r.Sink
+		code = max(code, finishSync(os.Stdout, job, r.Report, r.Err, *jsonOut, log))
+	}
+	return code
 }
 
 // finishSync prints a run's summary and returns its exit code; shared by

@@ -6,7 +6,8 @@
 // and runs a sync (internal/sync, which takes the lock when it knows it
 // has something to write) or a prune (internal/prune) on those sides.
 //
-// Files: mirror.go (Job, Run: a sync; Status, Pending), config.go
+// Files: mirror.go (Job, Run: a sync; RunSinks: a sync to several sinks;
+// Status, Pending), config.go
 // (SyncJob, PruneJob: a configured mirror's jobs), prune.go (Prune),
 // stores.go (opening a job's stores, taking the lock, ConfigError, the
 // one way both kinds of run do it), format.go (HumanBytes, for printers).
@@ -24,6 +25,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
@@ -92,34 +94,110 @@ func (j Job) Policy() (*verify.Policy, error) {
 // Cancelling ctx stops the run at a safe point: never a ref to an
 // incomplete version.
 func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error) {
+	r := RunSinks(ctx, job, []string{job.Sink}, log, progress)[0]
+	return r.Report, r.Err
+}
+
+// SinkRun is one sink's part of a run: its report (nil where it never
+// started), and the error that stopped it.
+type SinkRun struct {
+	Sink   string // its address, as given
+	Report *fdlsync.Report
+	Err    error
+}
+
+// RunSinks is Run for a mirror of several sinks (job.Sink is not used):
+// the upstream is opened once and the sinks run one after another on one
+// source.Source, which serves each later sink what it read and judged for
+// the first (refs, records, signatures) and reads the immutable files a
+// later sink copies from an earlier sink of the run that holds them,
+// before the upstream (see internal/source's fanout.go). One after
+// another, rather than a stream split to several writers: each sink keeps
+// the order of its own run (lock, data files, version folders, refs),
+// and a sink that is slow, locked or fails holds no other back. Only a
+// sink whose run ended without error serves the later ones: its stage
+// one settled (written and made durable), files an interrupted run left
+// distrusted copied again. Each sink has its own lock, state, fencing and
+// report; one that fails or is locked does not stop the others.
+func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, progress func(files, bytes int64)) []SinkRun {
+	runs := make([]SinkRun, len(sinks))
+	for i, addr := range sinks {
+		runs[i].Sink = addr
+	}
+	fail := func(err error) []SinkRun {
+		for i := range runs {
+			runs[i].Err = err
+		}
+		return runs
+	}
 	log = jobLogger(log, job.Name)
 	policy, err := job.Policy()
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	st, err := openStores(ctx, job.Source, job.sourceOptions(log), job.Sink, job.sinkOptions(log), job.DryRun, false)
+	src, closeSrc, err := location.Open(ctx, job.Source, job.sourceOptions(log))
 	if err != nil {
-		return nil, err
+		return fail(&ConfigError{fmt.Errorf("source: %w", err)})
 	}
-	defer st.close()
-	src := st.src
+	defer closeSrc()
 	if job.BWLimit > 0 {
 		// Every byte the run writes is read from the source first: one
 		// limit there counts each byte of every transfer once.
 		src = limiter.New(job.BWLimit).Wrap(src)
 	}
-	mine := sink.New(st.dst, sink.Options{DryRun: job.DryRun, Logger: log})
+	upstream := source.New(src, policy.AsTrust(), log)
+	if len(sinks) > 1 {
+		upstream.Share()
+	}
+	for i, addr := range sinks {
+		if i > 0 {
+			upstream.NextSink()
+		}
+		if err := ctx.Err(); err != nil {
+			runs[i].Err = err
+			continue
+		}
+		sinkLog := log
+		if len(sinks) > 1 {
+			sinkLog = log.With(zap.String("sink", redact.URL(addr)))
+		}
+		j := job
+		j.Sink = addr
+		dst, report, err := runSink(ctx, j, upstream, sinkLog, progress)
+		runs[i].Report, runs[i].Err = report, err
+		if dst == nil {
+			continue
+		}
+		if err == nil && !job.DryRun && i < len(sinks)-1 {
+			upstream.AddPeer(dst.Backend)
+			defer dst.close()
+		} else {
+			dst.close()
+		}
+	}
+	return runs
+}
+
+// runSink runs the engine from upstream into one sink, job.Sink; the
+// sink's store is returned open (nil where it could not be opened), to
+// serve the sinks after it.
+func runSink(ctx context.Context, job Job, upstream *source.Source, log *zap.Logger, progress func(files, bytes int64)) (*openSink, *fdlsync.Report, error) {
+	dst, err := openSinkStore(ctx, job.Sink, job.sinkOptions(log), job.DryRun, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	mine := sink.New(dst.Backend, sink.Options{DryRun: job.DryRun, Logger: log})
 	tmp, err := mine.Runs().Scratch()
 	if err != nil {
-		return nil, err
+		return dst, nil, err
 	}
 	defer tmp.Close()
 
 	opts := fdlsync.Options{TempDir: tmp.Path(), Concurrency: job.Concurrency, DryRun: job.DryRun, Logger: log, Progress: progress, CatalogLimits: job.CatalogLimits,
 		Refs: job.Refs, AllowRewind: job.AllowRewind, Repair: job.Repair, Source: location.Clean(job.Source), Force: job.Force}
-	upstream := source.New(src, policy.AsTrust(), log)
 	if job.DryRun {
-		return fdlsync.Run(ctx, upstream, mine, opts)
+		report, err := fdlsync.Run(ctx, upstream, mine, opts)
+		return dst, report, err
 	}
 	var held *lock.Held
 	opts.CheckLock = func(ctx context.Context) error { return held.Check(ctx) }
@@ -136,7 +214,8 @@ func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, byt
 		mine.Runs().AbortStaleUploads(locked, job.LockTTL)
 		return locked, release, nil
 	}
-	return fdlsync.Run(ctx, upstream, mine, opts)
+	report, err := fdlsync.Run(ctx, upstream, mine, opts)
+	return dst, report, err
 }
 
 // Status reads the refs upstream and in the mirror, copying nothing.

@@ -56,24 +56,40 @@ func openStores(ctx context.Context, source string, srcOpts location.Options, si
 		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}
 	st := &stores{src: src, closers: []func() error{closeSrc}}
+	dst, err := openSinkStore(ctx, sink, sinkOpts, dryRun, existingSink)
+	if err != nil {
+		st.close()
+		return nil, err
+	}
+	st.dst = dst.Backend
+	st.closers = append(st.closers, dst.closeStore)
+	return st, nil
+}
+
+// openSink is a sink's store, open.
+type openSink struct {
+	backend.Backend
+	closeStore func() error
+}
+
+func (o *openSink) close() { o.closeStore() }
+
+// openSinkStore opens a sink to write (see openStores).
+func openSinkStore(ctx context.Context, sink string, sinkOpts location.Options, dryRun, existingSink bool) (*openSink, error) {
 	if scheme, path := location.Scheme(sink); existingSink && scheme == "file" {
 		if _, err := os.Stat(path); err != nil {
-			st.close()
 			return nil, &ConfigError{fmt.Errorf("sink %s: %w", sink, err)}
 		}
 	}
-	openSink := location.OpenWritable
+	openWith := location.OpenWritable
 	if dryRun {
-		openSink = location.OpenReadOnly
+		openWith = location.OpenReadOnly
 	}
-	dst, closeDst, err := openSink(ctx, sink, sinkOpts)
+	dst, closeDst, err := openWith(ctx, sink, sinkOpts)
 	if err != nil {
-		st.close()
 		return nil, &ConfigError{fmt.Errorf("sink: %w", err)}
 	}
-	st.dst = dst
-	st.closers = append(st.closers, closeDst)
-	return st, nil
+	return &openSink{Backend: dst, closeStore: closeDst}, nil
 }
 
 // takeLock takes the sink's lock for a run that writes. The run goes on

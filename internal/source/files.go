@@ -95,6 +95,9 @@ func (d Data) OpenFile(ctx context.Context, name string, size int64, spool Spool
 	if !strings.HasPrefix(name, s.settings.DataDir) && !strings.HasPrefix(name, repo.VersionsDir) {
 		return nil, s.errorf("%s is neither a data file nor a version's file; not copied", name)
 	}
+	if f := d.fromPeer(ctx, name, size); f != nil {
+		return f, nil
+	}
 	rc, err := s.r.Open(ctx, name)
 	if err != nil {
 		return nil, err
@@ -208,6 +211,25 @@ type exactReader struct {
 	name     string
 	want     int64
 	mismatch *RefusalError
+	// peer is the earlier sink read instead of the upstream (fanout.go),
+	// "" for the upstream: a peer's file of another size is a failed try,
+	// and onPeerMismatch sends the next one upstream.
+	peer           string
+	onPeerMismatch func()
+}
+
+// broke is the error of a stream of got bytes (-1: more than want).
+func (x *exactReader) broke(got int64) error {
+	if x.peer != "" {
+		x.onPeerMismatch()
+		return peerMismatch(x.name, x.peer, x.want)
+	}
+	if got < 0 {
+		x.mismatch = Refuse(ReasonSizeMismatch, "", x.name, "data file %s is larger upstream than the %d bytes the catalog records", x.name, x.want)
+	} else {
+		x.mismatch = SizeRefusal(x.name, got, x.want)
+	}
+	return x.mismatch
 }
 
 func (x *exactReader) Read(p []byte) (int, error) {
@@ -215,8 +237,7 @@ func (x *exactReader) Read(p []byte) (int, error) {
 		var one [1]byte
 		n, err := io.ReadFull(x.r, one[:])
 		if n > 0 {
-			x.mismatch = Refuse(ReasonSizeMismatch, "", x.name, "data file %s is larger upstream than the %d bytes the catalog records", x.name, x.want)
-			return 0, x.mismatch
+			return 0, x.broke(-1)
 		}
 		if err == io.ErrUnexpectedEOF {
 			err = io.EOF
@@ -229,8 +250,7 @@ func (x *exactReader) Read(p []byte) (int, error) {
 	n, err := x.r.Read(p)
 	x.left -= int64(n)
 	if err == io.EOF && x.left > 0 {
-		x.mismatch = SizeRefusal(x.name, x.want-x.left, x.want)
-		return n, x.mismatch
+		return n, x.broke(x.want - x.left)
 	}
 	if err == io.EOF {
 		err = nil

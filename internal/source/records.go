@@ -95,7 +95,7 @@ func (e *ReadError) Unwrap() error { return e.Err }
 // read with ReadRecord and ReadSignature, which use what the run listed.
 func (s *Source) ReadVersion(ctx context.Context, id string) (*Version, error) {
 	name := repo.VersionFile(id, repo.RecordFile)
-	raw, err := backend.ReadAll(ctx, s.r, name, repo.MaxRecordFile)
+	raw, err := s.readRecordBytes(ctx, name, id)
 	if err != nil {
 		return nil, &ReadError{name, err}
 	}
@@ -108,7 +108,7 @@ func (s *Source) ReadVersion(ctx context.Context, id string) (*Version, error) {
 		return v, nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
-	sig, err := backend.ReadAll(ctx, s.r, sigName, repo.MaxSmallFile)
+	sig, err := s.readSignatureBytes(ctx, sigName, id)
 	if backend.IsNotExist(err) {
 		sig, err = nil, nil
 	}
@@ -125,7 +125,7 @@ func (s *Source) ReadVersion(ctx context.Context, id string) (*Version, error) {
 // lacks is left out: raw and rec nil, no error.
 func (s *Source) ReadRecord(ctx context.Context, id string, isRoot bool) (raw []byte, rec *repo.Record, err error) {
 	name := repo.VersionFile(id, repo.RecordFile)
-	raw, err = backend.ReadAll(ctx, s.r, name, repo.MaxRecordFile)
+	raw, err = s.readRecordBytes(ctx, name, id)
 	switch {
 	case backend.IsNotExist(err) && !isRoot:
 		s.log.Info("ancestor version absent upstream; skipped", zap.String("version", id))
@@ -153,7 +153,7 @@ func (s *Source) ReadSignature(ctx context.Context, id string, files map[string]
 	var sig []byte
 	if _, ok := files[repo.SignatureFile]; ok {
 		var err error
-		if sig, err = backend.ReadAll(ctx, s.r, repo.VersionFile(id, repo.SignatureFile), repo.MaxSmallFile); err != nil {
+		if sig, err = s.readSignatureBytes(ctx, repo.VersionFile(id, repo.SignatureFile), id); err != nil {
 			return nil, err
 		}
 	}

@@ -28,7 +28,8 @@
 // catalogs.go (catalogs), refusal.go (Refusal, its reasons), status.go
 // (withdrawn or expired), reftargets.go (whether refs name versions
 // upstream holds), repository.go (the repository read whole, for
-// verify).
+// verify), fanout.go (one read of the upstream for several sinks: what
+// the later sinks are served, and the earlier sinks read before it).
 package source
 
 import (
@@ -53,6 +54,7 @@ type Source struct {
 	data     backend.LazyListing // data_dir, listed for many server-side copies
 	stats    atomic.Int64        // files asked for their size one by one (see Size)
 	read     repo.Refs           // the refs as ReadRefs last read them
+	shared   share               // what a fan-out's later sinks are served (fanout.go)
 }
 
 // New is the upstream in r; trust nil checks no signature.
@@ -74,6 +76,9 @@ func (s *Source) Settings() *repo.Settings { return s.settings }
 // *ReadError where fdl.json could not be read, else the rule it breaks
 // (a *SettingsError).
 func (s *Source) ReadSettings(ctx context.Context) (*repo.Settings, error) {
+	if s.settings != nil && s.replaying() {
+		return s.settings, nil // a fan-out's later sink: as the first read it
+	}
 	raw, err := backend.ReadAll(ctx, s.r, repo.SettingsFile, repo.MaxSmallFile)
 	if err != nil {
 		return nil, s.errorf("%w", &ReadError{repo.SettingsFile, err})
@@ -105,7 +110,7 @@ func (s *Source) CanList() bool { return s.r.Properties().CanList }
 // ListVersions lists versions/ upstream, where the store can list: one
 // listing, whatever the number of versions.
 func (s *Source) ListVersions(ctx context.Context) error {
-	if !s.r.Properties().CanList {
+	if !s.r.Properties().CanList || (s.versions != nil && s.replaying()) {
 		return nil
 	}
 	versions, err := repo.ListVersions(ctx, s.r, nil)
@@ -127,6 +132,9 @@ func (s *Source) VersionFiles(ctx context.Context, id string) (map[string]int64,
 	if s.versions != nil {
 		return s.versions[id], nil
 	}
+	if files, ok := s.rememberedFiles(id); ok {
+		return files, nil
+	}
 	names := append(append([]string{}, repo.KnownVersionFiles...), s.settings.CatalogFiles()...)
 	files := map[string]int64{}
 	stat := func(name string) (struct{}, error) {
@@ -147,6 +155,7 @@ func (s *Source) VersionFiles(ctx context.Context, id string) (map[string]int64,
 			return nil, err
 		}
 	}
+	s.rememberFiles(id, files)
 	return files, nil
 }
 

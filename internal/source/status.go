@@ -61,6 +61,10 @@ func (s *Source) IsExpired(ctx context.Context, id string) bool {
 		_, ok := s.versions[id][repo.ExpiredFile]
 		return ok
 	}
+	if expired, ok := s.rememberedExpired(id); ok {
+		return expired
+	}
 	_, err := s.r.Stat(ctx, repo.VersionFile(id, repo.ExpiredFile))
+	s.rememberExpired(id, err == nil)
 	return err == nil
 }

@@ -219,6 +219,11 @@ func (c *catalogReader) fetchCatalog(ctx context.Context, id, file string, files
 		return nil, refuse(ReasonLimit, id, catalogName, "version %s: %v", id,
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
+	// A fan-out's later sink takes an earlier sink's copy whose sum is
+	// the record's (source.FetchCatalogFromPeer), else the upstream's.
+	if fetched := c.src.FetchCatalogFromPeer(ctx, c.pool, id, file, wantSHA256); fetched != nil {
+		return fetched, nil
+	}
 	// Fetched outside catalogSlots: a download waits on the source. A
 	// catalog with a sum on record is checked against it, byte for byte,
 	// so the store need not check the transfer too; where the sums differ

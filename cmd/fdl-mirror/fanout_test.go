@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+)
+
+// sync SOURCE SINK SINK: one run, a report per sink, the upstream read once
+// (what is read from where is specified in internal/mirror's fanout_test.go).
+
+// Two sinks: a JSON object per sink, in the order given, each naming its
+// sink; both mirrors are the upstream's copy, and each data file was asked
+// of the upstream once.
+func TestSyncToTwoSinksReportsEachAndReadsUpstreamOnce(t *testing.T) {
+	parent, up, _ := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 2, FastParquet: true})
+	srv := testserver.HTTP(t, up)
+	a, b := filepath.Join(parent, "a"), filepath.Join(parent, "b")
+
+	res := run(t, "sync", "--json", srv.URL, a, b)
+	if res.code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(res.stdout))
+	var sinks []string
+	for {
+		var rep struct {
+			OK   bool   `json:"ok"`
+			Sink string `json:"sink"`
+		}
+		if err := dec.Decode(&rep); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("stdout is not a JSON object per sink: %v\n%s", err, res.stdout)
+		}
+		if !rep.OK {
+			t.Errorf("sink %s not ok", rep.Sink)
+		}
+		sinks = append(sinks, rep.Sink)
+	}
+	if len(sinks) != 2 || sinks[0] != a || sinks[1] != b {
+		t.Errorf("reports name the sinks %v, want [%s %s]", sinks, a, b)
+	}
+	for _, dst := range []string{a, b} {
+		fdltest.AssertMirrored(t, up, dst, nil)
+	}
+	for _, f := range repo.DataFiles {
+		if n := srv.RequestsFor("/" + f); n != 1 {
+			t.Errorf("data file %s: %d requests upstream, want 1", f, n)
+		}
+	}
+}
+
+// A sink another run holds the lock of: the command exits 1, its summary
+// names that sink and why it stopped, nothing is written into it; the
+// other sink is mirrored and reported as usual.
+func TestSyncToTwoSinksOneLockedNamesIt(t *testing.T) {
+	parent, up, _ := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 1, FastParquet: true})
+	locked, free := filepath.Join(parent, "locked"), filepath.Join(parent, "free")
+	ctx := context.Background()
+	dst, closeDst, err := location.OpenWritable(ctx, locked, location.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeDst()
+	held, err := lock.Lock(ctx, dst, lock.Options{Owner: "the test", TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+
+	res := run(t, "sync", up, locked, free)
+	if res.code != 1 {
+		t.Fatalf("exit %d, want 1\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+	}
+	var lockedLine, freeLine string
+	for _, line := range strings.Split(res.stdout, "\n") {
+		switch {
+		case strings.Contains(line, "-> "+locked+":"):
+			lockedLine = line
+		case strings.Contains(line, "-> "+free+":"):
+			freeLine = line
+		}
+	}
+	if lockedLine == "" || freeLine == "" {
+		t.Fatalf("a summary per sink wanted:\n%s", res.stdout)
+	}
+	stopped := res.stdout[strings.Index(res.stdout, lockedLine):strings.Index(res.stdout, freeLine)]
+	if !strings.Contains(stopped, "STOPPED: sink "+locked) || !strings.Contains(stopped, "lock") {
+		t.Errorf("the locked sink's summary does not say it stopped on its lock:\n%s", stopped)
+	}
+	for _, name := range []string{"refs", "versions", "data", "refs.json", "HEAD"} {
+		if _, err := os.Stat(filepath.Join(locked, name)); err == nil {
+			t.Errorf("the locked sink was written: it has %s", name)
+		}
+	}
+	fdltest.AssertMirrored(t, up, free, nil)
+	if got := readRef(t, free, generate.MainRef); got != repo.Versions[0] {
+		t.Errorf("the free sink's main is %q, want %s", got, repo.Versions[0])
+	}
+}
