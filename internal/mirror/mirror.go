@@ -200,7 +200,7 @@ func runSink(ctx context.Context, job Job, upstream *source.Source, log *zap.Log
 		return nil, nil, err
 	}
 	mine := sink.New(dst.Backend, sink.Options{DryRun: job.DryRun, Logger: log})
-	tmp, err := mine.Scratch()
+	tmp, err := mine.Runs().Scratch()
 	if err != nil {
 		return dst, nil, err
 	}
@@ -224,7 +224,7 @@ func runSink(ctx context.Context, job Job, upstream *source.Source, log *zap.Log
 		// Uploads older than the lock's lifetime were started by runs
 		// that no longer hold it (killed mid-upload): nothing else
 		// removes them.
-		mine.AbortStaleUploads(locked, job.LockTTL)
+		mine.Runs().AbortStaleUploads(locked, job.LockTTL)
 		return locked, release, nil
 	}
 	report, err := fdlsync.Run(ctx, upstream, mine, opts)

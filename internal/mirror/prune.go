@@ -104,7 +104,7 @@ var ErrNowOnObjectStore = errors.New("--now removes at once only on a local mirr
 // outlive, the job's (DefaultGrace when unset), or none when the job says
 // it knows the risk.
 func pruneGrace(job prune.Job, dst *sink.Sink) (time.Duration, error) {
-	if dst.IsLocal() {
+	if dst.Runs().IsLocal() {
 		return 0, nil
 	}
 	switch {

@@ -96,7 +96,7 @@ func openSinkStore(ctx context.Context, sink string, sinkOpts location.Options, 
 // under locked: ctx, cancelled (cause lock.ErrLost) when the lock is
 // lost. release stops the watch and gives the lock back.
 func takeLock(ctx context.Context, dst *sink.Sink, wait, ttl time.Duration, log *zap.Logger) (locked context.Context, held *lock.Held, release func(), err error) {
-	held, err = dst.Lock(ctx, lock.Options{Wait: wait, TTL: ttl, Logger: log})
+	held, err = dst.Runs().Lock(ctx, lock.Options{Wait: wait, TTL: ttl, Logger: log})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("sink %s: %w", dst.Location(), err)
 	}

@@ -49,7 +49,7 @@ func TestARunsViewKeepsTheMirrorsDryRunAndAddsItsGuard(t *testing.T) {
 		if _, ok := read(t, mirror, repo.HeadFile); ok {
 			t.Fatal("a write refused before the lock reached the mirror")
 		}
-		run.Locked()
+		run.Runs().Locked()
 		if err := run.PutBytes(ctx, repo.HeadFile, []byte("refs/heads/main\n")); err != nil {
 			t.Fatalf("write once locked: %v", err)
 		}
@@ -67,14 +67,14 @@ func TestScratchIsInALocalMirrorItWritesOnly(t *testing.T) {
 		_, mirror := st.open(t)
 		for _, dry := range []bool{false, true} {
 			s := sink.New(mirror, sink.Options{DryRun: dry})
-			dir, err := s.Scratch()
+			dir, err := s.Runs().Scratch()
 			if err != nil {
 				t.Fatal(err)
 			}
 			inMirror := strings.Contains(filepath.ToSlash(dir.Path()), "/"+backend.ReservedPrefix)
 			dir.Close()
-			if want := st.name == "local" && !dry; inMirror != want || s.IsLocal() != (st.name == "local") {
-				t.Fatalf("dry run %v: scratch %s in the mirror %v, want %v (IsLocal %v)", dry, dir.Path(), inMirror, want, s.IsLocal())
+			if want := st.name == "local" && !dry; inMirror != want || s.Runs().IsLocal() != (st.name == "local") {
+				t.Fatalf("dry run %v: scratch %s in the mirror %v, want %v (IsLocal %v)", dry, dir.Path(), inMirror, want, s.Runs().IsLocal())
 			}
 		}
 	})

@@ -10,28 +10,38 @@
 // nothing of the upstream: its errors are plain, and internal/sync, which
 // plans a run, classifies them.
 //
+// A Sink is reached by concern, each a small value holding it (as
+// internal/source's Data and Whole are), so that every concern writes
+// through the same guarded store and the same fence: Runs (the lock, the
+// write guard, the scratch folder), Data (data files), Durability
+// (barriers, the unsynced record), Versions (version folders, published
+// and read back), Refs (read, written in order, mended), State (the
+// state files), Holdings (the mirror as a prune reads and removes it,
+// its candidates) and Claims (a sync's claims on those candidates). The
+// Sink itself takes the inventory and creates fdl.json.
+//
 // In a run (see internal/sync): TakeInventory while the source's refs
-// are read; Locked once the run holds the lock; then, version by
-// version, data files (PutDataFile, CopyDataFile; each recorded with
-// RecordUnsynced where a barrier will cover it), the folder's files,
-// PublishVersion; SettleUnsynced at the end of stage one; WriteRefs for
-// stage two; the state files last. A prune: its reads, each object with
-// its version token (holdings.go), then Replace (refs.json) and Remove,
-// each step made durable by Barrier. A reader that only reads (status,
+// are read; Runs().Locked once the run holds the lock; then, version by
+// version, data files (Data().Put, Data().Copy; each recorded with
+// Durability().RecordUnsynced where a barrier will cover it), the
+// folder's files, Versions().Publish; Durability().SettleUnsynced at the
+// end of stage one; Refs().Write for stage two; the state files last. A
+// prune: its reads, each object with its version token (Holdings), then
+// Holdings().Replace (refs.json) and Holdings().Remove, each step made
+// durable by Durability().Barrier. A reader that only reads (status,
 // notifications) opens the mirror with NewReader.
 //
-// Files: sink.go (Sink, writing small files and catalogs), inventory.go
-// (the inventory, the data_dir listing), guard.go (the write guard),
-// datafiles.go (data files from the source), fence.go (writes and
-// removals conditional on what the run read), durability.go (barriers,
-// the unsynced record), versions.go (publishing a version folder),
-// refs.go (reading and writing refs, the marker), reads.go (catalogs and
-// state read back), holdings.go (the mirror as a prune reads it),
-// state.go (pending.json, source.json, upstream.json), candidates.go
-// (the prune's candidates for removal, prune-candidates.json),
+// Files: sink.go (Sink, small files, fdl.json), inventory.go (the
+// inventory; Data's questions, DataCursor), guard.go (the write guard),
+// datafiles.go (Data; data files from the source), fence.go (writes and
+// removals conditional on what the run read), durability.go
+// (Durability), versions.go (Versions; writing and publishing a version
+// folder), records.go and reads.go (a version's files read back), refs.go
+// (Refs, the marker), holdings.go (Holdings), state.go (State:
+// pending.json, source.json, upstream.json), candidates.go (the prune's
+// candidates for removal, prune-candidates.json), claims.go (Claims),
 // same.go (whether the mirror holds the upstream's repository), runs.go
-// (taking the lock, scratch folder, stale uploads), lock/ (the lock, and the
-// state files' reading and writing).
+// (Runs), lock/ (the lock, and the state files' reading and writing).
 package sink
 
 import (
@@ -53,8 +63,8 @@ type Options struct {
 	// DryRun writes nothing: every write is planned instead (see
 	// dryrun.go).
 	DryRun bool
-	// Guarded makes every write fail until Locked is called: the sink of
-	// a run that takes the mirror's lock only once it has work.
+	// Guarded makes every write fail until Runs().Locked is called: the
+	// sink of a run that takes the mirror's lock only once it has work.
 	Guarded bool
 	Logger  *zap.Logger
 	// Copied is told of every file written, with its size.
@@ -148,12 +158,6 @@ func (s *Sink) Location() string { return s.b.Location() }
 
 // DryRun says whether the sink writes nothing.
 func (s *Sink) DryRun() bool { return s.opts.DryRun }
-
-// Locked says the run holds the mirror's lock: writes may begin.
-func (s *Sink) Locked() { s.locked.Store(true) }
-
-// IsLocked says whether Locked was called.
-func (s *Sink) IsLocked() bool { return s.locked.Load() }
 
 // PutBytes writes a small file (a ref, a record, refs.json).
 func (s *Sink) PutBytes(ctx context.Context, name string, b []byte) error {

@@ -276,7 +276,7 @@ func TestGuardedSinkRefusesWritesBeforeTheLock(t *testing.T) {
 		if got := names(t, mirror); len(got) != 0 {
 			t.Fatalf("the mirror holds %v, want nothing", got)
 		}
-		s.Locked()
+		s.Runs().Locked()
 		if err := s.Holdings().Replace(ctx, repo.RefsFile, []byte("{}\n"), ""); err != nil {
 			t.Fatalf("after Locked: %v", err)
 		}

@@ -239,7 +239,7 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}()
 		ctx = locked
-		e.sink.Locked()
+		e.sink.Runs().Locked()
 		// First: refs.json as the ref files say, where a run stopped
 		// between them (sink.Refs.Mend).
 		if _, err := e.sink.Refs().Mend(ctx); err != nil {
@@ -340,7 +340,7 @@ func (e *engine) checkLock(ctx context.Context) error {
 	if e.lockLost.Load() {
 		return fatalf("sink %s: lost the mirror's lock to another run", e.sink.Location())
 	}
-	if !e.sink.IsLocked() || e.opts.CheckLock == nil {
+	if !e.sink.Runs().IsLocked() || e.opts.CheckLock == nil {
 		return nil
 	}
 	if err := e.opts.CheckLock(ctx); err != nil {
