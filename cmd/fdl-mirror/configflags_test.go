@@ -49,7 +49,7 @@ func TestConfigRefusesFlagsItDoesNotRead(t *testing.T) {
 // config the operator runs.
 func TestSyncConfigRepairCopiesBackALostDataFile(t *testing.T) {
 	_, up, sink := layout(t)
-	g := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
+	g := genCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
 	cfg := filepath.Join(t.TempDir(), "fdl-mirror.yaml")
 	writeFile(t, cfg, "mirrors:\n  - name: m\n    source: "+up+"\n    sink: "+sink+"\n")
 	if res := run(t, "sync", "--config", cfg); res.code != 0 {

@@ -155,10 +155,15 @@ func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard co
 		job.Force = job.Force || over.force
 		job.Repair = job.Repair || over.repair
 		progress, done := newProgress(!jsonOut)
-		report, err := mirror.Run(ctx, job, log, progress)
+		runs := mirror.RunJob(ctx, job, log, progress)
 		done()
-		notifier.AfterRun(m, report)
-		code = max(code, finishSync(os.Stdout, job, report, err, jsonOut, log))
+		// A mirror of several sinks: a report, a notification and an exit
+		// code per sink, each naming it.
+		for _, r := range runs {
+			job.Sink = r.Sink
+			notifier.AfterRun(m, r.Report)
+			code = max(code, finishSync(os.Stdout, job, r.Report, r.Err, jsonOut, log))
+		}
 	}
 	return code
 }

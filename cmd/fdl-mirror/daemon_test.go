@@ -503,7 +503,7 @@ func TestSyncConfigGoesOnAfterAFailedMirror(t *testing.T) {
 	parent := t.TempDir()
 	bad := testMirror{"broken", filepath.Join(parent, "nothing-here"), filepath.Join(parent, "mirror-broken")}
 	good := testMirror{"good", filepath.Join(parent, "up-good"), filepath.Join(parent, "mirror-good")}
-	gen(t, good.up, generate.Options{Versions: 1})
+	genCopy(t, good.up, generate.Options{Versions: 1})
 	configPath := filepath.Join(parent, "fdl-mirror.yaml")
 	writeDaemonConfig(t, configPath, "127.0.0.1:0", bad, good)
 	res := run(t, "sync", "--config", configPath)

@@ -12,7 +12,7 @@ import (
 // writes nothing, and a local sink that does not exist stays missing.
 func TestSyncConfigDryRunWritesNothing(t *testing.T) {
 	_, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	cfg := filepath.Join(t.TempDir(), "fdl-mirror.yaml")
 	writeFile(t, cfg, "mirrors:\n  - name: m\n    source: "+up+"\n    sink: "+sink+"\n")
 	res := run(t, "sync", "--config", cfg, "--dry-run")

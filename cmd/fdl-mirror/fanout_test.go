@@ -113,3 +113,59 @@ func TestSyncToTwoSinksOneLockedNamesIt(t *testing.T) {
 		t.Errorf("the free sink's main is %q, want %s", got, repo.Versions[0])
 	}
 }
+
+// A configured mirror of two sinks: sync --config mirrors both in one run
+// that reads the upstream once, a report each; status --config compares
+// each; the daemon refuses the mirror, on its line, rather than run one
+// sink and leave the other unreported.
+func TestConfiguredMirrorOfTwoSinks(t *testing.T) {
+	parent, up, _ := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 2, FastParquet: true})
+	srv := testserver.HTTP(t, up)
+	a, b := filepath.Join(parent, "a"), filepath.Join(parent, "b")
+	configPath := filepath.Join(parent, "fdl-mirror.yaml")
+	writeFile(t, configPath, "mirrors:\n  - name: towns\n    source: "+srv.URL+"\n    schedule: \"@every 1h\"\n    sinks:\n      - "+a+"\n      - "+b+"\n")
+
+	res := run(t, "sync", "--config", configPath, "--json")
+	if res.code != 0 {
+		t.Fatalf("sync --config: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
+	}
+	dec := json.NewDecoder(strings.NewReader(res.stdout))
+	var sinks []string
+	for {
+		var rep struct {
+			Mirror string `json:"mirror"`
+			Sink   string `json:"sink"`
+		}
+		if err := dec.Decode(&rep); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("stdout is not a JSON object per sink: %v\n%s", err, res.stdout)
+		}
+		if rep.Mirror != "towns" {
+			t.Errorf("a report names the mirror %q", rep.Mirror)
+		}
+		sinks = append(sinks, rep.Sink)
+	}
+	if len(sinks) != 2 || sinks[0] != a || sinks[1] != b {
+		t.Errorf("reports name the sinks %v, want [%s %s]", sinks, a, b)
+	}
+	for _, dst := range []string{a, b} {
+		fdltest.AssertMirrored(t, up, dst, nil)
+	}
+	for _, f := range repo.DataFiles {
+		if n := srv.RequestsFor("/" + f); n != 1 {
+			t.Errorf("data file %s: %d requests upstream, want 1", f, n)
+		}
+	}
+
+	st := run(t, "status", "--config", configPath)
+	if st.code != 0 || !strings.Contains(st.stdout, "-> "+a+":") || !strings.Contains(st.stdout, "-> "+b+":") {
+		t.Errorf("status --config: exit %d, want 0 and a line per sink:\n%s%s", st.code, st.stdout, st.stderr)
+	}
+
+	check := run(t, "daemon", "--config", configPath, "--check")
+	if check.code != 2 || !strings.Contains(check.stderr, "fdl-mirror.yaml:2:") || !strings.Contains(check.stderr, "several sinks") {
+		t.Errorf("daemon --check: exit %d, want 2 and the mirror's line naming its sinks:\n%s%s", check.code, check.stdout, check.stderr)
+	}
+}

@@ -240,7 +240,7 @@ func TestPausedRunCannotMoveARefBackOverAnotherRunsWork(t *testing.T) {
 			for round := range rounds {
 				parent := t.TempDir()
 				up := filepath.Join(parent, "upstream")
-				gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
+				genCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
 				prefix := fmt.Sprintf("refs-%d", round)
 				sink, env, configA, configB := st.configs(t, parent, up, prefix)
 				if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {
@@ -437,7 +437,7 @@ func grepLines(s, sub string) string {
 // back and moves it.
 func TestRefMovesOnlyToAVersionWhoseFilesAreInTheMirror(t *testing.T) {
 	up, sink := filepath.Join(t.TempDir(), "upstream"), filepath.Join(t.TempDir(), "mirror")
-	g := gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
+	g := genCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
 	if res := run(t, "sync", up, sink); res.code != 0 {
 		t.Fatalf("sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}

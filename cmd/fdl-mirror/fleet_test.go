@@ -362,19 +362,22 @@ func TestLockSpansCatchTwoWritersAtOnce(t *testing.T) {
 	}
 }
 
-// Two daemons on one config for a minute while the upstream grows: every
-// mirror follows, no run fails, both replicas stay ready, and each sink
-// has one writer at a time. Both try every mirror at every tick (each
-// second), so they meet on the locks whenever there is something new.
+// Two daemons on one config for half a minute while the upstream grows:
+// every mirror follows, no run fails, both replicas stay ready, and each
+// sink has one writer at a time. Both try every mirror at every tick
+// (each second), so they meet on the locks whenever there is something
+// new: about ten upstream versions, each met by both replicas on three
+// mirrors. (A whole minute, as before, made twenty versions and the same
+// kinds of meetings, twice as many of each.)
 func TestTwoDaemonReplicasKeepEveryMirrorCurrentOneWriterAtATime(t *testing.T) {
 	if testing.Short() {
-		t.Skip("a minute of two daemons skipped in -short mode")
+		t.Skip("half a minute of two daemons skipped in -short mode")
 	}
-	// Mostly waits: the minute is fixed, and the daemons idle between
-	// the upstream's new versions.
+	// Mostly waits: the soak's length is fixed, and the daemons idle
+	// between the upstream's new versions.
 	t.Parallel()
 	parent := t.TempDir()
-	replicaSoak(t, parent, time.Minute, false, func(ups []string) []testMirror {
+	replicaSoak(t, parent, 30*time.Second, false, func(ups []string) []testMirror {
 		return []testMirror{
 			{"towns", ups[0], filepath.Join(parent, "mirror-towns")},
 			{"rivers", ups[0], filepath.Join(parent, "mirror-rivers")},
@@ -396,7 +399,11 @@ func TestTwoDaemonReplicasPruneObjectStoreMirrorsAndEndClean(t *testing.T) {
 	s3 := testserver.S3(t) // sets the environment: not parallel
 	gcs := testserver.GCS(t)
 	parent := t.TempDir()
-	replicaSoak(t, parent, 40*time.Second, true, func(ups []string) []testMirror {
+	// 24 s: some six upstream versions, two of them withdrawing a tag
+	// (the third and the sixth), each met by both replicas' syncs and
+	// prunes on both stores. (40 s made nine versions and three
+	// withdrawals: more of the same meetings.)
+	replicaSoak(t, parent, 24*time.Second, true, func(ups []string) []testMirror {
 		return []testMirror{
 			{"rivers", ups[0], s3.URL(s3.Bucket(t), "rivers")},
 			{"roads", ups[1], gcs.URL(gcs.Bucket(t), "roads")},
@@ -544,6 +551,9 @@ func replicaSoak(t *testing.T, parent string, runFor time.Duration, withdraw boo
 		added, withdrawn, runFor, success, locked, prunes, prunesLocked, writers)
 	if prunes == 0 {
 		t.Error("no prune ran: the test did not test prunes beside syncs")
+	}
+	if withdraw && withdrawn == 0 {
+		t.Error("no tag was withdrawn: the prunes had nothing to remove")
 	}
 	if locked == 0 {
 		t.Error("the daemons never met on a lock: the test did not test two writers")

@@ -97,7 +97,7 @@ func TestSyncAForgedAncestorDoesNotProveAForwardMove(t *testing.T) {
 // main stays.
 func TestSyncReplaysNeitherRefsNorUnconfirmedFilesFromTheUnsyncedRecord(t *testing.T) {
 	_, up, sink := layout(t)
-	g := gen(t, up, generate.Options{Versions: 2, FastParquet: true})
+	g := genCopy(t, up, generate.Options{Versions: 2, FastParquet: true})
 	if res := run(t, "sync", up, sink); res.code != 0 {
 		t.Fatalf("first sync: exit %d\n%s", res.code, res.stderr)
 	}

@@ -32,7 +32,7 @@ func TestTheRunAfterOneStoppedAmongItsRefsMendsRefsJSONFirst(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			parent := t.TempDir()
 			up := filepath.Join(parent, "upstream")
-			gen(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
+			genCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true})
 			const prefix = "mend"
 			sinkAddr, env, configA, configB := st.configs(t, parent, up, prefix)
 			if res := run(t, "sync", "--config", configB, "--mirror", "m"); res.code != 0 {

@@ -71,12 +71,17 @@ func cmdPrune(args []string) int {
 			return exitUsage
 		}
 		for _, m := range mirrors {
-			job := mirror.PruneJob(m)
-			job.DryRun, job.Now, job.NowUnsafe = *dryRun, *now, *nowUnsafe
-			if flagSet(fs.Visit, "max-delete") {
-				job.MaxDelete = *maxDelete
+			// A mirror of several sinks is pruned sink by sink, each
+			// under its own lock.
+			for _, sink := range m.AllSinks() {
+				job := mirror.PruneJob(m)
+				job.Sink = sink
+				job.DryRun, job.Now, job.NowUnsafe = *dryRun, *now, *nowUnsafe
+				if flagSet(fs.Visit, "max-delete") {
+					job.MaxDelete = *maxDelete
+				}
+				jobs = append(jobs, job)
 			}
-			jobs = append(jobs, job)
 		}
 	case *configPath != "":
 		fmt.Fprintln(os.Stderr, "fdl-mirror prune: --config takes no SOURCE or SINK")

@@ -28,7 +28,7 @@ func TestPruneKilledAtRandomMomentsLeavesEveryRefComplete(t *testing.T) {
 		t.Skip("crash test skipped in -short mode")
 	}
 	parent, up, pristine := layout(t)
-	r := newBranchedRepo(t, up, 1000, "b1", "b2", "b3", "b4")
+	r := makeBranchedRepo(t, up, 1000, "b1", "b2", "b3", "b4")
 	if res := run(t, "sync", "--log-level", "error", up, pristine); res.code != 0 {
 		t.Fatalf("sync: exit %d\n%s", res.code, res.stdout)
 	}

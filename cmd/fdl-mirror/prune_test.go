@@ -33,9 +33,10 @@ type branchedRepo struct {
 	only     map[string][]string // version → data files only it names
 }
 
-// newBranchedRepo generates the chain, then one side branch per name, each
-// with files data files of its own.
-func newBranchedRepo(t *testing.T, dir string, files int, branches ...string) *branchedRepo {
+// makeBranchedRepo generates the chain, then one side branch per name,
+// each with files data files of its own. Tests take a copy of one
+// generated once (newBranchedRepo).
+func makeBranchedRepo(t *testing.T, dir string, files int, branches ...string) *branchedRepo {
 	t.Helper()
 	opts := generate.Options{Versions: 3, FilesPerVersion: 2, RowsPerFile: 10, FastParquet: true, ExtraFiles: true}
 	g := gen(t, dir, opts)
@@ -366,7 +367,7 @@ func TestPruneRefusesMoreDeletionsThanMaxDelete(t *testing.T) {
 // refused until the flag raises it.
 func TestPruneDefaultMaxDeleteIsAThousand(t *testing.T) {
 	_, up, sink := layout(t)
-	r := newBranchedRepo(t, up, 1200, "big")
+	r := makeBranchedRepo(t, up, 1200, "big")
 	if res := run(t, "sync", "--log-level", "error", up, sink); res.code != 0 {
 		t.Fatalf("sync: exit %d\n%s", res.code, res.stdout)
 	}
@@ -687,7 +688,7 @@ func itoa(n int) string { return strconv.Itoa(n) }
 // A sink that does not exist is a usage error, and is not made.
 func TestPruneOfAMissingSinkIsAUsageError(t *testing.T) {
 	parent, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	res := run(t, "prune", up, sink)
 	if res.code != 2 || !strings.Contains(res.stderr, sink) {
 		t.Errorf("exit %d, want 2 naming %s\n%s%s", res.code, sink, res.stdout, res.stderr)

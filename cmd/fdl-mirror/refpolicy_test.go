@@ -31,7 +31,7 @@ func moveRef(t *testing.T, up, ref, id string) {
 
 func TestSyncRefusesARewoundBranchUnlessAllowed(t *testing.T) {
 	_, up, sink := layout(t)
-	g := gen(t, up, generate.Options{Versions: 3, FastParquet: true})
+	g := genCopy(t, up, generate.Options{Versions: 3, FastParquet: true})
 	if _, res := syncJSON(t, up, sink); res.code != 0 {
 		t.Fatalf("first sync exit %d: %s", res.code, res.stderr)
 	}

@@ -216,7 +216,7 @@ mirrors:
 // publishing nothing.
 func TestHTTPSUpstreamBehindAPrivateCA(t *testing.T) {
 	up := t.TempDir()
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	ca := testserver.NewCA(t)
 	srv := testserver.HTTPS(t, up, ca)
 	caFile := ca.WriteFile(t)

@@ -26,7 +26,7 @@ func refuseSink(t *testing.T, up, sink, why string) {
 // refuses the sink instead, and leaves data/ as it was.
 func TestSyncRefusesAMirrorFolderThatIsASymbolicLink(t *testing.T) {
 	_, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	if res := run(t, "sync", up, sink); res.code != 0 {
 		t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}
@@ -54,7 +54,7 @@ func TestSyncRefusesAMirrorFolderThatIsASymbolicLink(t *testing.T) {
 // The same for .fdl-mirror/tmp alone.
 func TestSyncRefusesATemporaryFolderThatIsASymbolicLink(t *testing.T) {
 	_, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	if res := run(t, "sync", up, sink); res.code != 0 {
 		t.Fatalf("first sync: exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}

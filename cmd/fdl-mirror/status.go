@@ -64,7 +64,11 @@ func cmdStatus(args []string) int {
 			return exitUsage
 		}
 		for _, m := range mirrors {
-			jobs = append(jobs, mirror.SyncJob(m))
+			for _, sink := range m.AllSinks() { // a status per sink
+				job := mirror.SyncJob(m)
+				job.Sink = sink
+				jobs = append(jobs, job)
+			}
 		}
 	case *configPath == "" && *onlyMirror == "" && len(pos) == 2:
 		headers, err := access.headers()

@@ -57,7 +57,7 @@ func refusal(t *testing.T, up, sink string, culprit ...string) result {
 // which file; --json carries the same refusal as the engine's report.
 func TestSyncExitsOneNamingWhatItRefused(t *testing.T) {
 	_, up, sink := layout(t)
-	repo := gen(t, up, generate.Options{Versions: 2})
+	repo := genCopy(t, up, generate.Options{Versions: 2})
 	bad := repo.Versions[1]
 	fdltest.Append(t, filepath.Join(up, "versions", bad, "ducklake.duckdb"), []byte{0})
 	res := refusal(t, up, sink, bad, "sha256 mismatch")
@@ -74,7 +74,7 @@ func TestSyncExitsOneNamingWhatItRefused(t *testing.T) {
 // too, naming why, and writes nothing.
 func TestSyncExitsOneWhenTheRunStops(t *testing.T) {
 	_, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	other := `{"fdl": "0.1", "id": "0190aaaa-0000-7000-8000-000000000000"}`
 	writeFile(t, filepath.Join(sink, "fdl.json"), other)
 	refusal(t, up, sink, "another repository", "0190aaaa-0000-7000-8000-000000000000")
@@ -85,7 +85,7 @@ func TestSyncExitsOneWhenTheRunStops(t *testing.T) {
 
 func TestSyncDryRunWritesNothing(t *testing.T) {
 	parent, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 2})
+	genCopy(t, up, generate.Options{Versions: 2})
 	res := run(t, "sync", "--dry-run", up, sink)
 	if res.code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.code, res.stdout, res.stderr)
@@ -130,7 +130,7 @@ func TestVerifyFindsAChangedCatalogAndATruncatedDataFile(t *testing.T) {
 
 func TestSyncTakesFileURLs(t *testing.T) {
 	_, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	if res := run(t, "sync", "file://"+up, "file://"+sink); res.code != 0 {
 		t.Fatalf("exit %d\n%s%s", res.code, res.stdout, res.stderr)
 	}

@@ -438,7 +438,7 @@ func TestTriggersDuringARunLeadToOneMoreRun(t *testing.T) {
 func TestAReceiverThatNeverAnswersDelaysNoSync(t *testing.T) {
 	parent := t.TempDir()
 	m := testMirror{"towns", filepath.Join(parent, "upstream"), filepath.Join(parent, "mirror")}
-	repo := gen(t, m.up, generate.Options{Versions: 1})
+	repo := genCopy(t, m.up, generate.Options{Versions: 1})
 	hold := make(chan struct{})
 	var held atomic.Int32
 	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -71,7 +71,7 @@ func TestSyncWarnsOnceThatTheRepositorysSignersDiffer(t *testing.T) {
 
 func TestSyncRejectsAnUnparsableTrustedSignersFileAsUsage(t *testing.T) {
 	_, up, sink := layout(t)
-	gen(t, up, generate.Options{Versions: 1})
+	genCopy(t, up, generate.Options{Versions: 1})
 	bad := filepath.Join(t.TempDir(), "allowed_signers")
 	os.WriteFile(bad, []byte("# ok\nalice@example.org not-a-key-type AAAA\n"), 0o644)
 	res := run(t, "sync", "--trusted-signers", bad, up, sink)
@@ -86,7 +86,7 @@ func TestSyncRejectsAnUnparsableTrustedSignersFileAsUsage(t *testing.T) {
 func TestVerifyRefusesUnsignedVersionsWhenSignaturesAreRequired(t *testing.T) {
 	_, up, sink := layout(t)
 	key := newKey(t, "ed25519", "publisher@example.org")
-	repo := gen(t, up, generate.Options{Versions: 1})
+	repo := genCopy(t, up, generate.Options{Versions: 1})
 	if res := run(t, "sync", up, sink); res.code != 0 {
 		t.Fatalf("sync: exit %d", res.code)
 	}

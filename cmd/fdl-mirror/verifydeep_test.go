@@ -76,7 +76,7 @@ func TestVerifyDeepNamesEveryDamagedDataFile(t *testing.T) {
 // one, judged by its header whatever its name.
 func TestVerifyReportsACatalogAtTheRoot(t *testing.T) {
 	_, up, _ := layout(t)
-	r := gen(t, up, generate.Options{Versions: 1, FastParquet: true})
+	r := genCopy(t, up, generate.Options{Versions: 1, FastParquet: true})
 	cat, err := os.ReadFile(filepath.Join(up, "versions", r.Versions[0], "ducklake.duckdb"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,16 +18,41 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 )
 
-// generatedCatalog generates a one-version repository and returns its
-// catalog after running stmts on it, as a hostile publisher would.
+// oneVersion is the one-version repository every generatedCatalog starts
+// from, generated once per test process: some thirty tests each took
+// DuckDB's time to write it again. TestMain removes it.
+var oneVersion struct {
+	sync.Mutex
+	dir, version string
+}
+
+// generatedCatalog copies a generated one-version repository and returns
+// its catalog after running stmts on it, as a hostile publisher would.
 func generatedCatalog(t *testing.T, stmts ...string) string {
 	t.Helper()
-	dir := t.TempDir()
-	r, err := generate.Generate(context.Background(), dir, generate.Options{Versions: 1, FilesPerVersion: 2, FastParquet: true})
-	if err != nil {
+	oneVersion.Lock()
+	if oneVersion.dir == "" {
+		parent, err := os.MkdirTemp("", "catalog-test-template-")
+		if err != nil {
+			oneVersion.Unlock()
+			t.Fatal(err)
+		}
+		dir := filepath.Join(parent, "repo")
+		r, err := generate.Generate(context.Background(), dir, generate.Options{Versions: 1, FilesPerVersion: 2, FastParquet: true})
+		if err != nil {
+			os.RemoveAll(parent)
+			oneVersion.Unlock()
+			t.Fatal(err)
+		}
+		oneVersion.dir, oneVersion.version = dir, r.Versions[0]
+	}
+	src, version := oneVersion.dir, oneVersion.version
+	oneVersion.Unlock()
+	dir := filepath.Join(t.TempDir(), "repo")
+	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
-	p := filepath.Join(dir, "versions", r.Versions[0], "ducklake.duckdb")
+	p := filepath.Join(dir, "versions", version, "ducklake.duckdb")
 	runSQL(t, "duckdb", p, append(stmts, "CHECKPOINT")...)
 	return p
 }

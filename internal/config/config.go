@@ -71,6 +71,11 @@ type Mirror struct {
 	Name   string
 	Source string
 	Sink   string
+	// Sinks are the mirror's sinks where the config names them with
+	// `sinks:` (a fan-out: one run reads the upstream once for all of
+	// them, see internal/mirror's RunSinks); Sink is then the first. nil
+	// for a mirror of one `sink:`. AllSinks gives either.
+	Sinks []string
 	// Schedule is a robfig/cron/v3 spec: five fields or a descriptor such as
 	// "@every 10m" or "@hourly". "" means the daemon does not run this mirror;
 	// `sync --config` still can.
@@ -401,15 +406,73 @@ func (p *parser) mirrors(v *yaml.Node, cfg *Config) {
 func (p *parser) checkNestedSinks(mirrors []Mirror) {
 	for j, inner := range mirrors {
 		for _, outer := range mirrors[:j] {
-			if inner.Sink == "" || outer.Sink == "" {
-				continue
-			}
-			if within(inner.Sink, outer.Sink) || within(outer.Sink, inner.Sink) {
-				p.addf(inner.Line, "mirrors[%d] %q: its sink %q and the sink %q of mirror %q (line %d) nest: one mirror's cleanup would reach into the other's files; give each its own folder or prefix",
-					j, inner.Name, redact.URL(inner.Sink), redact.URL(outer.Sink), outer.Name, outer.Line)
+			for _, in := range inner.AllSinks() {
+				for _, out := range outer.AllSinks() {
+					if in == "" || out == "" {
+						continue
+					}
+					if within(in, out) || within(out, in) {
+						p.addf(inner.Line, "mirrors[%d] %q: its sink %q and the sink %q of mirror %q (line %d) nest: one mirror's cleanup would reach into the other's files; give each its own folder or prefix",
+							j, inner.Name, redact.URL(in), redact.URL(out), outer.Name, outer.Line)
+					}
+				}
 			}
 		}
 	}
+}
+
+// sinks reads a mirror's `sinks:`, a list of sink addresses, each checked
+// as `sink:` is; the line of each, for later problems.
+func (p *parser) sinks(v *yaml.Node, where string) ([]string, []int) {
+	if v.Kind != yaml.SequenceNode {
+		p.addf(v.Line, "%s: must be a list of sink addresses, not %s", where, kindName(v))
+		return nil, nil
+	}
+	var out []string
+	var lines []int
+	for i, item := range v.Content {
+		at := fmt.Sprintf("%s[%d]", where, i)
+		s, ok := p.scalar(item, at)
+		if !ok {
+			continue
+		}
+		if s == "" {
+			p.addf(item.Line, "%s: empty", at)
+			continue
+		}
+		p.checkAddress(item, at, s, true)
+		out = append(out, s)
+		lines = append(lines, item.Line)
+	}
+	return out, lines
+}
+
+// checkSinks refuses a `sinks:` list that is empty, names a sink twice or
+// one inside another, or names the source: each sink takes its own lock
+// and cleans up what it takes for its own.
+func (p *parser) checkSinks(m Mirror, v *yaml.Node, lines []int, where string) {
+	if v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+		p.addf(v.Line, "%s: sinks: empty", where)
+	}
+	for j, s := range m.Sinks {
+		if m.Source != "" && s == m.Source {
+			p.addf(lines[j], "%s: sinks[%d] is the source", where, j)
+		}
+		for i, before := range m.Sinks[:j] {
+			if within(s, before) || within(before, s) {
+				p.addf(lines[j], "%s: sinks[%d] %q and sinks[%d] %q are one folder or nest: each sink's cleanup would reach into the other's files",
+					where, j, redact.URL(s), i, redact.URL(before))
+			}
+		}
+	}
+}
+
+// AllSinks is the mirror's sinks: Sinks, or its one Sink.
+func (m Mirror) AllSinks() []string {
+	if len(m.Sinks) > 0 {
+		return m.Sinks
+	}
+	return []string{m.Sink}
 }
 
 // within says whether the sink at inner is the one at outer or lies under
@@ -433,7 +496,8 @@ func endpointOf(addr string) string {
 
 func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 	m := Mirror{Line: n.Line}
-	var nameNode, sourceNode, sinkNode, signersNode, requireNode *yaml.Node
+	var nameNode, sourceNode, sinkNode, sinksNode, signersNode, requireNode *yaml.Node
+	var sinkLines []int // of each of Sinks
 	var graceLine int
 	// expanded is false where a value was already reported as unusable, so
 	// that it is not reported a second time as missing.
@@ -460,6 +524,9 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 			if m.Sink != "" {
 				p.checkAddress(v, where+".sink", m.Sink, true)
 			}
+		case "sinks":
+			sinksNode = v
+			m.Sinks, sinkLines = p.sinks(v, where+".sinks")
 		case "schedule":
 			m.Schedule = p.str(v, where+".schedule")
 			if m.Schedule != "" {
@@ -640,11 +707,19 @@ func (p *parser) mirror(n *yaml.Node, where string) Mirror {
 	} else if m.Source == "" && expanded["source"] {
 		p.addf(sourceNode.Line, "%s: source: empty", where)
 	}
-	if sinkNode == nil {
+	switch {
+	case sinksNode != nil && sinkNode != nil:
+		p.addf(sinksNode.Line, "%s: both sink and sinks; name the sinks in one of them", where)
+	case sinksNode != nil:
+		p.checkSinks(m, sinksNode, sinkLines, where)
+		if len(m.Sinks) > 0 {
+			m.Sink = m.Sinks[0]
+		}
+	case sinkNode == nil:
 		p.addf(n.Line, "%s: no sink", where)
-	} else if m.Sink == "" && expanded["sink"] {
+	case m.Sink == "" && expanded["sink"]:
 		p.addf(sinkNode.Line, "%s: sink: empty", where)
-	} else if m.Source != "" && m.Source == m.Sink {
+	case m.Source != "" && m.Source == m.Sink:
 		p.addf(sinkNode.Line, "%s: sink is the source", where)
 	}
 	if m.TrustedSigners != "" {

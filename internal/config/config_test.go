@@ -154,6 +154,9 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	// an example fails here. force is documented at its default (false):
 	// an example should not show a sink taking any source. So is repair:
 	// the example scrubs weekly instead of at every run.
+	if !strings.Contains(string(data), "    # sinks: ") {
+		t.Error("the example does not document sinks")
+	}
 	if !strings.Contains(string(data), "    force: false\n") {
 		t.Error("the example does not document force: false")
 	}
@@ -165,7 +168,9 @@ func TestExampleConfigParsesAndSetsEveryKey(t *testing.T) {
 	}
 	v := reflect.ValueOf(towns)
 	for i := 0; i < v.NumField(); i++ {
-		if name := v.Type().Field(i).Name; name == "Force" || name == "HTTPAllowInsecureAuth" || name == "Repair" {
+		// Sinks is in a comment: the first mirror shows one sink, as the
+		// daemon runs only those (TestSinksListsSeveralSinks).
+		if name := v.Type().Field(i).Name; name == "Force" || name == "HTTPAllowInsecureAuth" || name == "Repair" || name == "Sinks" {
 			continue
 		}
 		if v.Field(i).IsZero() {
@@ -640,4 +645,60 @@ func TestNestedSinksAreRefusedNamingBoth(t *testing.T) {
 			t.Errorf("sinks %s and %s: %v", tc.a, tc.b, err)
 		}
 	}
+}
+
+// sinks: names a mirror's several sinks; the first is its Sink, for what
+// takes one.
+func TestSinksListsSeveralSinks(t *testing.T) {
+	cfg, err := Parse([]byte("mirrors:\n  - name: towns\n    source: /up\n    sinks: [/srv/a, \"s3://b/towns/\"]\n"), "test.yaml", env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := cfg.Mirrors[0]
+	if !reflect.DeepEqual(m.Sinks, []string{"/srv/a", "s3://b/towns/"}) || m.Sink != "/srv/a" || !reflect.DeepEqual(m.AllSinks(), m.Sinks) {
+		t.Errorf("sinks %v, sink %q, all %v", m.Sinks, m.Sink, m.AllSinks())
+	}
+	one := Mirror{Sink: "/srv/a"}
+	if !reflect.DeepEqual(one.AllSinks(), []string{"/srv/a"}) {
+		t.Errorf("a mirror of one sink: %v", one.AllSinks())
+	}
+}
+
+// A sinks: list that cannot be mirrored is a problem on its line, naming
+// the rule: beside sink:, empty, not a list, a sink twice or nested, the
+// source itself, an HTTP sink; every problem listed at once.
+func TestSinksProblemsHaveTheirLines(t *testing.T) {
+	text := `mirrors:
+  - name: both
+    source: /u1
+    sink: /srv/both
+    sinks: [/srv/both2]
+  - name: empty
+    source: /u2
+    sinks: []
+  - name: scalar
+    source: /u3
+    sinks: /srv/one
+  - name: twice
+    source: /u4
+    sinks:
+      - /srv/t
+      - /srv/t/inner
+      - /u4
+      - https://example.org/x/
+`
+	ps := problems(t, text, nil)
+	wantProblem(t, ps, 5, `mirror "both"`, "both sink and sinks")
+	wantProblem(t, ps, 8, `mirror "empty"`, "sinks: empty")
+	wantProblem(t, ps, 11, "sinks", "must be a list")
+	wantProblem(t, ps, 16, `mirror "twice"`, "sinks[1]", "sinks[0]", "nest")
+	wantProblem(t, ps, 17, `mirror "twice"`, "sinks[2] is the source")
+	wantProblem(t, ps, 18, "sinks[3]", "HTTP(S) can only be a source")
+}
+
+// A sink of one mirror's sinks: list nesting another mirror's sink is
+// refused as two mirrors' sinks are.
+func TestSinksNestingAnotherMirrorsSinkAreRefused(t *testing.T) {
+	text := "mirrors:\n  - name: outer\n    source: /u1\n    sink: /srv/m\n  - name: inner\n    source: /u2\n    sinks: [/srv/other, /srv/m/x]\n"
+	wantProblem(t, problems(t, text, nil), 5, `"inner"`, `"outer"`, "/srv/m/x", "nest")
 }

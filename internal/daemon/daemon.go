@@ -214,6 +214,12 @@ func load(path string, shard config.Shard) (*config.Config, error) {
 			ps = append(ps, config.Problem{File: path, Line: m.Line,
 				Msg: fmt.Sprintf("mirror %q: no schedule; the daemon needs one for every mirror (sync --config runs mirrors without)", m.Name)})
 		}
+		if len(m.Sinks) > 1 {
+			// Not yet: the daemon's status, metrics and scrubs are per
+			// mirror; a second sink would go unrun and unreported.
+			ps = append(ps, config.Problem{File: path, Line: m.Line,
+				Msg: fmt.Sprintf("mirror %q: sinks: the daemon does not run a mirror of several sinks yet (sync --config, status --config and prune --config do); give each sink a mirror of its own", m.Name)})
+		}
 	}
 	if len(ps) > 0 {
 		return nil, ps

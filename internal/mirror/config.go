@@ -21,6 +21,7 @@ func SyncJob(m config.Mirror) Job {
 		Name:                  m.Name,
 		Source:                m.Source,
 		Sink:                  m.Sink,
+		Sinks:                 m.Sinks,
 		HTTPHeaders:           m.HTTPHeaders,
 		HTTPAllowRedirects:    m.HTTPAllowRedirects,
 		HTTPAllowInsecureAuth: m.HTTPAllowInsecureAuth,
@@ -43,7 +44,9 @@ func SyncJob(m config.Mirror) Job {
 }
 
 // PruneJob is the prune of a configured mirror: its stores reached as its
-// syncs reach them, its catalogs read under the same limits.
+// syncs reach them, its catalogs read under the same limits. A mirror of
+// several sinks is pruned sink by sink: the caller sets Sink to each of
+// m.AllSinks() in turn.
 func PruneJob(m config.Mirror) prune.Job {
 	return prune.Job{
 		Name:                  m.Name,

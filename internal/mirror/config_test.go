@@ -20,6 +20,7 @@ var configToJob = map[string]carried{
 	"Name":                  both("Name"),
 	"Source":                both("Source"),
 	"Sink":                  both("Sink"),
+	"Sinks":                 {sync: "Sinks"}, // a prune runs per sink, its Sink set to each (cmd/fdl-mirror)
 	"HTTPHeaders":           both("HTTPHeaders"),
 	"HTTPAllowRedirects":    both("HTTPAllowRedirects"),
 	"HTTPAllowInsecureAuth": both("HTTPAllowInsecureAuth"),

@@ -36,8 +36,11 @@ import (
 
 // Job is one mirror as the command line or the config gives it.
 type Job struct {
-	Name               string // for logs and metrics; "" for a plain CLI sync
-	Source, Sink       string // addresses
+	Name         string // for logs and metrics; "" for a plain CLI sync
+	Source, Sink string // addresses
+	// Sinks are the sinks of a mirror the config gives several (Sink is
+	// then the first): RunJob runs them all with RunSinks. nil otherwise.
+	Sinks              []string
 	HTTPHeaders        []string
 	TrustedSigners     string // allowed_signers path; "" checks no signatures
 	RequireSignatures  bool
@@ -96,6 +99,16 @@ func (j Job) Policy() (*verify.Policy, error) {
 func Run(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error) {
 	r := RunSinks(ctx, job, []string{job.Sink}, log, progress)[0]
 	return r.Report, r.Err
+}
+
+// RunJob runs a job to each of its sinks: Sinks where it has them (a
+// fan-out, RunSinks), else Sink.
+func RunJob(ctx context.Context, job Job, log *zap.Logger, progress func(files, bytes int64)) []SinkRun {
+	sinks := job.Sinks
+	if len(sinks) == 0 {
+		sinks = []string{job.Sink}
+	}
+	return RunSinks(ctx, job, sinks, log, progress)
 }
 
 // SinkRun is one sink's part of a run: its report (nil where it never

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
@@ -23,29 +24,36 @@ func withdrawnBranch(t *testing.T) (up, mirror *local.Local, branchVersion strin
 	ctx := context.Background()
 	parent := t.TempDir()
 	upDir, mirrorDir := filepath.Join(parent, "up"), filepath.Join(parent, "mirror")
-	opts := generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 5, FastParquet: true}
-	g, err := generate.Generate(ctx, upDir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := generate.AddVersion(ctx, upDir, 2, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A copy of the repository generated once for every test here.
+	type generated struct{ main, side string }
+	gen := fdltest.FromTemplate(t, "prune: main and a side version", upDir, func(dir string) generated {
+		opts := generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 5, FastParquet: true}
+		g, err := generate.Generate(ctx, dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := generate.AddVersion(ctx, dir, 2, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return generated{g.Versions[1], id}
+	}, func(g generated, _ string) generated { return g })
+	id := gen.side
 	write := func(name, content string) {
 		if err := os.WriteFile(filepath.Join(upDir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
 	write("refs/heads/side", id+"\n")
-	write("refs/heads/main", g.Versions[1]+"\n")
-	write("refs.json", string(repo.RefsJSON(repo.Refs{"refs/heads/main": g.Versions[1], "refs/heads/side": id})))
+	write("refs/heads/main", gen.main+"\n")
+	write("refs.json", string(repo.RefsJSON(repo.Refs{"refs/heads/main": gen.main, "refs/heads/side": id})))
 	if err := os.CopyFS(mirrorDir, os.DirFS(upDir)); err != nil {
 		t.Fatal(err)
 	}
 	os.Remove(filepath.Join(upDir, "refs/heads/side"))
 	os.RemoveAll(filepath.Join(upDir, "versions", id))
-	write("refs.json", string(repo.RefsJSON(repo.Refs{"refs/heads/main": g.Versions[1]})))
+	write("refs.json", string(repo.RefsJSON(repo.Refs{"refs/heads/main": gen.main})))
+	var err error
 	if up, err = local.Open(upDir); err != nil {
 		t.Fatal(err)
 	}

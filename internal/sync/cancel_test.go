@@ -11,6 +11,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
@@ -50,10 +51,9 @@ func (h *holdOpen) Unwrap() backend.Reader { return h.Backend }
 func TestStoppedRunPublishesNoChildOfAnUnfinishedParent(t *testing.T) {
 	for attempt := range 6 {
 		up := filepath.Join(t.TempDir(), "up")
-		g, err := generate.Generate(context.Background(), up, generate.Options{Versions: 2, FilesPerVersion: 40, ExtraFiles: true, FastParquet: true})
-		if err != nil {
-			t.Fatal(err)
-		}
+		// Every attempt stops a run over the same upstream: a copy of
+		// one generated once.
+		g := fdltest.GenerateCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 40, ExtraFiles: true, FastParquet: true})
 		parent, child := g.Versions[0], g.Versions[1]
 		src := &holdOpen{Backend: mustOpen(t, up).(backend.Backend), name: repo.VersionFile(parent, "files.json"),
 			slow: repo.VersionFile(child, "files.json"), reached: make(chan struct{})}

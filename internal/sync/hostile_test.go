@@ -49,7 +49,7 @@ func TestHostileCatalogIsRefusedAndTheOtherRefsMirrored(t *testing.T) {
 				t.Skip("-short: 300,000 catalog rows; TestCatalogPastALimitIsRefused keeps the limit's refusal")
 			}
 			parent, up, mirror := fdltest.Layout(t)
-			r := fdltest.Generate(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, FastParquet: true})
+			r := fdltest.GenerateCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, FastParquet: true})
 			good, evil := r.Versions[0], r.Versions[1]
 			fdltest.WriteFile(t, filepath.Join(up, "refs", "heads", "good"), good+"\n")
 			fdltest.RewriteCatalog(t, up, evil, strings.Join(tc.stmts, "; "))
@@ -91,7 +91,7 @@ func TestHostileCatalogIsRefusedAndTheOtherRefsMirrored(t *testing.T) {
 // the other refs of the run are mirrored, and the run itself goes on.
 func TestCatalogThatCrashesItsReaderIsRefusedAndTheOtherRefsMirrored(t *testing.T) {
 	parent, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, FastParquet: true})
+	r := fdltest.GenerateCopy(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, FastParquet: true})
 	good, evil := r.Versions[0], r.Versions[1]
 	fdltest.WriteFile(t, filepath.Join(up, "refs", "heads", "good"), good+"\n")
 	fdltest.ReplaceCatalog(t, up, evil, fdltest.CrashingCatalog(t))
@@ -152,7 +152,7 @@ func TestCatalogPastALimitIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, up, mirror := fdltest.Layout(t)
-			r := fdltest.Generate(t, up, generate.Options{Versions: 1, FilesPerVersion: 4, FastParquet: true})
+			r := fdltest.GenerateCopy(t, up, generate.Options{Versions: 1, FilesPerVersion: 4, FastParquet: true})
 			src := up
 			if tc.http {
 				src = testserver.HTTP(t, up).URL
@@ -190,7 +190,7 @@ func TestFIFOUpstreamIsRefusedNotWaitedOn(t *testing.T) {
 	} {
 		t.Run(tc.what, func(t *testing.T) {
 			parent, up, mirror := fdltest.Layout(t)
-			r := fdltest.Generate(t, up, generate.Options{Versions: 1, FilesPerVersion: 3, FastParquet: true})
+			r := fdltest.GenerateCopy(t, up, generate.Options{Versions: 1, FilesPerVersion: 3, FastParquet: true})
 			name := tc.plant(r)
 			path := filepath.Join(up, filepath.FromSlash(name))
 			if err := os.Remove(path); err != nil {

@@ -104,7 +104,7 @@ func TestRunFollowsANewUpstreamVersion(t *testing.T) {
 
 func TestDryRunPlansAndWritesNothing(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
+	fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 2})
 	rep := mustRun(t, up, mirror, fdlsync.Options{DryRun: true})
 	if !rep.OK() || !rep.DryRun {
 		t.Fatalf("dry run: refused %+v, dry_run %v", rep.Refused, rep.DryRun)
@@ -122,7 +122,7 @@ func TestDryRunPlansAndWritesNothing(t *testing.T) {
 // nothing else.
 func TestExpiredMarkerAddedToAMirroredVersionIsCopied(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 2})
 	if rep := mustRun(t, up, mirror, fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("first run refused: %+v", rep.Refused)
 	}
@@ -174,7 +174,7 @@ func TestReportComparesEveryRef(t *testing.T) {
 // through must not have a longer name than the file itself.
 func TestDataFileNamedNearTheFileSystemLimitIsMirrored(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
 	old := r.DataFiles[0]
 	long := strings.Repeat("x", 245) + ".parquet"
 	if len(long) != 253 {
@@ -204,7 +204,7 @@ func TestDataFileNamedNearTheFileSystemLimitIsMirrored(t *testing.T) {
 // reading, catalogs/<version>.duckdb.
 func TestRunOverHTTPFetchesTheSpecsCatalogFormats(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 2})
 	fdltest.EditJSON(t, filepath.Join(up, "fdl.json"), func(doc map[string]any) {
 		doc["catalog_formats"] = []map[string]string{{"ducklake": "1.1"}, {"ducklake": "1.0", "until": "2027-03-31"}}
 	})

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/powercut"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
@@ -24,17 +25,17 @@ import (
 // no bytes, no name), run again, and check the mirror with verify --deep
 // and byte for byte against upstream.
 
-// cutRun generates a repository and mirrors it into a local folder whose
-// power goes after cutAt writes made without an fsync; it returns the
-// folders and what the cut did.
+// cutRun copies a generated repository and mirrors it into a local
+// folder whose power goes after cutAt writes made without an fsync; it
+// returns the folders and what the cut did.
 func cutRun(t *testing.T, cutAt int, ways ...string) (up, mirror string, damage powercut.Damage) {
 	t.Helper()
 	up, mirror = filepath.Join(t.TempDir(), "up"), filepath.Join(t.TempDir(), "mirror")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if _, err := generate.Generate(ctx, up, generate.Options{Versions: 4, FilesPerVersion: 6, FastParquet: true}); err != nil {
-		t.Fatal(err)
-	}
+	// Every cut of both tests mirrors the same upstream: a copy of one
+	// generated once.
+	fdltest.GenerateCopy(t, up, generate.Options{Versions: 4, FilesPerVersion: 6, FastParquet: true})
 	src, err := local.Open(up)
 	if err != nil {
 		t.Fatal(err)

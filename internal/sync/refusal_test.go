@@ -53,7 +53,7 @@ func assertFatal(t *testing.T, rep *fdlsync.Report, err error, culprit ...string
 
 func TestRefWhoseContentClimbsOutIsRefused(t *testing.T) {
 	parent, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	fdltest.WriteFile(t, filepath.Join(up, "refs/heads/evil"), "../../../escaped\n")
 	rep := mustRun(t, up, mirror, fdlsync.Options{})
 	assertRefused(t, rep, fdlsync.ReasonBadRef, "refs/heads/evil", "version ID")
@@ -70,7 +70,7 @@ func TestRefWhoseContentClimbsOutIsRefused(t *testing.T) {
 
 func TestVersionIDOfTwoSegmentsIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	fdltest.WriteFile(t, filepath.Join(up, "refs/heads/two"), r.Versions[0]+"/x\n")
 	rep := mustRun(t, up, mirror, fdlsync.Options{})
 	assertRefused(t, rep, fdlsync.ReasonBadRef, "refs/heads/two", "one path segment")
@@ -81,7 +81,7 @@ func TestVersionIDOfTwoSegmentsIsRefused(t *testing.T) {
 
 func TestUnknownMajorVersionStopsTheRun(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	fdltest.WriteFile(t, filepath.Join(up, "fdl.json"), `{"fdl": "1.0", "id": "x"}`)
 	rep, err := runLocal(t, up, mirror, fdlsync.Options{})
 	assertFatal(t, rep, err, "fdl.json", "unknown major spec version")
@@ -92,7 +92,7 @@ func TestUnknownMajorVersionStopsTheRun(t *testing.T) {
 
 func TestSinkHoldingAnotherRepositoryStopsTheRun(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	other := `{"fdl": "0.1", "id": "0190aaaa-0000-7000-8000-000000000000"}`
 	fdltest.WriteFile(t, filepath.Join(mirror, "fdl.json"), other)
 	rep, err := runLocal(t, up, mirror, fdlsync.Options{})
@@ -120,7 +120,7 @@ func TestTagNeverMoves(t *testing.T) {
 
 func TestCatalogNotMatchingItsSHA256IsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 2})
 	bad := r.Versions[1]
 	fdltest.Append(t, filepath.Join(up, "versions", bad, "ducklake.duckdb"), []byte{0})
 	rep := mustRun(t, up, mirror, fdlsync.Options{})
@@ -138,7 +138,7 @@ func TestCatalogNotMatchingItsSHA256IsRefused(t *testing.T) {
 
 func TestMissingDataFileIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
 	victim := r.DataFiles[0]
 	if err := os.Remove(filepath.Join(up, victim)); err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func TestMissingDataFileIsRefused(t *testing.T) {
 
 func TestDataFileOfTheWrongSizeIsRefused(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
 	victim := r.DataFiles[0]
 	fdltest.Append(t, filepath.Join(up, victim), []byte("extra"))
 	rep := mustRun(t, up, mirror, fdlsync.Options{})
@@ -166,7 +166,7 @@ func TestDataFileOfTheWrongSizeIsRefused(t *testing.T) {
 
 func TestDataDirLeavingTheRootStopsTheRun(t *testing.T) {
 	parent, up, mirror := fdltest.Layout(t)
-	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	fdltest.WriteFile(t, filepath.Join(up, "fdl.json"), `{"fdl": "0.1", "id": "x", "data_dir": "../outside/"}`)
 	rep, err := runLocal(t, up, mirror, fdlsync.Options{})
 	assertFatal(t, rep, err, "data_dir", "../outside/")
@@ -185,7 +185,7 @@ func TestCatalogPathOutsideItsDataPathIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent, up, mirror := fdltest.Layout(t)
-			r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+			r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 			rel := "true"
 			if strings.HasPrefix(tc.path, "/") {
 				rel = "false"
@@ -229,7 +229,7 @@ func TestMalformedJSONIsRefused(t *testing.T) {
 // reported and left alone: never overwritten.
 func TestImmutableFileOfAnotherSizeIsNeverOverwritten(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1, FilesPerVersion: 2})
 	planted := filepath.Join(mirror, filepath.FromSlash(r.DataFiles[0]))
 	fdltest.WriteFile(t, planted, "not the upstream bytes")
 	rep := mustRun(t, up, mirror, fdlsync.Options{})
@@ -265,7 +265,7 @@ func TestCycleOfVersionsIsRefused(t *testing.T) {
 // it; the other versions and refs of the run are still mirrored.
 func TestSinkWriteThatFailsIsRefusedAsCopyFailed(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 2})
 	good, blocked := r.Versions[0], r.Versions[1]
 	fdltest.WriteFile(t, filepath.Join(up, "refs/heads/good"), good+"\n")
 	fdltest.WriteFile(t, filepath.Join(mirror, "versions", blocked), "in the way")

@@ -106,7 +106,7 @@ func TestS3SinkHoldingAnotherRepositoryStopsTheRun(t *testing.T) {
 // nothing is written outside the sink.
 func TestHostileRefsJSONOverHTTPIsRefused(t *testing.T) {
 	parent, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	fdltest.WriteFile(t, filepath.Join(up, "refs.json"),
 		`{"refs/heads/main": "`+r.Versions[0]+`", "refs/heads/../../../../escaped": "`+r.Versions[0]+`", "refs/tags/x": "../../v"}`)
 	web := testserver.HTTP(t, up)
@@ -183,7 +183,7 @@ func TestDamagedTransfersAreNotPublished(t *testing.T) {
 	for _, store := range []string{"s3", "gcs"} {
 		t.Run(store, func(t *testing.T) {
 			_, up, mirror := fdltest.Layout(t)
-			fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 4})
+			fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 4})
 			var upstream string
 			var proxy *testserver.FaultProxy
 			if store == "s3" {
@@ -297,7 +297,7 @@ func TestRunThatCannotCompletePublishesNoIncompleteVersion(t *testing.T) {
 func TestS3SinkStoresCatalogsWithTheRecordsSHA256(t *testing.T) {
 	srv := testserver.S3(t)
 	_, up, _ := fdltest.Layout(t)
-	g := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 2})
+	g := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 2, FilesPerVersion: 2})
 	bucket := srv.Bucket(t)
 	rep, err := syncAddr(t, up, srv.URL(bucket, "mirror"), fdlsync.Options{})
 	if err != nil || !rep.OK() {

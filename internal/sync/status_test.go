@@ -22,7 +22,7 @@ import (
 // beside them is current.
 func TestStatusRefusesTheRefsSyncRefuses(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
-	r := fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	r := fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	fdltest.WriteFile(t, filepath.Join(up, "refs/heads/evil"), "../../../escaped\n")
 	fdltest.WriteFile(t, filepath.Join(up, "refs/heads/two"), r.Versions[0]+"/x\n")
 	fdltest.WriteFile(t, filepath.Join(up, "refs/heads/Upper"), r.Versions[0]+"\n")

@@ -73,7 +73,7 @@ func assertSignatureRefused(t *testing.T, rep *fdlsync.Report, mirror, why strin
 func TestUnsignedVersionIsRefusedWhenSignaturesAreRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
-	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), true, ""), fdlsync.Options{})
 	assertSignatureRefused(t, rep, mirror, "no signature")
 }
@@ -81,7 +81,7 @@ func TestUnsignedVersionIsRefusedWhenSignaturesAreRequired(t *testing.T) {
 func TestUnsignedVersionPassesWhenSignaturesAreNotRequired(t *testing.T) {
 	_, up, mirror := fdltest.Layout(t)
 	key := fdltest.NewSSHKey(t, "ed25519", "publisher@example.org")
-	fdltest.Generate(t, up, generate.Options{FastParquet: true, Versions: 1})
+	fdltest.GenerateCopy(t, up, generate.Options{FastParquet: true, Versions: 1})
 	if rep := mustRunTrusting(t, up, mirror, trustFrom(t, fdltest.AllowedSigners(t, "", key), false, ""), fdlsync.Options{}); !rep.OK() {
 		t.Fatalf("refused: %+v", rep.Refused)
 	}
