@@ -174,27 +174,26 @@ func sigs(sh *share) map[string][]byte    { return sh.sigs }
 // readRecordBytes reads version id's version.json, or serves it as a
 // sink before read it.
 func (s *Source) readRecordBytes(ctx context.Context, name, id string) ([]byte, error) {
-	if raw, ok := s.remembered(records, id); ok {
-		return raw, nil
-	}
-	raw, err := backend.ReadAll(ctx, s.r, name, repo.MaxRecordFile)
-	if err == nil {
-		s.remember(records, id, raw)
-	}
-	return raw, err
+	return s.readOnce(ctx, records, name, id, repo.MaxRecordFile)
 }
 
 // readSignatureBytes reads version id's signature, or serves it as a sink
 // before read it.
 func (s *Source) readSignatureBytes(ctx context.Context, name, id string) ([]byte, error) {
-	if sig, ok := s.remembered(sigs, id); ok {
-		return sig, nil
+	return s.readOnce(ctx, sigs, name, id, repo.MaxSmallFile)
+}
+
+// readOnce reads name, at most max bytes, unless m (records, sigs) holds
+// version id's already; what it reads, it remembers there.
+func (s *Source) readOnce(ctx context.Context, m func(*share) map[string][]byte, name, id string, max int64) ([]byte, error) {
+	if b, ok := s.remembered(m, id); ok {
+		return b, nil
 	}
-	sig, err := backend.ReadAll(ctx, s.r, name, repo.MaxSmallFile)
+	b, err := backend.ReadAll(ctx, s.r, name, max)
 	if err == nil {
-		s.remember(sigs, id, sig)
+		s.remember(m, id, b)
 	}
-	return sig, err
+	return b, err
 }
 
 // fromPeer opens name, of size bytes (known: a peer's file of unknown
