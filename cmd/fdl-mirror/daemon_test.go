@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
@@ -520,16 +519,7 @@ func TestDaemonWaitsForAMirrorLockedByAnotherRun(t *testing.T) {
 	parent := t.TempDir()
 	m := testMirror{"held", filepath.Join(parent, "upstream"), filepath.Join(parent, "mirror")}
 	repo := gen(t, m.up, generate.Options{Versions: 1})
-	ctx := context.Background()
-	dst, closeDst, err := location.OpenWritable(ctx, m.sink, location.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeDst()
-	held, err := lock.Lock(ctx, dst, lock.Options{Owner: "the test"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := fdltest.HoldLock(t, m.sink, lock.Options{Owner: "the test"})
 	addr := freeAddr(t)
 	configPath := filepath.Join(parent, "fdl-mirror.yaml")
 	writeDaemonConfig(t, configPath, addr, m)
@@ -558,7 +548,7 @@ func TestDaemonWaitsForAMirrorLockedByAnotherRun(t *testing.T) {
 	if lockedLines == 0 {
 		t.Error("the locked sink is not in the log")
 	}
-	if err := held.Release(ctx); err != nil {
+	if err := held.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, "the mirror after the lock was released", 20*time.Second, func() bool {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
@@ -20,6 +18,29 @@ import (
 
 // sync SOURCE SINK SINK: one run, a report per sink, the upstream read once
 // (what is read from where is specified in internal/mirror's fanout_test.go).
+
+// sinkReport is what these tests read of a sync --json report.
+type sinkReport struct {
+	OK     bool   `json:"ok"`
+	Mirror string `json:"mirror"`
+	Sink   string `json:"sink"`
+}
+
+// sinkReports decodes sync --json's output, a JSON object per sink.
+func sinkReports(t *testing.T, stdout string) []sinkReport {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	var reps []sinkReport
+	for {
+		var rep sinkReport
+		if err := dec.Decode(&rep); errors.Is(err, io.EOF) {
+			return reps
+		} else if err != nil {
+			t.Fatalf("stdout is not a JSON object per sink: %v\n%s", err, stdout)
+		}
+		reps = append(reps, rep)
+	}
+}
 
 // Two sinks: a JSON object per sink, in the order given, each naming its
 // sink; both mirrors are the upstream's copy, and each data file was asked
@@ -34,18 +55,8 @@ func TestSyncToTwoSinksReportsEachAndReadsUpstreamOnce(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
 	}
-	dec := json.NewDecoder(strings.NewReader(res.stdout))
 	var sinks []string
-	for {
-		var rep struct {
-			OK   bool   `json:"ok"`
-			Sink string `json:"sink"`
-		}
-		if err := dec.Decode(&rep); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("stdout is not a JSON object per sink: %v\n%s", err, res.stdout)
-		}
+	for _, rep := range sinkReports(t, res.stdout) {
 		if !rep.OK {
 			t.Errorf("sink %s not ok", rep.Sink)
 		}
@@ -57,11 +68,7 @@ func TestSyncToTwoSinksReportsEachAndReadsUpstreamOnce(t *testing.T) {
 	for _, dst := range []string{a, b} {
 		fdltest.AssertMirrored(t, up, dst, nil)
 	}
-	for _, f := range repo.DataFiles {
-		if n := srv.RequestsFor("/" + f); n != 1 {
-			t.Errorf("data file %s: %d requests upstream, want 1", f, n)
-		}
-	}
+	srv.AssertEachAskedOnce(t, repo.DataFiles)
 }
 
 // A sink another run holds the lock of: the command exits 1, its summary
@@ -71,17 +78,7 @@ func TestSyncToTwoSinksOneLockedNamesIt(t *testing.T) {
 	parent, up, _ := layout(t)
 	repo := gen(t, up, generate.Options{Versions: 1, FastParquet: true})
 	locked, free := filepath.Join(parent, "locked"), filepath.Join(parent, "free")
-	ctx := context.Background()
-	dst, closeDst, err := location.OpenWritable(ctx, locked, location.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeDst()
-	held, err := lock.Lock(ctx, dst, lock.Options{Owner: "the test", TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(ctx)
+	fdltest.HoldLock(t, locked, lock.Options{Owner: "the test", TTL: time.Hour})
 
 	res := run(t, "sync", up, locked, free)
 	if res.code != 1 {
@@ -130,18 +127,8 @@ func TestConfiguredMirrorOfTwoSinks(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("sync --config: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
 	}
-	dec := json.NewDecoder(strings.NewReader(res.stdout))
 	var sinks []string
-	for {
-		var rep struct {
-			Mirror string `json:"mirror"`
-			Sink   string `json:"sink"`
-		}
-		if err := dec.Decode(&rep); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatalf("stdout is not a JSON object per sink: %v\n%s", err, res.stdout)
-		}
+	for _, rep := range sinkReports(t, res.stdout) {
 		if rep.Mirror != "towns" {
 			t.Errorf("a report names the mirror %q", rep.Mirror)
 		}
@@ -153,11 +140,7 @@ func TestConfiguredMirrorOfTwoSinks(t *testing.T) {
 	for _, dst := range []string{a, b} {
 		fdltest.AssertMirrored(t, up, dst, nil)
 	}
-	for _, f := range repo.DataFiles {
-		if n := srv.RequestsFor("/" + f); n != 1 {
-			t.Errorf("data file %s: %d requests upstream, want 1", f, n)
-		}
-	}
+	srv.AssertEachAskedOnce(t, repo.DataFiles)
 
 	st := run(t, "status", "--config", configPath)
 	if st.code != 0 || !strings.Contains(st.stdout, "-> "+a+":") || !strings.Contains(st.stdout, "-> "+b+":") {

@@ -520,15 +520,7 @@ func TestPruneRemovesHEADOnlyWithItsRef(t *testing.T) {
 // A prune waits for, or gives up on, a sink another run holds, as a sync does.
 func TestPruneHoldsTheSinksLock(t *testing.T) {
 	_, up, sinkDir := prunedScenario(t)
-	b, closeB, err := location.OpenWritable(context.Background(), sinkDir, location.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeB()
-	held, err := lock.Lock(context.Background(), b, lock.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := fdltest.HoldLock(t, sinkDir, lock.Options{})
 	before := fdltest.States(t, sinkDir)
 	res := run(t, "prune", up, sinkDir)
 	if res.code != 1 || !strings.Contains(res.stdout+res.stderr, "locked") {

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
@@ -48,15 +47,7 @@ func TestTwoConcurrentSyncsIntoOneS3Sink(t *testing.T) {
 	// While another holder has the lock, a sync that will not wait gives
 	// up cleanly, naming the lock, and writes nothing.
 	ctx := context.Background()
-	store, closeStore, err := location.OpenWritable(ctx, sink, location.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeStore()
-	held, err := lock.Lock(ctx, store, lock.Options{Owner: "test-holder"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := fdltest.HoldLock(t, sink, lock.Options{Owner: "test-holder"})
 	// A run with nothing new does not need the lock: it neither waits
 	// nor fails.
 	if res := run(t, "sync", "--lock-wait", "0s", up, sink); res.code != 0 {

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
@@ -87,17 +86,7 @@ func TestALockedSinkDoesNotStopTheNext(t *testing.T) {
 	ctx := context.Background()
 	srv := testserver.HTTP(t, up)
 	locked, free := filepath.Join(t.TempDir(), "locked"), filepath.Join(t.TempDir(), "free")
-
-	dst, closeDst, err := location.OpenWritable(ctx, locked, location.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeDst()
-	held, err := lock.Lock(ctx, dst, lock.Options{Owner: "another run", TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(ctx)
+	fdltest.HoldLock(t, locked, lock.Options{Owner: "another run", TTL: time.Hour})
 
 	runs := mirror.RunSinks(ctx, mirror.Job{Source: srv.URL}, []string{locked, free}, nil, nil)
 	if runs[0].Err == nil || !strings.Contains(runs[0].Err.Error(), locked) {
@@ -118,11 +107,7 @@ func TestALockedSinkDoesNotStopTheNext(t *testing.T) {
 	if got := fdltest.ReadRef(t, free, generate.MainRef); got != g.Versions[len(g.Versions)-1] {
 		t.Errorf("the free sink's main is %s", got)
 	}
-	for _, f := range g.DataFiles {
-		if n := srv.RequestsFor("/" + f); n != 1 {
-			t.Errorf("data file %s: %d requests upstream, want 1", f, n)
-		}
-	}
+	srv.AssertEachAskedOnce(t, g.DataFiles)
 }
 
 // An earlier sink's copy that is not what the catalog records (a data

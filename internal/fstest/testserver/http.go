@@ -144,3 +144,14 @@ func (s *HTTPServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	http.ServeContent(w, r, "", st.ModTime(), f)
 }
+
+// AssertEachAskedOnce fails t for each of a repository's data files
+// (paths under its root) that was not requested exactly once.
+func (s *HTTPServer) AssertEachAskedOnce(t testing.TB, dataFiles []string) {
+	t.Helper()
+	for _, f := range dataFiles {
+		if n := s.RequestsFor("/" + f); n != 1 {
+			t.Errorf("data file %s: %d requests upstream, want 1", f, n)
+		}
+	}
+}
