@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"testing"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 )
@@ -35,4 +36,19 @@ func UseReaderBinary() (remove func(), err error) {
 		return nil, err
 	}
 	return remove, nil
+}
+
+// Main is TestMain for a package whose tests read catalogs: its readers
+// start from the reader binary (UseReaderBinary), and the upstreams
+// generated once for several tests (GenerateCopy) are removed when they
+// have all run. TestMain is then os.Exit(fdltest.Main(m)).
+func Main(m *testing.M) int {
+	removeReader, err := UseReaderBinary()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer removeReader()
+	defer RemoveTemplates()
+	return m.Run()
 }
