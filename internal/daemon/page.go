@@ -97,8 +97,8 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 </header>
 <main>
 {{- range .Status.Mirrors}}
-<section class="{{.State}}" id="mirror-{{.Mirror}}">
-<h2><span class="badge {{.State}}">{{.State}}</span> {{.Mirror}}</h2>
+<section class="{{.State}}" id="mirror-{{.Mirror}}{{with .SinkIndex}}-sink-{{.}}{{end}}">
+<h2><span class="badge {{.State}}">{{.State}}</span> {{.Mirror}}{{with .SinkIndex}} <span class="none">sink {{.}}</span>{{end}}</h2>
 <p class="why">{{stateText .State}}{{with .RunningSince}} Running since {{when .}} ({{ago .}}).{{end}}</p>
 <dl>
 <dt>Source</dt><dd><code>{{.Source}}</code></dd>
