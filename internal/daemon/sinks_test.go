@@ -1,0 +1,178 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
+	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+)
+
+// A mirror of two sinks, run by the daemon with the engine itself (no
+// stand-in), beside a mirror of one sink. While another run holds the
+// second sink's lock, each run mirrors the first sink; the second is
+// named locked in the log, in its own status entry and in its series,
+// and nothing of the repository is written into it. Once the lock is
+// released, the next run mirrors it. Each sink has its status entry, its
+// series under a `sink` label, its prune and its notification; the mirror
+// of one sink keeps its entry and its series without one.
+func TestDaemonRunsEachSinkOfAMirror(t *testing.T) {
+	parent := t.TempDir()
+	up := filepath.Join(parent, "upstream")
+	repo := fdltest.Generate(t, up, generate.Options{Versions: 1, FastParquet: true})
+	a, b, single := filepath.Join(parent, "a"), filepath.Join(parent, "b"), filepath.Join(parent, "single")
+	held := fdltest.HoldLock(t, b, lock.Options{Owner: "the test", TTL: time.Hour})
+	hook := newReceiver(t, accept)
+	secret := filepath.Join(parent, "hook.secret")
+	if err := os.WriteFile(secret, []byte(testSecret), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := start(t, fmt.Sprintf(`mirrors:
+  - name: towns
+    source: %s
+    sinks: [%s, %s]
+    schedule: "@every 1s"
+    prune: true
+    notify:
+      - url: %s
+        secret_file: %s
+  - name: single
+    source: %s
+    sink: %s
+    schedule: "@every 1s"
+`, up, a, b, hook.URL, secret, up, single), nil)
+
+	entries := func() map[string]MirrorStatus {
+		resp := serve(t, h.d.Handler(), "/status.json")
+		var st struct {
+			Mirrors []json.RawMessage `json:"mirrors"`
+		}
+		if err := json.Unmarshal([]byte(body(t, resp)), &st); err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]MirrorStatus{}
+		for _, raw := range st.Mirrors {
+			var ms MirrorStatus
+			if err := json.Unmarshal(raw, &ms); err != nil {
+				t.Fatal(err)
+			}
+			if ms.Mirror == "single" && strings.Contains(string(raw), `"sink_index"`) {
+				t.Errorf("the mirror of one sink has a sink_index: %s", raw)
+			}
+			out[ms.Sink] = ms
+		}
+		return out
+	}
+	result := func(ms MirrorStatus) string {
+		if ms.LastRun == nil {
+			return ""
+		}
+		return ms.LastRun.Result
+	}
+	waitFor(t, "a run of each sink", 60*time.Second, func() bool {
+		st := entries()
+		return result(st[Redact(a)]) == ResultSuccess && result(st[Redact(b)]) == ResultLocked && result(st[Redact(single)]) == ResultSuccess
+	})
+
+	st := entries()
+	if len(st) != 3 {
+		t.Fatalf("status entries %v, want one per sink of towns and one for single", st)
+	}
+	for sink, want := range map[string]struct {
+		mirror string
+		index  int
+	}{Redact(a): {"towns", 1}, Redact(b): {"towns", 2}, Redact(single): {"single", 0}} {
+		if got := st[sink]; got.Mirror != want.mirror || got.SinkIndex != want.index {
+			t.Errorf("entry of %s: mirror %q, sink_index %d; want %q, %d", sink, got.Mirror, got.SinkIndex, want.mirror, want.index)
+		}
+	}
+	if e := st[Redact(b)]; e.State != StateBehind || !strings.Contains(e.Error, "lock") || len(e.Refs) != 0 {
+		t.Errorf("the locked sink's entry: state %q, error %q, refs %v; want behind, its lock named, no refs compared", e.State, e.Error, e.Refs)
+	}
+	if e := st[Redact(a)]; e.State != StateOK || e.Error != "" || len(e.Refs) == 0 || e.Lag != 0 {
+		t.Errorf("the free sink's entry: state %q, error %q, refs %v, lag %d; want ok and its refs", e.State, e.Error, e.Refs, e.Lag)
+	}
+	fdltest.AssertMirrored(t, up, a, nil)
+	fdltest.AssertMirrored(t, up, single, nil)
+	for name := range fdltest.Names(t, b) {
+		if !strings.HasPrefix(name, ".fdl-mirror/") {
+			t.Errorf("the daemon wrote %s into the locked sink", name)
+		}
+	}
+	locked := h.logs.FilterMessageSnippet("another run holds the sink's lock").All()
+	if len(locked) == 0 {
+		t.Fatal("the locked sink is not in the log")
+	}
+	for _, e := range locked {
+		if got := e.ContextMap()["sink"]; got != Redact(b) {
+			t.Errorf("a locked run is logged for sink %v, want %s", got, Redact(b))
+		}
+	}
+
+	metrics := body(t, serve(t, h.d.Handler(), "/metrics"))
+	for _, series := range []string{
+		fmt.Sprintf(`fdl_mirror_runs_total{mirror="towns",result="success",sink=%q} `, Redact(a)),
+		fmt.Sprintf(`fdl_mirror_runs_total{mirror="towns",result="locked",sink=%q} `, Redact(b)),
+		fmt.Sprintf(`fdl_mirror_prunes_total{mirror="towns",result="success",sink=%q} `, Redact(a)),
+		`fdl_mirror_runs_total{mirror="single",result="success"} `,
+		`fdl_mirror_running{mirror="towns"} `,
+	} {
+		if !strings.Contains(metrics, series) {
+			t.Errorf("/metrics has no %s", series)
+		}
+	}
+	copied := map[string]string{}
+	for _, line := range strings.Split(metrics, "\n") {
+		for _, sink := range []string{a, b} {
+			if rest, ok := strings.CutPrefix(line, fmt.Sprintf(`fdl_mirror_files_copied_total{mirror="towns",sink=%q} `, Redact(sink))); ok {
+				copied[sink] = rest
+			}
+		}
+		if strings.HasPrefix(line, `fdl_mirror_runs_total{mirror="towns",result=`) && !strings.Contains(line, "sink=") {
+			t.Errorf("a series of the mirror of two sinks without its sink: %s", line)
+		}
+		if strings.Contains(line, `mirror="single"`) && strings.Contains(line, "sink=") {
+			t.Errorf("a series of the mirror of one sink with a sink label: %s", line)
+		}
+	}
+	if copied[a] == "" || copied[a] == "0" || copied[b] != "0" {
+		t.Errorf("files copied by sink: %v; want some into %s, none into the locked %s", copied, a, b)
+	}
+
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the second sink once its lock was released", 60*time.Second, func() bool {
+		return result(entries()[Redact(b)]) == ResultSuccess
+	})
+	fdltest.AssertMirrored(t, up, b, nil)
+	if e := entries()[Redact(b)]; e.State != StateOK || e.Error != "" || len(e.Refs) == 0 {
+		t.Errorf("the second sink after the lock: state %q, error %q, refs %v", e.State, e.Error, e.Refs)
+	}
+
+	// Each sink's refs moved once: an event each, naming its sink.
+	waitFor(t, "an event per sink", 30*time.Second, func() bool { return len(hook.requests()) >= 2 })
+	named := map[string]int{}
+	for _, r := range hook.requests() {
+		ev := checkSigned(t, r, testSecret)
+		var data RefsUpdated
+		raw, _ := json.Marshal(ev.Data)
+		if err := json.Unmarshal(raw, &data); err != nil || ev.Type != EventRefsUpdated {
+			t.Fatalf("event %s: %v", r.body, err)
+		}
+		if data.Mirror != "towns" || len(data.Refs) == 0 || data.Refs[0].To != repo.Versions[0] {
+			t.Errorf("event %s", r.body)
+		}
+		named[data.Sink]++
+	}
+	if len(named) != 2 || named[Redact(a)] != 1 || named[Redact(b)] != 1 {
+		t.Errorf("events by sink %v, want one naming each of %s and %s", named, Redact(a), Redact(b))
+	}
+}
