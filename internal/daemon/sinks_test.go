@@ -7,12 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.uber.org/zap"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
 // A mirror of two sinks, run by the daemon with the engine itself (no
@@ -174,5 +180,70 @@ func TestDaemonRunsEachSinkOfAMirror(t *testing.T) {
 	}
 	if len(named) != 2 || named[Redact(a)] != 1 || named[Redact(b)] != 1 {
 		t.Errorf("events by sink %v, want one naming each of %s and %s", named, Redact(a), Redact(b))
+	}
+}
+
+// A reload that gives a mirror a second sink, then takes its first away:
+// the series and status entries follow the sinks the mirror has, and
+// none is left of the sinks it no longer has, nor of the mirror's series
+// without a sink label while it has several.
+func TestReloadFollowsTheSinksOfAMirror(t *testing.T) {
+	var mu sync.Mutex
+	ran := map[string]int{}
+	h := start(t, "mirrors:\n  - name: towns\n    source: /up\n    sink: /down/a\n    schedule: \"@every 1s\"\n",
+		func(ctx context.Context, job mirror.Job, log *zap.Logger, _ func(int64, int64)) (*fdlsync.Report, error) {
+			mu.Lock()
+			ran[job.Sink]++
+			mu.Unlock()
+			return okReport(job), nil
+		})
+	m := h.d.Metrics()
+	twins := func() int { return testutil.CollectAndCount(m.twins.counters[m.runs]) }
+	ranTo := func(sink string) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return ran[sink] > 0
+		}
+	}
+	sinksShown := func() (out []string) {
+		for _, e := range h.d.Status().Mirrors {
+			out = append(out, fmt.Sprintf("%s#%d", e.Sink, e.SinkIndex))
+		}
+		return out
+	}
+	waitFor(t, "a run to /down/a", 10*time.Second, ranTo("/down/a"))
+	if n, tw := testutil.CollectAndCount(m.runs), twins(); n != len(results) || tw != 0 {
+		t.Errorf("one sink: %d series of runs_total without sink, %d with; want %d, 0", n, tw, len(results))
+	}
+
+	writeConfig(t, h.path, "mirrors:\n  - name: towns\n    source: /up\n    sinks: [/down/a, /down/b]\n    schedule: \"@every 1s\"\n")
+	h.reload <- struct{}{}
+	waitFor(t, "a run to /down/b", 10*time.Second, ranTo("/down/b"))
+	waitFor(t, "each sink's last run", 10*time.Second, func() bool {
+		st := h.d.Status()
+		return len(st.Mirrors) == 2 && st.Mirrors[0].LastRun != nil && st.Mirrors[1].LastRun != nil
+	})
+	if got := fmt.Sprint(sinksShown()); got != "[/down/a#1 /down/b#2]" {
+		t.Errorf("two sinks: status entries %s", got)
+	}
+	if n, tw := testutil.CollectAndCount(m.runs), twins(); n != 0 || tw != 2*len(results) {
+		t.Errorf("two sinks: %d series of runs_total without sink, %d with; want 0, %d", n, tw, 2*len(results))
+	}
+	if got := summary(h.d.Status()); !strings.HasPrefix(got, "1 mirror, 2 sinks: ") {
+		t.Errorf("page summary %q", got)
+	}
+
+	writeConfig(t, h.path, "mirrors:\n  - name: towns\n    source: /up\n    sink: /down/b\n    schedule: \"@every 1s\"\n")
+	h.reload <- struct{}{}
+	waitFor(t, "one sink again", 10*time.Second, func() bool { return fmt.Sprint(sinksShown()) == "[/down/b#0]" })
+	if n, tw := testutil.CollectAndCount(m.runs), twins(); n != len(results) || tw != 0 {
+		t.Errorf("one sink again: %d series of runs_total without sink, %d with; want %d, 0", n, tw, len(results))
+	}
+	h.d.board.mu.Lock()
+	records := len(h.d.board.mirrors)
+	h.d.board.mu.Unlock()
+	if records != 1 {
+		t.Errorf("the board keeps %d records of one mirror of one sink", records)
 	}
 }
