@@ -160,11 +160,11 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 	}
 	upstream := source.New(src, policy.AsTrust(), log)
 	if len(sinks) > 1 {
-		upstream.Share()
+		upstream.Fanout().Share()
 	}
 	for i, addr := range sinks {
 		if i > 0 {
-			upstream.NextSink()
+			upstream.Fanout().NextSink()
 		}
 		if err := ctx.Err(); err != nil {
 			runs[i].Err = err
@@ -182,7 +182,7 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 			continue
 		}
 		if err == nil && !job.DryRun && i < len(sinks)-1 {
-			upstream.AddPeer(dst.Backend)
+			upstream.Fanout().AddPeer(dst.Backend)
 			defer dst.close()
 		} else {
 			dst.close()
