@@ -38,7 +38,7 @@ import (
 type RunFunc func(ctx context.Context, job mirror.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
 
 // PruneFunc prunes one mirror once; mirror.Prune in production.
-type PruneFunc func(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error)
+type PruneFunc func(ctx context.Context, job mirror.PruneJob, log *zap.Logger) (*prune.Report, error)
 
 // DefaultStopTimeout is how long a stop waits for running syncs to reach a
 // safe point: with the HTTP server's shutdown after it, the process exits
@@ -654,7 +654,7 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 				log.Error("prune panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
-		rep, err = d.opts.Prune(d.runCtx, mirror.PruneJob(m), d.log)
+		rep, err = d.opts.Prune(d.runCtx, mirror.PruneJobOf(m), d.log)
 	}()
 	d.metrics.ObservePrune(m.Name, rep, err)
 	fields := []zap.Field{zap.Duration("took", time.Since(start))}
