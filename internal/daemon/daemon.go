@@ -39,7 +39,7 @@ import (
 type RunFunc func(ctx context.Context, job mirror.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
 
 // PruneFunc prunes one mirror once; mirror.Prune in production.
-type PruneFunc func(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error)
+type PruneFunc func(ctx context.Context, job mirror.PruneJob, log *zap.Logger) (*prune.Report, error)
 
 // DefaultStopTimeout is how long a stop waits for running syncs to reach a
 // safe point: with the HTTP server's shutdown after it, the process exits
@@ -716,7 +716,7 @@ func (d *Daemon) pruneAfter(m config.Mirror, sink string, series series, result 
 		return
 	}
 	start := time.Now()
-	job := mirror.PruneJob(m)
+	job := mirror.PruneJobOf(m)
 	job.Sink = sink
 	var rep *prune.Report
 	var err error
