@@ -161,7 +161,9 @@ func syncFromConfig(ctx context.Context, configPath, onlyMirror string, shard co
 		// code per sink, each naming it.
 		for _, r := range runs {
 			job.Sink = r.Sink
-			notifier.AfterRun(m, r.Report)
+			ran := m
+			ran.Sink = r.Sink // the sink the events name and are read from
+			notifier.AfterRun(ran, r.Report)
 			code = max(code, finishSync(os.Stdout, job, r.Report, r.Err, jsonOut, log))
 		}
 	}

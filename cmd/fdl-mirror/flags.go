@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/httpstore"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/config"
+	"github.com/fdl-mirror/fdl-mirror/internal/mirror"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 )
 
@@ -171,6 +173,43 @@ func (a *accessFlags) check() error {
 		return fmt.Errorf("--ca-file: %w", err)
 	}
 	return nil
+}
+
+// storeFlags are how a command reaches and locks its stores and bounds
+// the catalogs it reads, the command line's mirror.Stores, built in one
+// place (stores) as a configured mirror's is in mirror.StoresOf. Each
+// command registers the flags it reads; those it does not are zero, each
+// store's default.
+type storeFlags struct {
+	access   accessFlags
+	lockWait time.Duration
+	retries  int
+	limits   catalogLimitFlags
+}
+
+// registerRun registers the flags of a run that locks the mirror (sync,
+// prune): the access flags for the source, --lock-wait, --retries and
+// the catalog limits.
+func (s *storeFlags) registerRun(fs *flag.FlagSet) {
+	s.access.register(fs, "source")
+	fs.DurationVar(&s.lockWait, "lock-wait", 0, "how long to wait for another run's lock on the sink")
+	fs.IntVar(&s.retries, "retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
+	s.limits.register(fs)
+}
+
+// stores is the flags' mirror.Stores for the stores at source and sink
+// ("" where the command has none): the CA file checked, the header file
+// read.
+func (s *storeFlags) stores(source, sink string) (mirror.Stores, error) {
+	headers, err := s.access.headers()
+	if err != nil {
+		return mirror.Stores{}, err
+	}
+	return mirror.Stores{
+		Source: source, Sink: sink, HTTPHeaders: headers, HTTPAllowRedirects: s.access.allowRedirects,
+		HTTPAllowInsecureAuth: s.access.insecureAuth, CAFile: s.access.caFile,
+		LockWait: s.lockWait, Retries: s.retries, CatalogLimits: s.limits.Limits,
+	}, nil
 }
 
 // refuseUnreadWithConfig refuses, naming them, the flags given beside

@@ -32,7 +32,7 @@ func TestReportLinesShowUpstreamNamesInert(t *testing.T) {
 		print func(*bytes.Buffer)
 	}{
 		{"sync", func(b *bytes.Buffer) { printSummary(b, mirror.Job{}, sr, nil) }},
-		{"prune", func(b *bytes.Buffer) { printPrune(b, prune.Job{}, pr, errors.New("stopped")) }},
+		{"prune", func(b *bytes.Buffer) { printPrune(b, mirror.PruneJob{}, pr, errors.New("stopped")) }},
 	} {
 		var b bytes.Buffer
 		c.print(&b)

@@ -28,17 +28,13 @@ func cmdPrune(args []string) int {
 	configPath := fs.String("config", "", "prune the mirrors of this config `file`")
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
-	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
-	var access accessFlags
-	access.register(fs, "source")
-	var limits catalogLimitFlags
-	limits.register(fs)
+	var storeF storeFlags
+	storeF.registerRun(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
 	}
-	if err := limits.check(); err != nil {
+	if err := storeF.limits.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
 		return exitUsage
 	}
@@ -55,7 +51,7 @@ func cmdPrune(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var jobs []prune.Job
+	var jobs []mirror.PruneJob
 	switch {
 	case *configPath != "" && len(pos) == 0:
 		if refuseUnreadWithConfig(fs, "dry-run", "max-delete", "now", "now-unsafe-on-object-stores") {
@@ -74,7 +70,7 @@ func cmdPrune(args []string) int {
 			// A mirror of several sinks is pruned sink by sink, each
 			// under its own lock.
 			for _, sink := range m.AllSinks() {
-				job := mirror.PruneJob(m)
+				job := mirror.PruneJobOf(m)
 				job.Sink = sink
 				job.DryRun, job.Now, job.NowUnsafe = *dryRun, *now, *nowUnsafe
 				if flagSet(fs.Visit, "max-delete") {
@@ -87,14 +83,12 @@ func cmdPrune(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror prune: --config takes no SOURCE or SINK")
 		return exitUsage
 	case len(pos) == 2:
-		headers, err := access.headers()
+		stores, err := storeF.stores(pos[0], pos[1])
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fdl-mirror prune:", shown(err))
 			return exitUsage
 		}
-		jobs = append(jobs, prune.Job{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects,
-			CatalogLimits: limits.Limits, DryRun: *dryRun, MaxDelete: *maxDelete, LockWait: *lockWait, Retries: *retries,
-			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth, Now: *now, NowUnsafe: *nowUnsafe})
+		jobs = append(jobs, mirror.PruneJob{Stores: stores, DryRun: *dryRun, MaxDelete: *maxDelete, Now: *now, NowUnsafe: *nowUnsafe})
 	default:
 		fs.Usage()
 		return exitUsage
@@ -124,7 +118,7 @@ func flagSet(visit func(func(*flag.Flag)), name string) bool {
 }
 
 // finishPrune prints a prune's summary and returns its exit code.
-func finishPrune(w io.Writer, job prune.Job, rep *prune.Report, err error, jsonOut bool, log *zap.Logger) int {
+func finishPrune(w io.Writer, job mirror.PruneJob, rep *prune.Report, err error, jsonOut bool, log *zap.Logger) int {
 	var report any = rep
 	if rep == nil {
 		report = &prune.Report{Source: redact.URL(job.Source), Sink: redact.URL(job.Sink)}
@@ -132,7 +126,7 @@ func finishPrune(w io.Writer, job prune.Job, rep *prune.Report, err error, jsonO
 	return finishRun(w, "prune", job.Name, report, false, err, jsonOut, log, func() { printPrune(w, job, rep, err) })
 }
 
-func printPrune(w io.Writer, job prune.Job, r *prune.Report, err error) {
+func printPrune(w io.Writer, job mirror.PruneJob, r *prune.Report, err error) {
 	name := ""
 	if job.Name != "" {
 		name = job.Name + ": "

@@ -26,8 +26,8 @@ func cmdStatus(args []string) int {
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	jsonOut := fs.Bool("json", false, "print one JSON object per mirror on stdout")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
-	var access accessFlags
-	access.register(fs, "source")
+	var storeF storeFlags // the access flags only: status takes no lock, reads no catalog
+	storeF.access.register(fs, "source")
 	var shardF shardFlags
 	shardF.register(fs)
 	pos, err := parseInterleaved(fs, args)
@@ -71,13 +71,12 @@ func cmdStatus(args []string) int {
 			}
 		}
 	case *configPath == "" && *onlyMirror == "" && len(pos) == 2:
-		headers, err := access.headers()
+		stores, err := storeF.stores(pos[0], pos[1])
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fdl-mirror status:", shown(err))
 			return exitUsage
 		}
-		jobs = []mirror.Job{{Source: pos[0], Sink: pos[1], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects,
-			CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth}}
+		jobs = []mirror.Job{{Stores: stores}}
 	default:
 		fs.Usage()
 		return exitUsage

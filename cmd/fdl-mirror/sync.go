@@ -42,11 +42,9 @@ func cmdSync(args []string) int {
 	onlyMirror := fs.String("mirror", "", "with --config: only this mirror")
 	notifyWait := fs.Duration("notify-wait", 30*time.Second, "with --config: how long to wait at exit for notifications still being sent")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	lockWait := fs.Duration("lock-wait", 0, "how long to wait for another run's lock on the sink")
 	repair := fs.Bool("repair", false, "re-check every complete version's data files in the sink and copy back what is missing or of another size")
-	retries := fs.Int("retries", 0, "retries of one request on 5xx, 429, resets and timeouts, with backoff (0: the default, 8)")
-	var access accessFlags
-	access.register(fs, "source")
+	var storeF storeFlags
+	storeF.registerRun(fs)
 	bwlimit := fs.String("bwlimit", "", "bandwidth limit of the run in bytes per second, shared by all transfers (e.g. 10M; K, M, G are powers of 1024; server-side copies are not limited)")
 	var refPatterns, excludeRefs stringList
 	fs.Var(&refPatterns, "refs", "mirror the refs matching `PATTERN` (repeatable; * within a segment, ** across; default refs/heads/** and refs/tags/**)")
@@ -56,8 +54,6 @@ func cmdSync(args []string) int {
 	trust.register(fs)
 	var shardF shardFlags
 	shardF.register(fs)
-	var limits catalogLimitFlags
-	limits.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
@@ -66,7 +62,7 @@ func cmdSync(args []string) int {
 	if !ok {
 		return exitUsage
 	}
-	if err := limits.check(); err != nil {
+	if err := storeF.limits.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
 		return exitUsage
 	}
@@ -108,7 +104,7 @@ func cmdSync(args []string) int {
 			return exitUsage
 		}
 	}
-	headers, err := access.headers()
+	stores, err := storeF.stores(pos[0], "") // the sinks are RunSinks'
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror sync:", shown(err))
 		return exitUsage
@@ -118,11 +114,9 @@ func cmdSync(args []string) int {
 		rewind = []string{"**"}
 	}
 	job := mirror.Job{
-		Refs: repo.RefSelection{Include: refPatterns, Exclude: excludeRefs}, AllowRewind: rewind,
-		Source: pos[0], HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects, BWLimit: rate,
+		Stores: stores, Refs: repo.RefSelection{Include: refPatterns, Exclude: excludeRefs}, AllowRewind: rewind, BWLimit: rate,
 		TrustedSigners: trust.signers, RequireSignatures: trust.require, SignatureNamespace: trust.namespace,
-		Concurrency: *concurrency, DryRun: *dryRun, LockWait: *lockWait, Retries: *retries, Repair: *repair,
-		CatalogLimits: limits.Limits, Force: *force, CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth,
+		Concurrency: *concurrency, DryRun: *dryRun, Repair: *repair, Force: *force,
 	}
 	progress, done := newProgress(!*jsonOut)
 	runs := mirror.RunSinks(ctx, job, pos[1:], log, progress)

@@ -24,17 +24,16 @@ func cmdVerify(args []string) int {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	concurrency := fs.Int("concurrency", 8, "size checks at once")
 	deep := fs.Bool("deep", false, "also read each data file's head and tail: Parquet and puffin magic, footer length against the catalog")
-	var access accessFlags
-	access.register(fs, "target")
+	var storeF storeFlags // no lock: verify only reads
+	storeF.access.register(fs, "target")
 	var trust trustFlags
 	trust.register(fs)
-	var limits catalogLimitFlags
-	limits.register(fs)
+	storeF.limits.register(fs)
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return exitUsage
 	}
-	if err := limits.check(); err != nil {
+	if err := storeF.limits.check(); err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
@@ -57,13 +56,12 @@ func cmdVerify(args []string) int {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
-	headers, err := access.headers()
+	stores, err := storeF.stores(pos[0], "")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
 	}
-	target, closeTarget, err := location.Open(ctx, pos[0], location.Options{HTTPHeaders: headers, HTTPAllowRedirects: access.allowRedirects, Logger: log,
-		CAFile: access.caFile, HTTPAllowInsecureAuth: access.insecureAuth})
+	target, closeTarget, err := location.Open(ctx, stores.Source, stores.SourceOptions(log))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))
 		return exitUsage
@@ -82,7 +80,7 @@ func cmdVerify(args []string) int {
 		notes = append(notes, p)
 		notesMu.Unlock()
 	}
-	problems, err := verify.CheckRepository(ctx, source.New(target, policy.AsTrust(), nil), verify.CheckOptions{Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: limits.Limits, TempDir: tmp.Path()})
+	problems, err := verify.CheckRepository(ctx, source.New(target, policy.AsTrust(), nil), verify.CheckOptions{Concurrency: *concurrency, Deep: *deep, Note: note, CatalogLimits: stores.CatalogLimits, TempDir: tmp.Path()})
 	if err != nil {
 		log.Error("verify stopped", zap.Error(err))
 		fmt.Fprintln(os.Stderr, "fdl-mirror verify:", shown(err))

@@ -34,11 +34,12 @@ import (
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
-// RunFunc runs one mirror once; mirror.Run in production.
+// RunFunc runs one mirror to one sink once: a stand-in for the engine,
+// which tests give as Options.Run.
 type RunFunc func(ctx context.Context, job mirror.Job, log *zap.Logger, progress func(files, bytes int64)) (*fdlsync.Report, error)
 
 // PruneFunc prunes one mirror once; mirror.Prune in production.
-type PruneFunc func(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error)
+type PruneFunc func(ctx context.Context, job mirror.PruneJob, log *zap.Logger) (*prune.Report, error)
 
 // DefaultStopTimeout is how long a stop waits for running syncs to reach a
 // safe point: with the HTTP server's shutdown after it, the process exits
@@ -53,7 +54,9 @@ type Options struct {
 	// at start and at every reload; the zero Shard runs them all.
 	Shard  config.Shard
 	Logger *zap.Logger
-	// Run runs one mirror; nil means mirror.Run.
+	// Run stands in for the engine, called once per sink; nil means
+	// mirror.RunJob, which runs a mirror of several sinks in one run
+	// that reads the upstream once.
 	Run RunFunc
 	// Prune prunes a mirror configured with prune: true after each
 	// successful run; nil means mirror.Prune.
@@ -139,9 +142,6 @@ func New(opts Options) (*Daemon, error) {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	if opts.Run == nil {
-		opts.Run = mirror.Run
-	}
 	if opts.Prune == nil {
 		opts.Prune = mirror.Prune
 	}
@@ -214,12 +214,6 @@ func load(path string, shard config.Shard) (*config.Config, error) {
 			ps = append(ps, config.Problem{File: path, Line: m.Line,
 				Msg: fmt.Sprintf("mirror %q: no schedule; the daemon needs one for every mirror (sync --config runs mirrors without)", m.Name)})
 		}
-		if len(m.Sinks) > 1 {
-			// Not yet: the daemon's status, metrics and scrubs are per
-			// mirror; a second sink would go unrun and unreported.
-			ps = append(ps, config.Problem{File: path, Line: m.Line,
-				Msg: fmt.Sprintf("mirror %q: sinks: the daemon does not run a mirror of several sinks yet (sync --config, status --config and prune --config do); give each sink a mirror of its own", m.Name)})
-		}
 	}
 	if len(ps) > 0 {
 		return nil, ps
@@ -245,13 +239,25 @@ func (d *Daemon) warnExposed(cfg *config.Config) {
 	}
 }
 
-// track makes a configured mirror known to the metrics and the status page.
+// track makes a configured mirror known to the metrics and the status
+// page, each of its sinks where it has several.
 func (d *Daemon) track(m config.Mirror) {
 	now := time.Now()
-	d.metrics.AddMirror(m.Name)
+	sinks := several(m)
+	d.metrics.addMirror(m.Name, sinks)
 	d.metrics.SchedulePeriod(m.Name, period(m.Schedule, now))
-	d.metrics.ScrubPeriod(m.Name, period(m.Scrub, now))
-	d.board.add(m.Name, now)
+	d.metrics.scrubPeriodOf(m.Name, sinks, period(m.Scrub, now))
+	d.board.add(m.Name, sinks, now)
+}
+
+// several is the sinks of a mirror of several, each with its own record,
+// series and log lines; nil for a mirror of one sink, whose are the
+// mirror's, as they were before mirrors had several.
+func several(m config.Mirror) []string {
+	if len(m.Sinks) > 1 {
+		return m.Sinks
+	}
+	return nil
 }
 
 // Metrics returns the daemon's metrics.
@@ -503,8 +509,16 @@ func (d *Daemon) scheduleLocked(cfg *config.Config) {
 			d.log.Error("mirror not scheduled", zap.String("mirror", name), zap.String("schedule", m.Schedule), zap.Error(err))
 			continue
 		}
+		where := zap.String("sink", redact.URL(m.Sink))
+		if sinks := several(m); sinks != nil {
+			shown := make([]string, len(sinks))
+			for i, s := range sinks {
+				shown[i] = redact.URL(s)
+			}
+			where = zap.Strings("sinks", shown)
+		}
 		d.log.Info("mirror scheduled", zap.String("mirror", name), zap.String("schedule", m.Schedule),
-			zap.String("source", redact.URL(m.Source)), zap.String("sink", redact.URL(m.Sink)))
+			zap.String("source", redact.URL(m.Source)), where)
 		if m.Scrub == "" {
 			continue
 		}
@@ -553,9 +567,9 @@ func (d *Daemon) tick(gen int, name string) {
 }
 
 // runOnce runs a mirror, with the repair's check when scrub is set (or
-// the mirror has repair: true), and records the outcome. A panic in the
-// run is recovered and counted as a failure: it must not take the other
-// mirrors down with it.
+// the mirror has repair: true), and records the outcome, each sink's of a
+// mirror of several. A panic in the run is recovered and counted as a
+// failure: it must not take the other mirrors down with it.
 func (d *Daemon) runOnce(m config.Mirror, scrub bool) {
 	log := d.log.With(zap.String("mirror", m.Name))
 	job := mirror.SyncJob(m)
@@ -564,42 +578,98 @@ func (d *Daemon) runOnce(m config.Mirror, scrub bool) {
 	defer d.metrics.Running(m.Name, false)
 	start := time.Now()
 	d.board.started(m.Name, start)
-	var rep *fdlsync.Report
-	var err error
+	var runs []mirror.SinkRun
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
-				err = fmt.Errorf("panic: %v", p)
+				err := fmt.Errorf("panic: %v", p)
 				log.Error("run panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+				runs = nil
+				for _, sink := range m.AllSinks() {
+					runs = append(runs, mirror.SinkRun{Sink: sink, Err: err})
+				}
 			}
 		}()
 		log.Debug("run started", zap.Bool("scrub", job.Repair))
-		// The engine adds the mirror's name to its own logs.
-		rep, err = d.opts.Run(d.runCtx, job, d.log, nil)
+		// The engine adds the mirror's name to its own logs, and the
+		// sink's where the mirror has several.
+		runs = d.runJob(d.runCtx, job)
 	}()
 	end := time.Now()
-	result := Result(rep, err, d.runCtx.Err() != nil)
-	d.metrics.Observe(m.Name, end, end.Sub(start), result, rep)
 	d.metrics.CatalogSandbox(catalog.SandboxNow())
-	if rep != nil {
-		d.metrics.ObserveUpstream(m.Name, rep.UpstreamLastChange, m.MaxUpstreamAge, end)
-	}
-	d.board.finished(m.Name, start, end, result, rep, err)
-	if job.Repair {
-		sc := scrubOutcome(rep, result, start, end)
-		d.metrics.ObserveScrub(m.Name, sc)
-		if result != ResultCanceled && result != ResultLocked {
-			// Either says nothing of the mirror: the page keeps the
-			// scrub before.
-			d.board.scrubbed(m.Name, sc)
+	scrubLocked := false
+	for _, r := range runs {
+		if d.finishSink(m, r, job.Repair, start, end, log) == ResultLocked {
+			scrubLocked = true
 		}
-		if result == ResultLocked && scrub {
-			d.scrubAgain(m.Name)
+	}
+	if scrubLocked && scrub {
+		// A sink the scrub did not get to check: the next run is one
+		// again, of every sink (the others' check is only repeated).
+		d.scrubAgain(m.Name)
+	}
+}
+
+// runJob runs a mirror's job to each of its sinks: mirror.RunJob, which
+// reads the upstream once for all of them; or Options.Run, the engine's
+// stand-in, once per sink.
+func (d *Daemon) runJob(ctx context.Context, job mirror.Job) []mirror.SinkRun {
+	if d.opts.Run == nil {
+		return mirror.RunJob(ctx, job, d.log, nil)
+	}
+	sinks := job.Sinks
+	if len(sinks) == 0 {
+		sinks = []string{job.Sink}
+	}
+	runs := make([]mirror.SinkRun, len(sinks))
+	for i, sink := range sinks {
+		j := job
+		j.Sink = sink
+		runs[i].Sink = sink
+		runs[i].Report, runs[i].Err = d.opts.Run(ctx, j, d.log, nil)
+	}
+	return runs
+}
+
+// finishSink records one sink's part of a run of m (the mirror's own for
+// a mirror of one sink): its metrics, status, scrub, notifications, log
+// line and prune. It returns the sink's result. A sink of a mirror of
+// several is named in each: its log lines carry its address (redacted),
+// its series a sink label, its status an entry of its own.
+func (d *Daemon) finishSink(m config.Mirror, r mirror.SinkRun, repair bool, start, end time.Time, log *zap.Logger) string {
+	rep, err := r.Report, r.Err
+	sink := ""
+	if several(m) != nil {
+		sink = r.Sink
+		log = log.With(zap.String("sink", redact.URL(sink)))
+		if rep != nil && !rep.Started.IsZero() {
+			// The sinks ran one after another: each its own time.
+			start, end = rep.Started, rep.Started.Add(rep.Duration)
+		}
+	}
+	series := d.metrics.of(m.Name, sink)
+	result := Result(rep, err, d.runCtx.Err() != nil)
+	series.observe(end, end.Sub(start), result, rep)
+	if rep != nil {
+		series.observeUpstream(rep.UpstreamLastChange, m.MaxUpstreamAge, end)
+	}
+	d.board.finished(m.Name, sink, start, end, result, rep, err)
+	if repair {
+		sc := scrubOutcome(rep, result, start, end)
+		series.observeScrub(sc)
+		if result != ResultCanceled && result != ResultLocked {
+			// Either says nothing of the sink: the page keeps the
+			// scrub before.
+			d.board.scrubbed(m.Name, sink, sc)
 		}
 		log.Info("scrub finished", zap.String("result", sc.Result),
 			zap.Int("files_missing", sc.FilesMissing), zap.Int("files_restored", sc.FilesRestored))
 	}
-	d.notify.AfterRun(m, rep)
+	// The notifier names the sink the run went to, and reads the moved
+	// versions' records from it.
+	ran := m
+	ran.Sink = r.Sink
+	d.notify.AfterRun(ran, rep)
 
 	fields := []zap.Field{zap.String("result", result), zap.Duration("took", end.Sub(start))}
 	if rep != nil {
@@ -623,19 +693,20 @@ func (d *Daemon) runOnce(m config.Mirror, scrub bool) {
 		log.Info("run finished", fields...)
 	}
 	if m.Prune {
-		d.pruneAfter(m, result, log)
+		d.pruneAfter(m, r.Sink, series, result, log)
 	}
+	return result
 }
 
-// pruneAfter prunes a mirror after a successful sync, and only then: a
-// sync that could not read the upstream, or refused part of it, leaves the
-// mirror as it is until a sync succeeds again. The prune reads the
-// upstream afresh and applies its own safety rules.
-func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
+// pruneAfter prunes a mirror's sink after a successful sync to it, and
+// only then: a sync that could not read the upstream, or refused part of
+// it, leaves the sink as it is until a sync succeeds again. The prune
+// reads the upstream afresh and applies its own safety rules.
+func (d *Daemon) pruneAfter(m config.Mirror, sink string, series series, result string, log *zap.Logger) {
 	switch result {
 	case ResultSuccess:
 	case ResultLocked, ResultCanceled:
-		// Another run has the mirror (said already), or the daemon stops.
+		// Another run has the sink (said already), or the daemon stops.
 		return
 	default:
 		log.Warn("prune skipped: the sync did not succeed", zap.String("result", result))
@@ -645,6 +716,8 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 		return
 	}
 	start := time.Now()
+	job := mirror.PruneJobOf(m)
+	job.Sink = sink
 	var rep *prune.Report
 	var err error
 	func() {
@@ -654,9 +727,9 @@ func (d *Daemon) pruneAfter(m config.Mirror, result string, log *zap.Logger) {
 				log.Error("prune panicked", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
 			}
 		}()
-		rep, err = d.opts.Prune(d.runCtx, mirror.PruneJob(m), d.log)
+		rep, err = d.opts.Prune(d.runCtx, job, d.log)
 	}()
-	d.metrics.ObservePrune(m.Name, rep, err)
+	series.observePrune(rep, err)
 	fields := []zap.Field{zap.Duration("took", time.Since(start))}
 	if rep != nil {
 		fields = append(fields, zap.Int("refs_removed", len(rep.RefsRemoved)), zap.Int("versions_removed", len(rep.VersionsRemoved)),

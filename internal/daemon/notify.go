@@ -169,9 +169,9 @@ type Notifier struct {
 	mu     sync.Mutex
 	closed bool
 	spill  []spooled // deliveries cut by Close, for the spool
-	// refused holds, per mirror, the refusals its last run notified: a
-	// version refused upstream is refused at every run, and its
-	// receivers hear of it once.
+	// refused holds, per mirror (per sink of a mirror of several: see
+	// refusalsOf), the refusals its last run notified: a version refused
+	// upstream is refused at every run, and its receivers hear of it once.
 	refused map[string]map[string]bool
 }
 
@@ -310,14 +310,15 @@ func (n *Notifier) drop(t config.NotifyTarget, count int) {
 	n.dropped.WithLabelValues(label).Add(float64(count))
 }
 
-// AfterRun queues the notifications of a run of m: nothing when m has no
-// receivers, the run did not get a report, or was a dry run. It never
-// blocks.
+// AfterRun queues the notifications of a run of m to m.Sink: nothing
+// when m has no receivers, the run did not get a report, or was a dry
+// run. For a mirror of several sinks the caller sets m.Sink to the sink
+// of the run (rep), which the events name. It never blocks.
 func (n *Notifier) AfterRun(m config.Mirror, rep *fdlsync.Report) {
 	if n == nil || rep == nil || rep.DryRun || len(m.Notify) == 0 {
 		return
 	}
-	if len(rep.RefsMoved) == 0 && len(rep.Refused) == 0 && !n.hadRefusals(m.Name) {
+	if len(rep.RefsMoved) == 0 && len(rep.Refused) == 0 && !n.hadRefusals(refusalsOf(m)) {
 		return
 	}
 	n.mu.Lock()
@@ -332,6 +333,16 @@ func (n *Notifier) AfterRun(m config.Mirror, rep *fdlsync.Report) {
 	default:
 		n.dropAll(m, "too many runs wait for their events to be made")
 	}
+}
+
+// refusalsOf is where the refusals notified of m's runs are remembered:
+// under its name, with the sink of the run for a mirror of several, each
+// sink's refusals news to its receivers as its report is its own.
+func refusalsOf(m config.Mirror) string {
+	if len(m.Sinks) > 1 {
+		return m.Name + "\x00" + m.Sink
+	}
+	return m.Name
 }
 
 func (n *Notifier) hadRefusals(mirror string) bool {
@@ -362,7 +373,7 @@ func (n *Notifier) makeEvents(r runEvents) {
 		}
 		events = append(events, newEvent(EventRefsUpdated, m.Name, r.at, data))
 	}
-	for _, v := range n.newRefusals(m.Name, rep.Refused, len(rep.Refs) > 0) {
+	for _, v := range n.newRefusals(refusalsOf(m), rep.Refused, len(rep.Refs) > 0) {
 		v.Mirror, v.Sink = m.Name, sink
 		events = append(events, newEvent(EventVersionRefused, m.Name, r.at, v))
 	}

@@ -97,8 +97,8 @@ var pageTemplate = template.Must(template.New("page").Funcs(template.FuncMap{
 </header>
 <main>
 {{- range .Status.Mirrors}}
-<section class="{{.State}}" id="mirror-{{.Mirror}}">
-<h2><span class="badge {{.State}}">{{.State}}</span> {{.Mirror}}</h2>
+<section class="{{.State}}" id="mirror-{{.Mirror}}{{with .SinkIndex}}-sink-{{.}}{{end}}">
+<h2><span class="badge {{.State}}">{{.State}}</span> {{.Mirror}}{{with .SinkIndex}} <span class="none">sink {{.}}</span>{{end}}</h2>
 <p class="why">{{stateText .State}}{{with .RunningSince}} Running since {{when .}} ({{ago .}}).{{end}}</p>
 <dl>
 <dt>Source</dt><dd><code>{{.Source}}</code></dd>
@@ -168,11 +168,17 @@ type pageData struct {
 	Style          template.CSS
 }
 
-// summary counts the mirrors by state, worst first: "2 mirrors: 1 failing, 1 ok".
+// summary counts the mirrors by state, worst first: "2 mirrors: 1 failing,
+// 1 ok". Where a mirror has several sinks, each has a state of its own, and
+// the states are counted by sink: "2 mirrors, 3 sinks: 1 behind, 2 ok".
 func summary(st Status) string {
 	counts := map[string]int{}
+	mirrors := 0
 	for _, m := range st.Mirrors {
 		counts[m.State]++
+		if m.SinkIndex <= 1 {
+			mirrors++
+		}
 	}
 	var parts []string
 	for _, s := range []string{StateFailing, StateStale, StateBehind, StateRunning, StatePending, StateOK} {
@@ -181,13 +187,17 @@ func summary(st Status) string {
 		}
 	}
 	noun := "mirrors"
-	if len(st.Mirrors) == 1 {
+	if mirrors == 1 {
 		noun = "mirror"
 	}
-	if len(parts) == 0 {
-		return fmt.Sprintf("%d %s", len(st.Mirrors), noun)
+	head := fmt.Sprintf("%d %s", mirrors, noun)
+	if mirrors != len(st.Mirrors) {
+		head += fmt.Sprintf(", %d sinks", len(st.Mirrors))
 	}
-	return fmt.Sprintf("%d %s: %s", len(st.Mirrors), noun, strings.Join(parts, ", "))
+	if len(parts) == 0 {
+		return head
+	}
+	return head + ": " + strings.Join(parts, ", ")
 }
 
 // Status returns what the status page shows.

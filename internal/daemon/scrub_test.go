@@ -40,7 +40,7 @@ func syncedMirror(t *testing.T) (up, down string, g *generate.Repo) {
 func syncedTo(t *testing.T, up, sink string) *generate.Repo {
 	t.Helper()
 	g := fdltest.Generate(t, up, generate.Options{Versions: 2, FilesPerVersion: 2, RowsPerFile: 5, FastParquet: true})
-	rep, err := mirror.Run(context.Background(), mirror.Job{Name: "towns", Source: up, Sink: sink}, zap.NewNop(), nil)
+	rep, err := mirror.Run(context.Background(), mirror.Job{Name: "towns", Stores: mirror.Stores{Source: up, Sink: sink}}, zap.NewNop(), nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("first sync: %v %+v", err, rep)
 	}

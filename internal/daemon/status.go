@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,13 +39,20 @@ type Status struct {
 
 // MirrorStatus is one mirror as the daemon knows it. Its first fields are
 // those `fdl-mirror status --json` prints, with the same names; the refs are
-// as the last run that went to the end compared them.
+// as the last run that went to the end compared them. A mirror of several
+// sinks has a MirrorStatus per sink, as `status --json` prints one per
+// sink: each names the mirror and its sink, with the sink's own last run,
+// error, refs and scrub; the schedule, running_since and last_trigger
+// are the mirror's, the same in each.
 type MirrorStatus struct {
-	Mirror string              `json:"mirror"`
-	Source string              `json:"source"` // credentials removed (see Redact)
-	Sink   string              `json:"sink"`
-	Behind bool                `json:"behind"`
-	Refs   []fdlsync.RefStatus `json:"refs"`
+	Mirror string `json:"mirror"`
+	Source string `json:"source"` // credentials removed (see Redact)
+	Sink   string `json:"sink"`
+	// SinkIndex is the sink's place in its mirror's sinks, from 1; 0
+	// (left out) for a mirror of one sink.
+	SinkIndex int                 `json:"sink_index,omitempty"`
+	Behind    bool                `json:"behind"`
+	Refs      []fdlsync.RefStatus `json:"refs"`
 	// Pending: ancestors not mirrored yet, retried at every run; they make
 	// the mirror behind, as in `status --json`.
 	Pending []fdlsync.PendingVersion `json:"pending"`
@@ -103,7 +111,8 @@ func (r *RunStatus) RefusedCount() int { return len(r.Refused) + r.RefusedMore }
 // stay small whatever it wrote. The rest are counted.
 const maxListed = 100
 
-// mirrorRecord is what the board remembers of one mirror.
+// mirrorRecord is what the board remembers of one mirror, or of one sink
+// of a mirror of several (whose runningSince is its mirror's record's).
 type mirrorRecord struct {
 	added        time.Time
 	runningSince time.Time // zero when no run is going
@@ -120,7 +129,17 @@ type mirrorRecord struct {
 // board keeps the outcome of every mirror's runs for the status page.
 type board struct {
 	mu      sync.Mutex
-	mirrors map[string]*mirrorRecord
+	mirrors map[string]*mirrorRecord // by recordKey
+}
+
+// recordKey is where the board keeps a record: under the mirror's name
+// for the mirror (of one sink: its runs too), and under the name and the
+// sink's address for each sink of a mirror of several.
+func recordKey(mirror, sink string) string {
+	if sink == "" {
+		return mirror
+	}
+	return mirror + "\x00" + sink
 }
 
 func newBoard() *board { return &board{mirrors: map[string]*mirrorRecord{}} }
@@ -134,18 +153,32 @@ func (b *board) record(name string, now time.Time) *mirrorRecord {
 	return r
 }
 
-// add makes a mirror known from now; a mirror already known keeps its past.
-func (b *board) add(name string, now time.Time) {
+// add makes a mirror, and each of its sinks where it has several, known
+// from now; a mirror or sink already known keeps its past, and a sink
+// the mirror no longer has is forgotten.
+func (b *board) add(name string, sinks []string, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.record(name, now)
+	for _, s := range sinks {
+		b.record(recordKey(name, s), now)
+	}
+	for key := range b.mirrors {
+		if mirror, sink, ok := strings.Cut(key, "\x00"); ok && mirror == name && !slices.Contains(sinks, sink) {
+			delete(b.mirrors, key)
+		}
+	}
 }
 
-// remove forgets a mirror no longer in the config.
+// remove forgets a mirror no longer in the config, and its sinks.
 func (b *board) remove(name string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.mirrors, name)
+	for key := range b.mirrors {
+		if mirror, _, _ := strings.Cut(key, "\x00"); mirror == name {
+			delete(b.mirrors, key)
+		}
+	}
 }
 
 // started marks a run of the mirror as going.
@@ -155,9 +188,10 @@ func (b *board) started(name string, at time.Time) {
 	b.record(name, at).runningSince = at
 }
 
-// finished records a run's outcome. Messages are redacted here, once, so
-// that no credential that an error quotes is kept.
-func (b *board) finished(name string, start, end time.Time, result string, rep *fdlsync.Report, err error) {
+// finished records a run's outcome, for the mirror's sink ("" for a
+// mirror of one sink), and marks the mirror's run ended. Messages are
+// redacted here, once, so that no credential that an error quotes is kept.
+func (b *board) finished(name, sink string, start, end time.Time, result string, rep *fdlsync.Report, err error) {
 	run := &RunStatus{Started: start, Ended: end, DurationSeconds: end.Sub(start).Seconds(), Result: result, Refused: []fdlsync.Refusal{}}
 	if err != nil {
 		run.Error = RedactText(err.Error())
@@ -176,8 +210,8 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	r := b.record(name, start)
-	r.runningSince = time.Time{}
+	b.record(name, start).runningSince = time.Time{}
+	r := b.record(recordKey(name, sink), start)
 	r.last = run
 	if result != ResultCanceled {
 		r.decisive = result
@@ -201,71 +235,88 @@ func (b *board) finished(name string, start, end time.Time, result string, rep *
 	}
 }
 
-// scrubbed records a scrub's outcome.
-func (b *board) scrubbed(name string, s ScrubStatus) {
+// scrubbed records a scrub's outcome, for the mirror's sink ("" for a
+// mirror of one sink).
+func (b *board) scrubbed(name, sink string, s ScrubStatus) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.record(name, s.Started).scrub = &s
+	b.record(recordKey(name, sink), s.Started).scrub = &s
 }
 
-// snapshot returns the status of the mirrors of cfg, in the config's order.
+// snapshot returns the status of the mirrors of cfg, in the config's
+// order: an entry per mirror, or per sink of a mirror of several, in the
+// order of its sinks.
 func (b *board) snapshot(cfg *config.Config, now time.Time) Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	st := Status{Generated: now, Mirrors: []MirrorStatus{}}
 	sandbox := catalog.SandboxNow().Status()
 	for _, m := range cfg.Mirrors {
-		r := b.record(m.Name, now)
-		ms := MirrorStatus{
-			Mirror: m.Name, Source: Redact(m.Source), Sink: Redact(m.Sink),
-			Refs: slices.Clone(r.refs), Schedule: m.Schedule, CatalogSandbox: sandbox,
+		mr := b.record(m.Name, now)
+		if len(m.Sinks) <= 1 {
+			st.Mirrors = append(st.Mirrors, mr.status(m, m.Sink, 0, sandbox, now))
+			continue
 		}
-		if ms.Refs == nil {
-			ms.Refs = []fdlsync.RefStatus{}
+		for i, sink := range m.Sinks {
+			r := *b.record(recordKey(m.Name, sink), now)
+			r.runningSince = mr.runningSince
+			st.Mirrors = append(st.Mirrors, r.status(m, sink, i+1, sandbox, now))
 		}
-		ms.Pending, ms.PendingMore = slices.Clone(r.pending), r.pendingMore
-		if ms.Pending == nil {
-			ms.Pending = []fdlsync.PendingVersion{}
-		}
-		for _, ref := range ms.Refs {
-			if ref.Behind {
-				ms.Lag++
-			}
-		}
-		ms.Behind = ms.Lag > 0 || len(ms.Pending) > 0
-		for _, ref := range ms.Refs {
-			if ref.State != fdlsync.RefExcluded && ref.LastChange.After(ms.UpstreamLastChange) {
-				ms.UpstreamLastChange = ref.LastChange
-			}
-		}
-		ms.UpstreamStale = m.MaxUpstreamAge > 0 && len(ms.Refs) > 0 && now.Sub(ms.UpstreamLastChange) > m.MaxUpstreamAge
-		if !r.runningSince.IsZero() {
-			t := r.runningSince
-			ms.RunningSince = &t
-		}
-		if r.last != nil {
-			last := *r.last
-			last.Refused = slices.Clone(last.Refused)
-			ms.LastRun = &last
-			ms.Error = last.Error
-		}
-		if !r.lastSuccess.IsZero() {
-			t := r.lastSuccess
-			ms.LastSuccess = &t
-		}
-		if !r.refsCompared.IsZero() {
-			t := r.refsCompared
-			ms.RefsCompared = &t
-		}
-		ms.Scrub = m.Scrub
-		if r.scrub != nil {
-			sc := *r.scrub
-			ms.LastScrub = &sc
-		}
-		ms.State = r.state(m.Schedule, ms.Lag, now)
-		st.Mirrors = append(st.Mirrors, ms)
 	}
 	return st
+}
+
+// status is the entry of the record of m's sink (its index among
+// several, from 1; 0 for a mirror of one).
+func (r *mirrorRecord) status(m config.Mirror, sink string, index int, sandbox catalog.SandboxStatus, now time.Time) MirrorStatus {
+	ms := MirrorStatus{
+		Mirror: m.Name, Source: Redact(m.Source), Sink: Redact(sink), SinkIndex: index,
+		Refs: slices.Clone(r.refs), Schedule: m.Schedule, CatalogSandbox: sandbox,
+	}
+	if ms.Refs == nil {
+		ms.Refs = []fdlsync.RefStatus{}
+	}
+	ms.Pending, ms.PendingMore = slices.Clone(r.pending), r.pendingMore
+	if ms.Pending == nil {
+		ms.Pending = []fdlsync.PendingVersion{}
+	}
+	for _, ref := range ms.Refs {
+		if ref.Behind {
+			ms.Lag++
+		}
+	}
+	ms.Behind = ms.Lag > 0 || len(ms.Pending) > 0
+	for _, ref := range ms.Refs {
+		if ref.State != fdlsync.RefExcluded && ref.LastChange.After(ms.UpstreamLastChange) {
+			ms.UpstreamLastChange = ref.LastChange
+		}
+	}
+	ms.UpstreamStale = m.MaxUpstreamAge > 0 && len(ms.Refs) > 0 && now.Sub(ms.UpstreamLastChange) > m.MaxUpstreamAge
+	if !r.runningSince.IsZero() {
+		t := r.runningSince
+		ms.RunningSince = &t
+	}
+	if r.last != nil {
+		last := *r.last
+		last.Refused = slices.Clone(last.Refused)
+		ms.LastRun = &last
+		ms.Error = last.Error
+	}
+	if !r.lastSuccess.IsZero() {
+		t := r.lastSuccess
+		ms.LastSuccess = &t
+	}
+	if !r.refsCompared.IsZero() {
+		t := r.refsCompared
+		ms.RefsCompared = &t
+	}
+	ms.Scrub = m.Scrub
+	if r.scrub != nil {
+		sc := *r.scrub
+		ms.LastScrub = &sc
+	}
+	ms.State = r.state(m.Schedule, ms.Lag, now)
+	return ms
 }
 
 // state sums a mirror up in one word; see the State constants. A failing

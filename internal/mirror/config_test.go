@@ -9,30 +9,33 @@ import (
 )
 
 // carried says where a field of config.Mirror lands: the path of a field
-// in the sync's Job and in the prune's prune.Job, "" where that job has
-// no use for it. A field in neither is the daemon's (its schedule, its
+// in the sync's Job and in the prune's PruneJob, "" where that job has no
+// use for it. A field in neither is the daemon's (its schedule, its
 // receivers) and names why.
 type carried struct{ sync, prune, neither string }
 
 func both(path string) carried { return carried{sync: path, prune: path} }
 
+// inStores is a field both jobs take from their one Stores (StoresOf).
+func inStores(path string) carried { return both("Stores." + path) }
+
 var configToJob = map[string]carried{
 	"Name":                  both("Name"),
-	"Source":                both("Source"),
-	"Sink":                  both("Sink"),
+	"Source":                inStores("Source"),
+	"Sink":                  inStores("Sink"),
 	"Sinks":                 {sync: "Sinks"}, // a prune runs per sink, its Sink set to each (cmd/fdl-mirror)
-	"HTTPHeaders":           both("HTTPHeaders"),
-	"HTTPAllowRedirects":    both("HTTPAllowRedirects"),
-	"HTTPAllowInsecureAuth": both("HTTPAllowInsecureAuth"),
-	"CAFile":                both("CAFile"),
-	"LockWait":              both("LockWait"),
-	"LockTTL":               both("LockTTL"),
-	"Retries":               both("Retries"),
-	"CatalogMaxFiles":       both("CatalogLimits.MaxFiles"),
-	"CatalogTimeout":        both("CatalogLimits.Timeout"),
-	"CatalogMemoryLimit":    both("CatalogLimits.MemoryLimit"),
-	"CatalogMaxSize":        both("CatalogLimits.MaxSize"),
-	"RequireSandbox":        both("CatalogLimits.RequireSandbox"),
+	"HTTPHeaders":           inStores("HTTPHeaders"),
+	"HTTPAllowRedirects":    inStores("HTTPAllowRedirects"),
+	"HTTPAllowInsecureAuth": inStores("HTTPAllowInsecureAuth"),
+	"CAFile":                inStores("CAFile"),
+	"LockWait":              inStores("LockWait"),
+	"LockTTL":               inStores("LockTTL"),
+	"Retries":               inStores("Retries"),
+	"CatalogMaxFiles":       inStores("CatalogLimits.MaxFiles"),
+	"CatalogTimeout":        inStores("CatalogLimits.Timeout"),
+	"CatalogMemoryLimit":    inStores("CatalogLimits.MemoryLimit"),
+	"CatalogMaxSize":        inStores("CatalogLimits.MaxSize"),
+	"RequireSandbox":        inStores("CatalogLimits.RequireSandbox"),
 	"TrustedSigners":        {sync: "TrustedSigners"},
 	"RequireSignatures":     {sync: "RequireSignatures"},
 	"SignatureNamespace":    {sync: "SignatureNamespace"},
@@ -58,13 +61,13 @@ var configToJob = map[string]carried{
 // and not carried (or not named as the daemon's) fails here, and so does
 // one carried to the wrong field.
 func TestEveryMirrorSettingReachesItsJob(t *testing.T) {
-	zeroSync, zeroPrune := SyncJob(config.Mirror{}), PruneJob(config.Mirror{})
+	zeroSync, zeroPrune := SyncJob(config.Mirror{}), PruneJobOf(config.Mirror{})
 	typ := reflect.TypeFor[config.Mirror]()
 	for i := range typ.NumField() {
 		f := typ.Field(i)
 		where, ok := configToJob[f.Name]
 		if !ok {
-			t.Errorf("config.Mirror.%s is carried into no job: set it in SyncJob or PruneJob (config.go) and name it in configToJob", f.Name)
+			t.Errorf("config.Mirror.%s is carried into no job: set it in StoresOf, SyncJob or PruneJobOf (config.go) and name it in configToJob", f.Name)
 			continue
 		}
 		var m config.Mirror
@@ -82,8 +85,11 @@ func TestEveryMirrorSettingReachesItsJob(t *testing.T) {
 		if where.prune != "" {
 			setPath(t, &wantPrune, where.prune, value)
 		}
-		if got := PruneJob(m); !reflect.DeepEqual(got, wantPrune) {
-			t.Errorf("config.Mirror.%s = %v: PruneJob = %+v, want %+v", f.Name, value, got, wantPrune)
+		if got := PruneJobOf(m); !reflect.DeepEqual(got, wantPrune) {
+			t.Errorf("config.Mirror.%s = %v: PruneJobOf = %+v, want %+v", f.Name, value, got, wantPrune)
+		}
+		if s, p := SyncJob(m).Stores, PruneJobOf(m).Stores; !reflect.DeepEqual(s, p) {
+			t.Errorf("config.Mirror.%s = %v: the sync reaches the stores as %+v, the prune as %+v", f.Name, value, s, p)
 		}
 		if (where.sync == "" && where.prune == "") != (where.neither != "") {
 			t.Errorf("config.Mirror.%s: the table names a job and a reason for none, or neither", f.Name)
@@ -97,9 +103,9 @@ func TestEveryMirrorSettingReachesItsJob(t *testing.T) {
 }
 
 // The other way: with every setting of a mirror given, every field of
-// its jobs is set, but for what only the command line sets (a dry run,
-// a prune at once)
-// and what no config says (the refs a prune may remove: all).
+// its jobs is set, Stores' each, but for what only the command line sets
+// (a dry run, a prune at once) and what no config says (the refs a prune
+// may remove: all).
 func TestEveryJobFieldComesFromTheMirror(t *testing.T) {
 	var m config.Mirror
 	v := reflect.ValueOf(&m).Elem()
@@ -111,19 +117,35 @@ func TestEveryJobFieldComesFromTheMirror(t *testing.T) {
 		unread map[string]bool
 	}{
 		{SyncJob(m), map[string]bool{"DryRun": true}},
-		{PruneJob(m), map[string]bool{"DryRun": true, "Selected": true, "Now": true, "NowUnsafe": true}},
+		{PruneJobOf(m), map[string]bool{"DryRun": true, "Selected": true, "Now": true, "NowUnsafe": true}},
 	} {
-		jv := reflect.ValueOf(job.value)
-		for i := range jv.NumField() {
-			name := jv.Type().Field(i).Name
-			if zero := jv.Field(i).IsZero(); zero != job.unread[name] {
+		for name, field := range fields(reflect.ValueOf(job.value), "") {
+			if zero := field.IsZero(); zero != job.unread[name] {
 				t.Errorf("%T.%s: zero = %v with every mirror setting given", job.value, name, zero)
 			}
 		}
 	}
-	if SyncJob(m).DryRun || PruneJob(m).DryRun {
+	if SyncJob(m).DryRun || PruneJobOf(m).DryRun {
 		t.Error("a configured mirror's job is a dry run")
 	}
+}
+
+// fields are a job's fields by name, those of a struct it embeds
+// (Stores) each on its own ("Stores.LockTTL"): an embedded struct with one
+// field set is not zero, and would hide the others.
+func fields(v reflect.Value, prefix string) map[string]reflect.Value {
+	out := map[string]reflect.Value{}
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			for name, field := range fields(v.Field(i), prefix+f.Name+".") {
+				out[name] = field
+			}
+			continue
+		}
+		out[prefix+f.Name] = v.Field(i)
+	}
+	return out
 }
 
 // filled is a value of type t that is not its zero, made from n so that

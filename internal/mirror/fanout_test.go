@@ -39,14 +39,14 @@ func TestTwoSinksReadTheUpstreamAsOneSinkDoes(t *testing.T) {
 
 	one := testserver.HTTP(t, up)
 	single := filepath.Join(t.TempDir(), "single")
-	rep, err := mirror.Run(ctx, mirror.Job{Source: one.URL, Sink: single}, nil, nil)
+	rep, err := mirror.Run(ctx, mirror.Job{Stores: mirror.Stores{Source: one.URL, Sink: single}}, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("one sink: %v %+v", err, rep)
 	}
 
 	two := testserver.HTTP(t, up)
 	sinks := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
-	runs := mirror.RunSinks(ctx, mirror.Job{Source: two.URL}, sinks, nil, nil)
+	runs := mirror.RunSinks(ctx, mirror.Job{Stores: mirror.Stores{Source: two.URL}}, sinks, nil, nil)
 	for i, r := range runs {
 		if r.Sink != sinks[i] || r.Err != nil || r.Report == nil || !r.Report.OK() {
 			t.Fatalf("sink %d: %s %v %+v", i, r.Sink, r.Err, r.Report)
@@ -88,7 +88,7 @@ func TestALockedSinkDoesNotStopTheNext(t *testing.T) {
 	locked, free := filepath.Join(t.TempDir(), "locked"), filepath.Join(t.TempDir(), "free")
 	fdltest.HoldLock(t, locked, lock.Options{Owner: "another run", TTL: time.Hour})
 
-	runs := mirror.RunSinks(ctx, mirror.Job{Source: srv.URL}, []string{locked, free}, nil, nil)
+	runs := mirror.RunSinks(ctx, mirror.Job{Stores: mirror.Stores{Source: srv.URL}}, []string{locked, free}, nil, nil)
 	if runs[0].Err == nil || !strings.Contains(runs[0].Err.Error(), locked) {
 		t.Errorf("the locked sink's error does not name it: %v", runs[0].Err)
 	}
@@ -121,7 +121,7 @@ func TestAnEarlierSinksBadCopyIsReadFromUpstream(t *testing.T) {
 	first, second := filepath.Join(t.TempDir(), "first"), filepath.Join(t.TempDir(), "second")
 	// The first sink is mirrored, then its copies are damaged: a data
 	// file one byte longer, the last version's catalog one byte longer.
-	if rep, err := mirror.Run(ctx, mirror.Job{Source: up, Sink: first}, nil, nil); err != nil || !rep.OK() {
+	if rep, err := mirror.Run(ctx, mirror.Job{Stores: mirror.Stores{Source: up, Sink: first}}, nil, nil); err != nil || !rep.OK() {
 		t.Fatalf("first: %v %+v", err, rep)
 	}
 	badData := g.DataFiles[len(g.DataFiles)-1]
@@ -130,7 +130,7 @@ func TestAnEarlierSinksBadCopyIsReadFromUpstream(t *testing.T) {
 	fdltest.Append(t, filepath.Join(first, badData), []byte{0})
 	fdltest.Append(t, filepath.Join(first, badCatalog), []byte{0})
 
-	runs := mirror.RunSinks(ctx, mirror.Job{Source: srv.URL}, []string{first, second}, nil, nil)
+	runs := mirror.RunSinks(ctx, mirror.Job{Stores: mirror.Stores{Source: srv.URL}}, []string{first, second}, nil, nil)
 	if runs[0].Err != nil {
 		t.Fatalf("first: %v", runs[0].Err)
 	}
@@ -141,7 +141,7 @@ func TestAnEarlierSinksBadCopyIsReadFromUpstream(t *testing.T) {
 	// The damaged files cost the upstream what they cost a run of one
 	// sink into an empty folder.
 	alone := testserver.HTTP(t, up)
-	if rep, err := mirror.Run(ctx, mirror.Job{Source: alone.URL, Sink: filepath.Join(t.TempDir(), "alone")}, nil, nil); err != nil || !rep.OK() {
+	if rep, err := mirror.Run(ctx, mirror.Job{Stores: mirror.Stores{Source: alone.URL, Sink: filepath.Join(t.TempDir(), "alone")}}, nil, nil); err != nil || !rep.OK() {
 		t.Fatalf("alone: %v %+v", err, rep)
 	}
 	for _, f := range []string{badData, badCatalog} {

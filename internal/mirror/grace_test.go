@@ -38,23 +38,23 @@ func TestPruneGraceByKindOfSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeObj()
-	for _, job := range []prune.Job{{}, {Now: true}, {Grace: 48 * time.Hour}} {
+	for _, job := range []PruneJob{{}, {Now: true}, {Grace: 48 * time.Hour}} {
 		if g, err := pruneGrace(job, sink.New(l, sink.Options{})); g != 0 || err != nil {
 			t.Errorf("local, %+v: grace %s, %v; want 0", job, g, err)
 		}
 	}
 	cases := []struct {
-		job     prune.Job
+		job     PruneJob
 		grace   time.Duration
 		refused bool
 	}{
-		{prune.Job{}, prune.DefaultGrace, false},
-		{prune.Job{Grace: 48 * time.Hour}, 48 * time.Hour, false},
-		{prune.Job{NowUnsafe: true}, 0, false},
-		{prune.Job{Now: true, NowUnsafe: true}, 0, false},
-		{prune.Job{Now: true}, 0, true},
-		{prune.Job{Grace: 30 * time.Minute}, 0, true},
-		{prune.Job{Grace: 2 * time.Hour, LockTTL: time.Hour}, 0, true},
+		{PruneJob{}, prune.DefaultGrace, false},
+		{PruneJob{Grace: 48 * time.Hour}, 48 * time.Hour, false},
+		{PruneJob{NowUnsafe: true}, 0, false},
+		{PruneJob{Now: true, NowUnsafe: true}, 0, false},
+		{PruneJob{Now: true}, 0, true},
+		{PruneJob{Grace: 30 * time.Minute}, 0, true},
+		{PruneJob{Stores: Stores{LockTTL: time.Hour}, Grace: 2 * time.Hour}, 0, true},
 	}
 	for _, c := range cases {
 		g, err := pruneGrace(c.job, sink.New(obj, sink.Options{}))

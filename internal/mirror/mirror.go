@@ -6,11 +6,15 @@
 // and runs a sync (internal/sync, which takes the lock when it knows it
 // has something to write) or a prune (internal/prune) on those sides.
 //
+// A sync's Job and a prune's PruneJob share one Stores: how the stores
+// are reached and locked, and the catalogs bounded, taken from a
+// configured mirror in one place (StoresOf).
+//
 // Files: mirror.go (Job, Run: a sync; RunSinks: a sync to several sinks;
-// Status, Pending), config.go
-// (SyncJob, PruneJob: a configured mirror's jobs), prune.go (Prune),
-// stores.go (opening a job's stores, taking the lock, ConfigError, the
-// one way both kinds of run do it), format.go (HumanBytes, for printers).
+// Status, Pending), config.go (StoresOf, SyncJob, PruneJobOf: a
+// configured mirror's jobs), prune.go (PruneJob, Prune), stores.go
+// (Stores; opening a job's stores, taking the lock, ConfigError, the one
+// way both kinds of run do it), format.go (HumanBytes, for printers).
 package mirror
 
 import (
@@ -24,7 +28,6 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
-	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
@@ -34,46 +37,26 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/verify"
 )
 
-// Job is one mirror as the command line or the config gives it.
+// Job is one sync of a mirror as the command line or the config gives it.
 type Job struct {
-	Name         string // for logs and metrics; "" for a plain CLI sync
-	Source, Sink string // addresses
+	Name string // for logs and metrics; "" for a plain CLI sync
+	Stores
 	// Sinks are the sinks of a mirror the config gives several (Sink is
 	// then the first): RunJob runs them all with RunSinks. nil otherwise.
 	Sinks              []string
-	HTTPHeaders        []string
 	TrustedSigners     string // allowed_signers path; "" checks no signatures
 	RequireSignatures  bool
 	SignatureNamespace string // "" = "fdl"
 	Concurrency        int
 	DryRun             bool
-	LockWait           time.Duration // how long to wait for another run's lock
-	LockTTL            time.Duration // an object-store lock's lifetime; 0 = lock.DefaultTTL
-	Retries            int           // retries of one request; 0 = each backend's default
 	Refs               repo.RefSelection
 	AllowRewind        []string      // ref patterns whose branches may rewind (Options.AllowRewind)
 	MaxUpstreamAge     time.Duration // status: upstream stale when no ref changed for longer; 0 = never
-	CatalogLimits      catalog.Limits
-	HTTPAllowRedirects []string // hosts an HTTP(S) source may redirect to besides its origin
-	BWLimit            int64    // bytes per second for the whole run; 0 = no limit
-	Repair             bool     // copy back data files complete versions lost in the sink
+	BWLimit            int64         // bytes per second for the whole run; 0 = no limit
+	Repair             bool          // copy back data files complete versions lost in the sink
 	// Force mirrors a source other than the one a sink without
 	// repository ids was made from (fdlsync.Options.Force).
 	Force bool
-	// CAFile is trusted besides the system's roots, by source and sink.
-	CAFile string
-	// HTTPAllowInsecureAuth lets headers and a password go over http://
-	// to a host that is not loopback.
-	HTTPAllowInsecureAuth bool
-}
-
-func (j Job) sourceOptions(log *zap.Logger) location.Options {
-	return location.Options{HTTPHeaders: j.HTTPHeaders, HTTPAllowRedirects: j.HTTPAllowRedirects, Retries: j.Retries, Logger: log,
-		CAFile: j.CAFile, HTTPAllowInsecureAuth: j.HTTPAllowInsecureAuth}
-}
-
-func (j Job) sinkOptions(log *zap.Logger) location.Options {
-	return location.Options{Retries: j.Retries, CAFile: j.CAFile, Logger: log}
 }
 
 // Policy loads the job's trust policy; nil when it checks no signatures.
@@ -148,7 +131,7 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 	if err != nil {
 		return fail(err)
 	}
-	src, closeSrc, err := location.Open(ctx, job.Source, job.sourceOptions(log))
+	src, closeSrc, err := location.Open(ctx, job.Source, job.SourceOptions(log))
 	if err != nil {
 		return fail(&ConfigError{fmt.Errorf("source: %w", err)})
 	}
@@ -160,11 +143,11 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 	}
 	upstream := source.New(src, policy.AsTrust(), log)
 	if len(sinks) > 1 {
-		upstream.Share()
+		upstream.Fanout().Share()
 	}
 	for i, addr := range sinks {
 		if i > 0 {
-			upstream.NextSink()
+			upstream.Fanout().NextSink()
 		}
 		if err := ctx.Err(); err != nil {
 			runs[i].Err = err
@@ -182,7 +165,7 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 			continue
 		}
 		if err == nil && !job.DryRun && i < len(sinks)-1 {
-			upstream.AddPeer(dst.Backend)
+			upstream.Fanout().AddPeer(dst.Backend)
 			defer dst.close()
 		} else {
 			dst.close()
@@ -234,7 +217,7 @@ func runSink(ctx context.Context, job Job, upstream *source.Source, log *zap.Log
 // Status reads the refs upstream and in the mirror, copying nothing.
 func Status(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.RefStatus, error) {
 	log = jobLogger(log, "")
-	src, closeSrc, err := location.Open(ctx, job.Source, job.sourceOptions(log))
+	src, closeSrc, err := location.Open(ctx, job.Source, job.SourceOptions(log))
 	if err != nil {
 		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}

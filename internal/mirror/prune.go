@@ -16,16 +16,37 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/source"
 )
 
+// PruneJob is one prune as the command line or the config gives it;
+// Prune opens its stores, takes the lock and runs it (prune.Run).
+type PruneJob struct {
+	Name string // for logs; "" for a plain CLI prune
+	Stores
+	DryRun    bool
+	MaxDelete int // 0 = prune.DefaultMaxDelete
+	// Grace holds removals on an object store back (prune.Options.Grace);
+	// 0 is prune.DefaultGrace. A local mirror removes at once: its flock
+	// holds.
+	Grace time.Duration
+	// Now removes at once, on a local mirror; on an object store it is
+	// refused unless NowUnsafe says the risk was understood.
+	Now bool
+	// NowUnsafe removes at once on an object store as well: a run paused
+	// past its lease may then have its removals land under a sync that
+	// relies on the files (--now-unsafe-on-object-stores).
+	NowUnsafe bool
+	// Selected says which refs may be removed; nil selects all (see
+	// prune.Options).
+	Selected func(ref string) bool
+}
+
 // Prune opens the source and the sink, plans, takes the sink's lock as a
 // sync does when there is something to remove (a dry run takes none: it
 // only reads), and prunes. Losing the lock
 // or cancelling ctx stops the prune between two removals, which are all
 // safe points.
-func Prune(ctx context.Context, job prune.Job, log *zap.Logger) (*prune.Report, error) {
+func Prune(ctx context.Context, job PruneJob, log *zap.Logger) (*prune.Report, error) {
 	log = jobLogger(log, job.Name)
-	srcOpts := location.Options{HTTPHeaders: job.HTTPHeaders, HTTPAllowRedirects: job.HTTPAllowRedirects, Retries: job.Retries, Logger: log,
-		CAFile: job.CAFile, HTTPAllowInsecureAuth: job.HTTPAllowInsecureAuth}
-	st, err := openStores(ctx, job.Source, srcOpts, job.Sink, location.Options{Retries: job.Retries, CAFile: job.CAFile, Logger: log}, job.DryRun, true)
+	st, err := openStores(ctx, job.Source, job.SourceOptions(log), job.Sink, job.sinkOptions(log), job.DryRun, true)
 	if err != nil {
 		return nil, err
 	}
@@ -103,7 +124,7 @@ var ErrNowOnObjectStore = errors.New("--now removes at once only on a local mirr
 // its holder; on an object store, whose lock is a lease a paused run can
 // outlive, the job's (DefaultGrace when unset), or none when the job says
 // it knows the risk.
-func pruneGrace(job prune.Job, dst *sink.Sink) (time.Duration, error) {
+func pruneGrace(job PruneJob, dst *sink.Sink) (time.Duration, error) {
 	if dst.Runs().IsLocal() {
 		return 0, nil
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	fdlmirror "github.com/fdl-mirror/fdl-mirror/internal/mirror"
-	"github.com/fdl-mirror/fdl-mirror/internal/prune"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
@@ -33,10 +32,10 @@ func TestPruneRefusesAnotherSourceOfAMirrorWithoutID(t *testing.T) {
 		raw, _ = json.Marshal(doc)
 		os.WriteFile(p, raw, 0o644)
 	}
-	if _, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil {
+	if _, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := fdlmirror.Prune(context.Background(), prune.Job{Source: b, Sink: sink}, nil)
+	rep, err := fdlmirror.Prune(context.Background(), fdlmirror.PruneJob{Stores: fdlmirror.Stores{Source: b, Sink: sink}}, nil)
 	if err == nil || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b) || !strings.Contains(err.Error(), "nothing removed") {
 		t.Fatalf("prune against another source: %v", err)
 	}
@@ -46,7 +45,7 @@ func TestPruneRefusesAnotherSourceOfAMirrorWithoutID(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(sink, "refs/heads/main")); err != nil {
 		t.Errorf("main removed: %v", err)
 	}
-	if _, err := fdlmirror.Prune(context.Background(), prune.Job{Source: a, Sink: sink}, nil); err != nil {
+	if _, err := fdlmirror.Prune(context.Background(), fdlmirror.PruneJob{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil); err != nil {
 		t.Errorf("prune against the recorded source: %v", err)
 	}
 }

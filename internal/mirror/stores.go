@@ -10,6 +10,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
@@ -32,14 +33,49 @@ func jobLogger(log *zap.Logger, name string) *zap.Logger {
 	return log
 }
 
-// stores are a job's source and sink, open.
-type stores struct {
+// Stores is how a job reaches and locks a mirror's stores, and bounds
+// the catalogs it reads: the part a sync (Job) and a prune (PruneJob)
+// share, built from a configured mirror in one place (StoresOf) and from
+// the command line's flags in one (cmd/fdl-mirror's storeFlags), so that
+// a setting of how the stores are reached cannot reach one kind of run
+// and not the other.
+type Stores struct {
+	Source, Sink string // addresses
+	HTTPHeaders  []string
+	// HTTPAllowRedirects are hosts an HTTP(S) source may redirect to
+	// besides its origin.
+	HTTPAllowRedirects []string
+	// HTTPAllowInsecureAuth lets headers and a password go over http://
+	// to a host that is not loopback.
+	HTTPAllowInsecureAuth bool
+	// CAFile is trusted besides the system's roots, by source and sink.
+	CAFile   string
+	LockWait time.Duration // how long to wait for another run's lock
+	LockTTL  time.Duration // an object-store lock's lifetime; 0 = lock.DefaultTTL
+	Retries  int           // retries of one request; 0 = each backend's default
+	// CatalogLimits bound reading one catalog, upstream's or the mirror's.
+	CatalogLimits catalog.Limits
+}
+
+// SourceOptions are how the source is opened (location.Open): verify
+// opens the repository it checks so.
+func (s Stores) SourceOptions(log *zap.Logger) location.Options {
+	return location.Options{HTTPHeaders: s.HTTPHeaders, HTTPAllowRedirects: s.HTTPAllowRedirects, Retries: s.Retries, Logger: log,
+		CAFile: s.CAFile, HTTPAllowInsecureAuth: s.HTTPAllowInsecureAuth}
+}
+
+func (s Stores) sinkOptions(log *zap.Logger) location.Options {
+	return location.Options{Retries: s.Retries, CAFile: s.CAFile, Logger: log}
+}
+
+// opened are a job's Stores, open: its source and sink.
+type opened struct {
 	src     backend.Reader
 	dst     backend.Backend
 	closers []func() error
 }
 
-func (s *stores) close() {
+func (s *opened) close() {
 	for _, c := range s.closers {
 		c()
 	}
@@ -50,12 +86,12 @@ func (s *stores) close() {
 // empty), so that a dry run writes nothing at all (location.OpenReadOnly).
 // existingSink refuses a local sink that is not there instead of making
 // it: a prune has nothing to do with one, and must not leave it made.
-func openStores(ctx context.Context, source string, srcOpts location.Options, sink string, sinkOpts location.Options, dryRun, existingSink bool) (*stores, error) {
+func openStores(ctx context.Context, source string, srcOpts location.Options, sink string, sinkOpts location.Options, dryRun, existingSink bool) (*opened, error) {
 	src, closeSrc, err := location.Open(ctx, source, srcOpts)
 	if err != nil {
 		return nil, &ConfigError{fmt.Errorf("source: %w", err)}
 	}
-	st := &stores{src: src, closers: []func() error{closeSrc}}
+	st := &opened{src: src, closers: []func() error{closeSrc}}
 	dst, err := openSinkStore(ctx, sink, sinkOpts, dryRun, existingSink)
 	if err != nil {
 		st.close()

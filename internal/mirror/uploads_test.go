@@ -37,7 +37,7 @@ func TestRunAbortsIncompleteUploadsOfEarlierRuns(t *testing.T) {
 	}
 	time.Sleep(2100 * time.Millisecond) // older than the lock's lifetime below; S3 keeps seconds
 
-	job := mirror.Job{Source: up, Sink: srv.URL(bucket, "mirror"), LockTTL: 2 * time.Second}
+	job := mirror.Job{Stores: mirror.Stores{Source: up, Sink: srv.URL(bucket, "mirror"), LockTTL: 2 * time.Second}}
 	rep, err := mirror.Run(ctx, job, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("sync: %v %+v", err, rep)

@@ -39,8 +39,8 @@
 // Files: prune.go (Run, the plan, the removals), grace.go (the grace
 // period and its candidates), upstream.go (what the
 // upstream still has), mirror.go (the mirror's refs, versions, data
-// files and catalogs), job.go (Job, as the command line or config gives
-// it), report.go (Report).
+// files and catalogs), report.go (Report). A prune as the command line
+// or the config gives it is internal/mirror's PruneJob.
 package prune
 
 import (

@@ -51,7 +51,7 @@ func readUpstream(ctx context.Context, src *source.Source) (*upstream, error) {
 		// half-written upstream than one that withdrew everything.
 		return nil, fail(fmt.Errorf("source %s: upstream has no refs at all", src.Location()))
 	}
-	if err := u.src.ListVersions(ctx); err != nil {
+	if err := u.src.Versions().List(ctx); err != nil {
 		return nil, fail(err)
 	}
 	// Refs that name versions upstream does not hold: its absences
@@ -65,9 +65,9 @@ func readUpstream(ctx context.Context, src *source.Source) (*upstream, error) {
 func (u *upstream) hasRef(name string) bool { return u.names[name] }
 
 // versionStatus says whether upstream expired a version, no longer has it,
-// or keeps it (source.VersionStatus); any failure stops the prune.
+// or keeps it (source.Versions.Status); any failure stops the prune.
 func (u *upstream) versionStatus(ctx context.Context, id string) (string, error) {
-	status, err := u.src.VersionStatus(ctx, id)
+	status, err := u.src.Versions().Status(ctx, id)
 	if err != nil {
 		return "", fmt.Errorf("%w; nothing removed", err)
 	}

@@ -128,7 +128,7 @@ func TestRecordsThatBreakTheRulesAreRefused(t *testing.T) {
 				{"v-parent", source.ReasonRecord, []string{"versions/v-parent/version.json", "parent"}},
 				{"v9", source.ReasonMissingFile, []string{"versions/v9/version.json", "missing upstream"}},
 			} {
-				raw, rec, err := src.ReadRecord(ctx, tc.id, true)
+				raw, rec, err := src.Versions().ReadRecord(ctx, tc.id, true)
 				if rec != nil {
 					t.Errorf("%s: a record to act on: %+v", tc.id, rec)
 				}
@@ -137,31 +137,31 @@ func TestRecordsThatBreakTheRulesAreRefused(t *testing.T) {
 					t.Errorf("%s: the refused bytes are not the ones read: %q", tc.id, raw)
 				}
 
-				// ReadVersion judges the same bytes the same way; a
+				// Versions().Read judges the same bytes the same way; a
 				// record it cannot read at all is a ReadError.
-				v, err := src.ReadVersion(ctx, tc.id)
+				v, err := src.Versions().Read(ctx, tc.id)
 				if v != nil {
-					t.Errorf("%s: ReadVersion returned a version: %+v", tc.id, v)
+					t.Errorf("%s: Versions().Read returned a version: %+v", tc.id, v)
 				}
 				var unread *source.ReadError
 				switch tc.id {
 				case "v-big":
 					if !errors.As(err, &unread) || !errors.Is(err, backend.ErrTooLarge) || unread.File != "versions/v-big/version.json" {
-						t.Errorf("%s: ReadVersion: %v, want a ReadError of a file too large", tc.id, err)
+						t.Errorf("%s: Versions().Read: %v, want a ReadError of a file too large", tc.id, err)
 					}
 				case "v9":
 					if !errors.As(err, &unread) || !backend.IsNotExist(err) {
-						t.Errorf("%s: ReadVersion: %v, want a ReadError of a file not there", tc.id, err)
+						t.Errorf("%s: Versions().Read: %v, want a ReadError of a file not there", tc.id, err)
 					}
 				default:
 					asRefusal(t, err, tc.reason, tc.parts...)
 				}
 			}
 			// An ancestor upstream lacks is left out, not refused.
-			if raw, rec, err := src.ReadRecord(ctx, "v9", false); raw != nil || rec != nil || err != nil {
+			if raw, rec, err := src.Versions().ReadRecord(ctx, "v9", false); raw != nil || rec != nil || err != nil {
 				t.Errorf("an absent ancestor: %q %v %v, want nothing and no error", raw, rec, err)
 			}
-			raw, rec, err := src.ReadRecord(ctx, "v1", true)
+			raw, rec, err := src.Versions().ReadRecord(ctx, "v1", true)
 			if err != nil || rec == nil || rec.ID != "v1" || string(raw) != record("v1") || len(rec.Parents) != 0 {
 				t.Fatalf("the good record: %v %+v", err, rec)
 			}
@@ -219,7 +219,7 @@ func TestRefsThatBreakTheRulesAreRefusedAndTheRestRead(t *testing.T) {
 			// A ref to a version upstream lacks is read (a ref is judged
 			// by its name and content); the version it names is refused
 			// when it is read.
-			_, _, err := src.ReadRecord(ctx, "v9", true)
+			_, _, err := src.Versions().ReadRecord(ctx, "v9", true)
 			asRefusal(t, err, source.ReasonMissingFile, "versions/v9/version.json")
 		})
 	}
@@ -236,7 +236,7 @@ func TestRefTargetsUpstreamLacksAreFound(t *testing.T) {
 	for name, r := range stores(t, dir) {
 		t.Run(name, func(t *testing.T) {
 			src := source.New(r, nil, nil)
-			if err := src.ListVersions(ctx); err != nil {
+			if err := src.Versions().List(ctx); err != nil {
 				t.Fatal(err)
 			}
 			held := repo.Refs{"refs/heads/main": "v1", "refs/heads/json": "v-json", "refs/heads/replay": "v-replay"}
@@ -295,11 +295,11 @@ func TestSymbolicLinksDoNotLeadOutOfTheUpstream(t *testing.T) {
 	if _, ok := got.Refs["refs/heads/link"]; ok {
 		t.Errorf("a ref file linked outside the upstream was read: %v", got.Refs)
 	}
-	if _, rec, err := src.ReadRecord(ctx, "v-link", true); rec != nil || err == nil {
+	if _, rec, err := src.Versions().ReadRecord(ctx, "v-link", true); rec != nil || err == nil {
 		t.Errorf("a record linked outside the upstream was read: %+v, %v", rec, err)
 	}
-	if v, err := src.ReadVersion(ctx, "v-link"); v != nil || err == nil {
-		t.Errorf("ReadVersion read a record linked outside the upstream: %+v, %v", v, err)
+	if v, err := src.Versions().Read(ctx, "v-link"); v != nil || err == nil {
+		t.Errorf("Versions().Read read a record linked outside the upstream: %+v, %v", v, err)
 	}
 }
 
@@ -349,7 +349,7 @@ func TestSignaturesAreJudgedByTheTrustedKeys(t *testing.T) {
 					id   string
 					pass bool
 				}{{"v-good", true}, {"v-damaged", false}, {"v-other", false}, {"v-none", !require}} {
-					v, err := src.ReadVersion(ctx, tc.id)
+					v, err := src.Versions().Read(ctx, tc.id)
 					if err != nil || v == nil || v.Record.ID != tc.id {
 						t.Fatalf("%s: %v %+v", tc.id, err, v)
 					}
@@ -361,7 +361,7 @@ func TestSignaturesAreJudgedByTheTrustedKeys(t *testing.T) {
 					}
 					// The run's path (ReadRecord, then ReadSignature with
 					// the folder's files) gives the same verdict.
-					raw, _, err := src.ReadRecord(ctx, tc.id, true)
+					raw, _, err := src.Versions().ReadRecord(ctx, tc.id, true)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -369,12 +369,12 @@ func TestSignaturesAreJudgedByTheTrustedKeys(t *testing.T) {
 					if tc.id != "v-none" {
 						files[repo.SignatureFile] = -1
 					}
-					sig, err := src.ReadSignature(ctx, tc.id, files, raw)
+					sig, err := src.Versions().ReadSignature(ctx, tc.id, files, raw)
 					if (err == nil) != tc.pass {
 						t.Errorf("%s (required %v): ReadSignature: %v, want pass %v", tc.id, require, err, tc.pass)
 					}
 					if tc.pass && tc.id == "v-good" && string(sig) != string(v.Signature) {
-						t.Errorf("%s: ReadSignature and ReadVersion read different signatures", tc.id)
+						t.Errorf("%s: ReadSignature and Read read different signatures", tc.id)
 					}
 				}
 			}
@@ -405,7 +405,7 @@ func TestMainCatalogIsFoundAsReadersFindIt(t *testing.T) {
 	if _, err := src.ReadSettings(ctx); err != nil {
 		t.Fatal(err)
 	}
-	files, err := src.VersionFiles(ctx, "v1")
+	files, err := src.Versions().Files(ctx, "v1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,12 +415,12 @@ func TestMainCatalogIsFoundAsReadersFindIt(t *testing.T) {
 	if n := srv.RequestsFor("/versions/v1/metadata.db"); n != 0 {
 		t.Errorf("metadata.db beside ducklake.duckdb was asked for %d times", n)
 	}
-	if files, err = src.VersionFiles(ctx, "v2"); err != nil || files[repo.MetadataFile] != 8 || repo.MainCatalog(files) != repo.MetadataFile {
+	if files, err = src.Versions().Files(ctx, "v2"); err != nil || files[repo.MetadataFile] != 8 || repo.MainCatalog(files) != repo.MetadataFile {
 		t.Errorf("v2 has metadata.db alone: files %v, %v", files, err)
 	}
 	tmp := t.TempDir()
 	for id, want := range map[string]string{"v1": "duck", "v2": "metadata"} {
-		file, fetched, err := src.FetchMainCatalogTo(ctx, id, tmp, 0)
+		file, fetched, err := src.Catalogs().FetchMainTo(ctx, id, tmp, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
@@ -431,14 +431,14 @@ func TestMainCatalogIsFoundAsReadersFindIt(t *testing.T) {
 		fetched.Remove()
 	}
 	// Neither: the main catalog's absence, named.
-	file, _, err := src.FetchMainCatalogTo(ctx, "v-json", tmp, 0)
+	file, _, err := src.Catalogs().FetchMainTo(ctx, "v-json", tmp, 0)
 	if file != repo.CatalogFile || !backend.IsNotExist(err) {
 		t.Errorf("a version with no catalog: %s, %v", file, err)
 	}
 	// A catalog past the size a catalog may have is refused as it comes,
 	// and nothing of it is left on disk.
 	fdltest.WriteFile(t, filepath.Join(dir, "versions/v3/ducklake.duckdb"), strings.Repeat("x", 4096))
-	_, err = src.FetchCatalogTo(ctx, "v3", repo.CatalogFile, tmp, 1024)
+	_, err = src.Catalogs().FetchTo(ctx, "v3", repo.CatalogFile, tmp, 1024)
 	var le *catalog.LimitError
 	if !errors.As(err, &le) {
 		t.Errorf("an oversized catalog: %v, want a LimitError", err)

@@ -10,26 +10,28 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
-	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
 // Fan-out: one run to several sinks (internal/mirror's RunSinks) reads the
 // upstream once, as Debian's two-stage mirrors feed a second mirror from
 // the first. The sinks run one after another on one Source, which
-// remembers what it read and judged (Share): fdl.json, the refs, the
-// version listing, records and signatures; from the second sink on
-// (NextSink) it serves those as read rather than asking the upstream
-// again, so that every sink is given the same upstream. An immutable file
-// (a data file, a version's file) is read from an earlier sink of the run
-// that holds it (AddPeer) before the upstream.
+// remembers what it read and judged (Fanout().Share): fdl.json, the
+// refs, the version listing, records and signatures; from the second
+// sink on (Fanout().NextSink) it serves those as read rather than asking
+// the upstream again, so that every sink is given the same upstream. An
+// immutable file (a data file, a version's file) is read from an earlier
+// sink of the run that holds it (Fanout().AddPeer) before the upstream.
 //
 // A peer's bytes are untrusted as the upstream's are, and pass the same
 // checks: a data file's size against its catalog's, a catalog's sha256
 // against its record's. A peer's file that fails them is not refused (the
 // upstream's is what is judged): it is read from the upstream instead.
 
-// share is what a Source remembers for the sinks after the first.
+// share is what a Source remembers for the sinks after the first. Its
+// methods are the memory itself: what was read is remembered while the
+// fan-out is on, and served only once the next sink runs, so that a
+// single sink's run reads the upstream as it always did.
 type share struct {
 	mu      sync.Mutex
 	on      bool // Share was called: remember what is read
@@ -39,132 +41,145 @@ type share struct {
 	sigs    map[string][]byte           // version → version.json.sig as read
 	files   map[string]map[string]int64 // version → its folder's files (a store that cannot list)
 	expired map[string]bool             // version → marked expired (a store that cannot list)
-	peers   []backend.Reader            // earlier sinks of the run, in order
+	earlier []backend.Reader            // earlier sinks of the run, in order (AddPeer)
 	refused sync.Map                    // name → true: a peer's copy failed its check; upstream only
 }
 
+// Fanout is the Source as one run to several sinks reads it: what it
+// remembers for the later sinks, and the earlier sinks it reads from.
+// A concern of its own so that a run to one sink never meets it.
+type Fanout struct{ s *Source }
+
+// Fanout is the Source's memory for a run to several sinks.
+func (s *Source) Fanout() Fanout { return Fanout{s} }
+
 // Share makes the Source remember what it reads and judges, for the
 // sinks of a fan-out after the first (see NextSink).
-func (s *Source) Share() {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	s.shared.on = true
-	s.shared.records = map[string][]byte{}
-	s.shared.sigs = map[string][]byte{}
-	s.shared.files = map[string]map[string]int64{}
-	s.shared.expired = map[string]bool{}
+func (f Fanout) Share() {
+	sh := &f.s.shared
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.on = true
+	sh.records = map[string][]byte{}
+	sh.sigs = map[string][]byte{}
+	sh.files = map[string]map[string]int64{}
+	sh.expired = map[string]bool{}
 }
 
 // NextSink starts the run of the next sink of a fan-out: from now on the
 // settings, refs, version listing, records and signatures already read
 // are served as they were read (a sink run after the first reads the same
 // upstream), and what was not read yet is read and remembered.
-func (s *Source) NextSink() {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	s.shared.replay = s.shared.on
+func (f Fanout) NextSink() {
+	sh := &f.s.shared
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.replay = sh.on
 }
 
 // AddPeer names an earlier sink of the run, whose store r holds the
 // repository's immutable files under the same names as the upstream: the
 // data files and version files later sinks copy are read from it first.
-func (s *Source) AddPeer(r backend.Reader) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	s.shared.peers = append(s.shared.peers, r)
+func (f Fanout) AddPeer(r backend.Reader) {
+	sh := &f.s.shared
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.earlier = append(sh.earlier, r)
 }
 
-func (s *Source) peers() []backend.Reader {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	return s.shared.peers
+// peers is the earlier sinks of the run, in order.
+func (sh *share) peers() []backend.Reader {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.earlier
 }
 
-func (s *Source) replaying() bool {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	return s.shared.replay
+// replaying says whether a sink after the first is running.
+func (sh *share) replaying() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.replay
 }
 
 // rememberedRefs is the refs as last read, for a sink after the first.
-func (s *Source) rememberedRefs() (Refs, bool) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if !s.shared.replay || s.shared.refs == nil {
+func (sh *share) rememberedRefs() (Refs, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.replay || sh.refs == nil {
 		return Refs{}, false
 	}
-	out := *s.shared.refs
+	out := *sh.refs
 	out.Refs = maps.Clone(out.Refs)
 	out.Refused = append([]*RefusalError(nil), out.Refused...)
 	return out, true
 }
 
-func (s *Source) rememberRefs(r Refs) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if s.shared.on {
+func (sh *share) rememberRefs(r Refs) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.on {
 		r.Refs = maps.Clone(r.Refs)
-		s.shared.refs = &r
+		sh.refs = &r
 	}
 }
 
 // remembered looks a version's file up in m (records, sigs) for a sink
 // after the first.
-func (s *Source) remembered(m func(*share) map[string][]byte, id string) ([]byte, bool) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if !s.shared.replay {
+func (sh *share) remembered(m func(*share) map[string][]byte, id string) ([]byte, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.replay {
 		return nil, false
 	}
-	b, ok := m(&s.shared)[id]
+	b, ok := m(sh)[id]
 	return b, ok
 }
 
-func (s *Source) remember(m func(*share) map[string][]byte, id string, b []byte) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if s.shared.on {
-		m(&s.shared)[id] = b
+func (sh *share) remember(m func(*share) map[string][]byte, id string, b []byte) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.on {
+		m(sh)[id] = b
 	}
 }
 
 // rememberedFiles is a version folder's files, as a store that cannot
 // list was asked for them, for a sink after the first.
-func (s *Source) rememberedFiles(id string) (map[string]int64, bool) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if !s.shared.replay {
+func (sh *share) rememberedFiles(id string) (map[string]int64, bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.replay {
 		return nil, false
 	}
-	files, ok := s.shared.files[id]
+	files, ok := sh.files[id]
 	return maps.Clone(files), ok
 }
 
-func (s *Source) rememberFiles(id string, files map[string]int64) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if s.shared.on {
-		s.shared.files[id] = maps.Clone(files)
+func (sh *share) rememberFiles(id string, files map[string]int64) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.on {
+		sh.files[id] = maps.Clone(files)
 	}
 }
 
 // rememberedExpired is whether a version was found expired, as a store
 // that cannot list was asked, for a sink after the first.
-func (s *Source) rememberedExpired(id string) (expired, ok bool) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if !s.shared.replay {
+func (sh *share) rememberedExpired(id string) (expired, ok bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !sh.replay {
 		return false, false
 	}
-	expired, ok = s.shared.expired[id]
+	expired, ok = sh.expired[id]
 	return expired, ok
 }
 
-func (s *Source) rememberExpired(id string, expired bool) {
-	s.shared.mu.Lock()
-	defer s.shared.mu.Unlock()
-	if s.shared.on {
-		s.shared.expired[id] = expired
+func (sh *share) rememberExpired(id string, expired bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.on {
+		sh.expired[id] = expired
 	}
 }
 
@@ -173,25 +188,26 @@ func sigs(sh *share) map[string][]byte    { return sh.sigs }
 
 // readRecordBytes reads version id's version.json, or serves it as a
 // sink before read it.
-func (s *Source) readRecordBytes(ctx context.Context, name, id string) ([]byte, error) {
-	return s.readOnce(ctx, records, name, id, repo.MaxRecordFile)
+func (v Versions) readRecordBytes(ctx context.Context, name, id string) ([]byte, error) {
+	return v.readOnce(ctx, records, name, id, repo.MaxRecordFile)
 }
 
 // readSignatureBytes reads version id's signature, or serves it as a sink
 // before read it.
-func (s *Source) readSignatureBytes(ctx context.Context, name, id string) ([]byte, error) {
-	return s.readOnce(ctx, sigs, name, id, repo.MaxSmallFile)
+func (v Versions) readSignatureBytes(ctx context.Context, name, id string) ([]byte, error) {
+	return v.readOnce(ctx, sigs, name, id, repo.MaxSmallFile)
 }
 
 // readOnce reads name, at most max bytes, unless m (records, sigs) holds
 // version id's already; what it reads, it remembers there.
-func (s *Source) readOnce(ctx context.Context, m func(*share) map[string][]byte, name, id string, max int64) ([]byte, error) {
-	if b, ok := s.remembered(m, id); ok {
+func (v Versions) readOnce(ctx context.Context, m func(*share) map[string][]byte, name, id string, max int64) ([]byte, error) {
+	sh := &v.s.shared
+	if b, ok := sh.remembered(m, id); ok {
 		return b, nil
 	}
-	b, err := backend.ReadAll(ctx, s.r, name, max)
+	b, err := backend.ReadAll(ctx, v.s.r, name, max)
 	if err == nil {
-		s.remember(m, id, b)
+		sh.remember(m, id, b)
 	}
 	return b, err
 }
@@ -207,7 +223,7 @@ func (d Data) fromPeer(ctx context.Context, name string, size int64) *DataFile {
 	if _, bad := s.shared.refused.Load(name); bad {
 		return nil
 	}
-	for _, p := range s.peers() {
+	for _, p := range s.shared.peers() {
 		if f := d.openPeer(ctx, p, name, size); f != nil {
 			return f
 		}
@@ -244,28 +260,6 @@ func (d Data) openPeer(ctx context.Context, p backend.Reader, name string, size 
 		s.shared.refused.Store(name, true)
 	}}
 	return &DataFile{name: name, size: size, body: x, close: rc.Close}
-}
-
-// FetchCatalogFromPeer fetches file, one of version id's catalogs, from
-// the first earlier sink of the run whose copy has the sha256 its record
-// gives (want): nil where there is no peer, no sum to check it by, or no
-// peer with that copy. The caller then fetches it upstream.
-func (s *Source) FetchCatalogFromPeer(ctx context.Context, pool *catalog.Pool, id, file, want string) *catalog.Fetched {
-	if want == "" {
-		return nil
-	}
-	name := repo.VersionFile(id, file)
-	for _, p := range s.peers() {
-		f, err := pool.Fetch(ctx, p, name)
-		if err != nil {
-			continue
-		}
-		if f.SHA256 == want {
-			return f
-		}
-		f.Remove()
-	}
-	return nil
 }
 
 // peerMismatch is a peer's file that broke its size as it was read: not

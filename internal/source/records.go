@@ -51,14 +51,24 @@ func JudgeSignature(trust Trust, id string, record, sig []byte) *RefusalError {
 	return nil
 }
 
+// Versions is the upstream's versions: their folders listed, their
+// records and signatures read and judged, and whether upstream still
+// keeps them. A concern of its own, as the sink's Versions is, so that
+// every read of a version passes the same judgement (and, in a fan-out,
+// is served to the later sinks as the first read it).
+type Versions struct{ s *Source }
+
+// Versions is the upstream's versions.
+func (s *Source) Versions() Versions { return Versions{s} }
+
 // ChecksSignatures says whether the source judges signatures: it was
 // given a Trust.
-func (s *Source) ChecksSignatures() bool { return s.trust != nil }
+func (v Versions) ChecksSignatures() bool { return v.s.trust != nil }
 
 // JudgeSignature is JudgeSignature by the source's Trust: for the
 // mirror's copy of a version, judged as the upstream's is.
-func (s *Source) JudgeSignature(id string, record, sig []byte) *RefusalError {
-	return JudgeSignature(s.trust, id, record, sig)
+func (v Versions) JudgeSignature(id string, record, sig []byte) *RefusalError {
+	return JudgeSignature(v.s.trust, id, record, sig)
 }
 
 // Version is a version's record and signature, read and judged.
@@ -86,16 +96,17 @@ type ReadError struct {
 func (e *ReadError) Error() string { return fmt.Sprintf("%s: %v", e.File, e.Err) }
 func (e *ReadError) Unwrap() error { return e.Err }
 
-// ReadVersion reads and judges a version upstream: its record, and where
+// Read reads and judges a version upstream: its record, and where
 // the Source has a Trust, its signature. The error is a *ReadError where
 // the record (then v is nil) or the signature (then v has the record, and
 // no verdict) could not be read, and a *RefusalError where the record
 // breaks the rules. Used where any version may be asked for (the parents
 // ancestry follows, a repository verify checks); a run's versions are
 // read with ReadRecord and ReadSignature, which use what the run listed.
-func (s *Source) ReadVersion(ctx context.Context, id string) (*Version, error) {
+func (v Versions) Read(ctx context.Context, id string) (*Version, error) {
+	s := v.s
 	name := repo.VersionFile(id, repo.RecordFile)
-	raw, err := s.readRecordBytes(ctx, name, id)
+	raw, err := v.readRecordBytes(ctx, name, id)
 	if err != nil {
 		return nil, &ReadError{name, err}
 	}
@@ -103,29 +114,30 @@ func (s *Source) ReadVersion(ctx context.Context, id string) (*Version, error) {
 	if bad != nil {
 		return nil, bad
 	}
-	v := &Version{Record: rec}
+	out := &Version{Record: rec}
 	if s.trust == nil {
-		return v, nil
+		return out, nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
-	sig, err := s.readSignatureBytes(ctx, sigName, id)
+	sig, err := v.readSignatureBytes(ctx, sigName, id)
 	if backend.IsNotExist(err) {
 		sig, err = nil, nil
 	}
 	if err != nil {
-		return v, &ReadError{sigName, err}
+		return out, &ReadError{sigName, err}
 	}
-	v.Signature = sig
-	v.Verdict = JudgeSignature(s.trust, id, raw, sig)
-	return v, nil
+	out.Signature = sig
+	out.Verdict = JudgeSignature(s.trust, id, raw, sig)
+	return out, nil
 }
 
 // ReadRecord fetches and parses a version's record. A version that a ref
 // names (isRoot) and that upstream lacks is refused; an ancestor that it
 // lacks is left out: raw and rec nil, no error.
-func (s *Source) ReadRecord(ctx context.Context, id string, isRoot bool) (raw []byte, rec *repo.Record, err error) {
+func (v Versions) ReadRecord(ctx context.Context, id string, isRoot bool) (raw []byte, rec *repo.Record, err error) {
+	s := v.s
 	name := repo.VersionFile(id, repo.RecordFile)
-	raw, err = s.readRecordBytes(ctx, name, id)
+	raw, err = v.readRecordBytes(ctx, name, id)
 	switch {
 	case backend.IsNotExist(err) && !isRoot:
 		s.log.Info("ancestor version absent upstream; skipped", zap.String("version", id))
@@ -145,19 +157,19 @@ func (s *Source) ReadRecord(ctx context.Context, id string, isRoot bool) (raw []
 }
 
 // ReadSignature reads a version's signature where its folder (files, as
-// VersionFiles gives them) has one, and judges it with the record raw
+// Files gives them) has one, and judges it with the record raw
 // (JudgeSignature): the signature (nil where there is none), or the error
 // of a read that failed or the refusal of a version the Trust does not let
 // through.
-func (s *Source) ReadSignature(ctx context.Context, id string, files map[string]int64, raw []byte) ([]byte, error) {
+func (v Versions) ReadSignature(ctx context.Context, id string, files map[string]int64, raw []byte) ([]byte, error) {
 	var sig []byte
 	if _, ok := files[repo.SignatureFile]; ok {
 		var err error
-		if sig, err = s.readSignatureBytes(ctx, repo.VersionFile(id, repo.SignatureFile), id); err != nil {
+		if sig, err = v.readSignatureBytes(ctx, repo.VersionFile(id, repo.SignatureFile), id); err != nil {
 			return nil, err
 		}
 	}
-	if r := JudgeSignature(s.trust, id, raw, sig); r != nil {
+	if r := JudgeSignature(v.s.trust, id, raw, sig); r != nil {
 		return nil, r
 	}
 	return sig, nil

@@ -27,7 +27,7 @@ type Refs struct {
 // or of the value the previous ReadRefs read (before the run took the
 // lock), is not read again (see repo.ListingHolds).
 func (s *Source) ReadRefs(ctx context.Context, seen func(ref string) (version string, ok bool)) Refs {
-	if out, ok := s.rememberedRefs(); ok {
+	if out, ok := s.shared.rememberedRefs(); ok {
 		return out // a fan-out's later sink: the refs as the first read them
 	}
 	out := s.readRefs(ctx, seen)
@@ -36,7 +36,7 @@ func (s *Source) ReadRefs(ctx context.Context, seen func(ref string) (version st
 		out.Refused = append(out.Refused, err.(*RefusalError))
 	}
 	out.Head = head
-	s.rememberRefs(out)
+	s.shared.rememberRefs(out)
 	return out
 }
 

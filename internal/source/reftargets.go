@@ -14,8 +14,8 @@ import (
 )
 
 // CheckRefTargets confirms that every ref's version is upstream: in its
-// listing where it lists (after ListVersions), else by reading its
-// version.json (ReadVersion). An upstream whose refs name versions it
+// listing where it lists (after Versions().List), else by reading its
+// version.json (Versions().Read). An upstream whose refs name versions it
 // does not hold is not consistent (a listing gone missing, a half-copied
 // host): its absences prove nothing, and a prune must not act on them.
 // The error names at most five refs.
@@ -36,7 +36,7 @@ func (s *Source) CheckRefTargets(ctx context.Context, refs repo.Refs) error {
 			record := repo.VersionFile(id, repo.RecordFile)
 			// A record that reads is there, whatever it says: a
 			// refusal of its bytes is not an absence.
-			_, err := s.ReadVersion(ctx, id)
+			_, err := s.Versions().Read(ctx, id)
 			if unread := (*ReadError)(nil); errors.As(err, &unread) {
 				err = unread.Err
 			} else {

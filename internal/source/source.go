@@ -14,22 +14,30 @@
 // (read by internal/sink) are judged here too. Refs are read in one way
 // (ReadRefs) for sync, status, prune and verify.
 //
+// A Source is reached by concern, each a small value holding it (as
+// internal/sink's are): Versions (version folders listed, records and
+// signatures read and judged, withdrawn or expired), Catalogs (fetched
+// to the local disk for a confined reader), Data (data files, opened and
+// checked as they are read), Whole (the repository read whole, for
+// verify) and Fanout (one read of the upstream for several sinks). The
+// Source itself reads fdl.json and the refs.
+//
 // In a run (see internal/sync): ReadSettings first; ReadRefs while the
 // sink takes its inventory (and again once the run holds the lock);
-// ListVersions; then, per version, ReadRecord, VersionFiles,
-// ReadSignature (read and judged), FetchCatalog; and the data files
-// through Data (files.go): opened for a copy, or sized before a
-// server-side copy. Ancestry, verify and prune ask ReadVersion; a prune
-// asks CheckRefTargets and VersionStatus; verify reads the repository
-// whole as well (repository.go).
+// Versions().List; then, per version, Versions().ReadRecord, .Files,
+// .ReadSignature (read and judged), Catalogs().Fetch; and the data files
+// through Data(): opened for a copy, or sized before a server-side copy.
+// Ancestry, verify and prune ask Versions().Read; a prune asks
+// CheckRefTargets and Versions().Status; verify reads the repository
+// whole as well (Whole, Catalogs().FetchTo).
 //
-// Files: source.go (Source, settings, versions and sizes), refs.go (the
-// upstream's refs), records.go (records and signatures, Trust),
-// catalogs.go (catalogs), refusal.go (Refusal, its reasons), status.go
-// (withdrawn or expired), reftargets.go (whether refs name versions
-// upstream holds), repository.go (the repository read whole, for
-// verify), fanout.go (one read of the upstream for several sinks: what
-// the later sinks are served, and the earlier sinks read before it).
+// Files: source.go (Source, settings; Versions' listing and sizes),
+// refs.go (the upstream's refs), records.go (Versions: records and
+// signatures, Trust), catalogs.go (Catalogs), files.go (Data),
+// refusal.go (Refusal, its reasons), status.go (withdrawn or expired),
+// reftargets.go (whether refs name versions upstream holds),
+// repository.go (Whole), fanout.go (Fanout: what the later sinks are
+// served, and the earlier sinks read before the upstream).
 package source
 
 import (
@@ -76,7 +84,7 @@ func (s *Source) Settings() *repo.Settings { return s.settings }
 // *ReadError where fdl.json could not be read, else the rule it breaks
 // (a *SettingsError).
 func (s *Source) ReadSettings(ctx context.Context) (*repo.Settings, error) {
-	if s.settings != nil && s.replaying() {
+	if s.settings != nil && s.shared.replaying() {
 		return s.settings, nil // a fan-out's later sink: as the first read it
 	}
 	raw, err := backend.ReadAll(ctx, s.r, repo.SettingsFile, repo.MaxSmallFile)
@@ -107,10 +115,11 @@ func (e *SettingsError) Unwrap() error { return e.Err }
 // follows refs.json, and asks for files by the names the layout knows).
 func (s *Source) CanList() bool { return s.r.Properties().CanList }
 
-// ListVersions lists versions/ upstream, where the store can list: one
-// listing, whatever the number of versions.
-func (s *Source) ListVersions(ctx context.Context) error {
-	if !s.r.Properties().CanList || (s.versions != nil && s.replaying()) {
+// List lists versions/ upstream, where the store can list: one listing,
+// whatever the number of versions.
+func (v Versions) List(ctx context.Context) error {
+	s := v.s
+	if !s.r.Properties().CanList || (s.versions != nil && s.shared.replaying()) {
 		return nil
 	}
 	versions, err := repo.ListVersions(ctx, s.r, nil)
@@ -121,18 +130,19 @@ func (s *Source) ListVersions(ctx context.Context) error {
 	return nil
 }
 
-// Versions maps every version folder upstream to its files and sizes;
-// nil where the store cannot list.
-func (s *Source) Versions() map[string]map[string]int64 { return s.versions }
+// Listing maps every version folder upstream to its files and sizes, as
+// List listed them; nil where the store cannot list.
+func (v Versions) Listing() map[string]map[string]int64 { return v.s.versions }
 
-// VersionFiles names the files of a version's folder upstream, with
-// their sizes (-1 where unknown until read). A store that cannot list is
-// asked for the names the layout knows.
-func (s *Source) VersionFiles(ctx context.Context, id string) (map[string]int64, error) {
+// Files names the files of a version's folder upstream, with their sizes
+// (-1 where unknown until read). A store that cannot list is asked for
+// the names the layout knows.
+func (v Versions) Files(ctx context.Context, id string) (map[string]int64, error) {
+	s := v.s
 	if s.versions != nil {
 		return s.versions[id], nil
 	}
-	if files, ok := s.rememberedFiles(id); ok {
+	if files, ok := s.shared.rememberedFiles(id); ok {
 		return files, nil
 	}
 	names := append(append([]string{}, repo.KnownVersionFiles...), s.settings.CatalogFiles()...)
@@ -155,7 +165,7 @@ func (s *Source) VersionFiles(ctx context.Context, id string) (map[string]int64,
 			return nil, err
 		}
 	}
-	s.rememberFiles(id, files)
+	s.shared.rememberFiles(id, files)
 	return files, nil
 }
 

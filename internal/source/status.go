@@ -7,14 +7,14 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 )
 
-// Whether upstream keeps a version (VersionStatus).
+// Whether upstream keeps a version (Versions.Status).
 const (
 	Kept    = ""        // upstream has it, not expired
 	Expired = "expired" // upstream marks it with expired.json
 	Gone    = "gone"    // upstream no longer has its version.json
 )
 
-// VersionStatus says whether upstream expired a version, no longer has
+// Status says whether upstream expired a version, no longer has
 // it, or keeps it. "No longer has" is always a GET of its version.json
 // that answers 404 (or 410), never a listing or a HEAD alone (a host may
 // answer HEAD 404 and GET with the file); a listing that lacks a
@@ -22,7 +22,8 @@ const (
 // other failure is: a broken upstream must never look like one that
 // withdrew a version. The expired.json marker is read too, where the
 // upstream does not list.
-func (s *Source) VersionStatus(ctx context.Context, id string) (string, error) {
+func (v Versions) Status(ctx context.Context, id string) (string, error) {
+	s := v.s
 	if s.versions != nil {
 		files := s.versions[id]
 		_, complete := files[repo.RecordFile]
@@ -56,15 +57,16 @@ func (s *Source) VersionStatus(ctx context.Context, id string) (string, error) {
 // IsExpired says whether upstream marks a version expired: its listing
 // says where it lists, else a request for the marker (an error counts as
 // not expired: the version is then copied).
-func (s *Source) IsExpired(ctx context.Context, id string) bool {
+func (v Versions) IsExpired(ctx context.Context, id string) bool {
+	s := v.s
 	if s.versions != nil {
 		_, ok := s.versions[id][repo.ExpiredFile]
 		return ok
 	}
-	if expired, ok := s.rememberedExpired(id); ok {
+	if expired, ok := s.shared.rememberedExpired(id); ok {
 		return expired
 	}
 	_, err := s.r.Stat(ctx, repo.VersionFile(id, repo.ExpiredFile))
-	s.rememberExpired(id, err == nil)
+	s.shared.rememberExpired(id, err == nil)
 	return err == nil
 }

@@ -88,7 +88,7 @@ func (a *ancestry) parentsOf(ctx context.Context, id string) []string {
 
 // readParents reads a version's parents from the mirror's published
 // record, else from upstream's record where it passes the policy
-// (source.ReadVersion: its signature, and an id that names its own
+// (source.Versions.Read: its signature, and an id that names its own
 // folder); nil when neither does.
 func (a *ancestry) readParents(ctx context.Context, id string) []string {
 	if a.sink != nil {
@@ -98,7 +98,7 @@ func (a *ancestry) readParents(ctx context.Context, id string) []string {
 			}
 		}
 	}
-	v, err := a.src.ReadVersion(ctx, id)
+	v, err := a.src.Versions().Read(ctx, id)
 	if err != nil || !v.Passes() {
 		return nil
 	}

@@ -135,7 +135,7 @@ func TestAlternateCatalogsDataFilesMirrored(t *testing.T) {
 	t.Run("http", func(t *testing.T) {
 		counter, url := serveCounted(t, up)
 		mirror := t.TempDir()
-		rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: url, Sink: mirror}, nil, nil)
+		rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: url, Sink: mirror}}, nil, nil)
 		if err != nil || !rep.OK() {
 			t.Fatalf("%v %+v", err, rep)
 		}
@@ -255,7 +255,7 @@ func TestMetadataDBVersionsMirroredAndVerified(t *testing.T) {
 
 			web := t.TempDir()
 			_, url := serveCounted(t, up)
-			hrep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: url, Sink: web}, nil, nil)
+			hrep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: url, Sink: web}}, nil, nil)
 			if err != nil || !hrep.OK() {
 				t.Fatalf("http: %v %+v", err, hrep)
 			}

@@ -28,11 +28,11 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	}
 	defer func() { <-e.catalogs.slots.ahead }()
 	id, rec := n.id, n.rec
-	files, err := e.src.VersionFiles(ctx, id)
+	files, err := e.src.Versions().Files(ctx, id)
 	if err != nil {
 		return 0, err
 	}
-	if n.sig, err = e.src.ReadSignature(ctx, id, files, n.raw); err != nil {
+	if n.sig, err = e.src.Versions().ReadSignature(ctx, id, files, n.raw); err != nil {
 		return 0, err
 	}
 
@@ -220,8 +220,8 @@ func (c *catalogReader) fetchCatalog(ctx context.Context, id, file string, files
 			&catalog.LimitError{Catalog: catalogName, Key: catalog.KeyMaxSize, Detail: fmt.Sprintf("%d bytes, larger than the %s a catalog may have", size, catalog.FormatBytes(lim.MaxSize))})
 	}
 	// A fan-out's later sink takes an earlier sink's copy whose sum is
-	// the record's (source.FetchCatalogFromPeer), else the upstream's.
-	if fetched := c.src.FetchCatalogFromPeer(ctx, c.pool, id, file, wantSHA256); fetched != nil {
+	// the record's (source.Catalogs.FromPeer), else the upstream's.
+	if fetched := c.src.Catalogs().FromPeer(ctx, c.pool, id, file, wantSHA256); fetched != nil {
 		return fetched, nil
 	}
 	// Fetched outside catalogSlots: a download waits on the source. A
@@ -237,7 +237,7 @@ func (c *catalogReader) fetchCatalog(ctx context.Context, id, file string, files
 			fetchCtx = backend.WithCheckedRead(ctx)
 		}
 		start := time.Now()
-		fetched, err := c.src.FetchCatalog(fetchCtx, c.pool, id, file)
+		fetched, err := c.src.Catalogs().Fetch(fetchCtx, c.pool, id, file)
 		c.log.Debug("catalog fetched", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 		if err != nil {
 			if backend.IsNotExist(err) {

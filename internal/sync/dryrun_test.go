@@ -31,7 +31,7 @@ func upstreamAhead(t *testing.T, sink string) (up, next string) {
 	if _, err := generate.Generate(ctx, up, opts); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: up, Sink: sink}, nil, nil); err != nil || !rep.OK() {
+	if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: up, Sink: sink}}, nil, nil); err != nil || !rep.OK() {
 		t.Fatalf("first sync: %v %+v", err, rep)
 	}
 	next, err := generate.AddVersion(ctx, up, 2, opts)
@@ -44,7 +44,7 @@ func upstreamAhead(t *testing.T, sink string) (up, next string) {
 // dryRun runs a dry run and checks it planned the new version's ref move.
 func dryRun(t *testing.T, up, sink, next string) {
 	t.Helper()
-	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: up, Sink: sink, DryRun: true}, nil, nil)
+	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: up, Sink: sink}, DryRun: true}, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("dry run: %v %+v", err, rep)
 	}
@@ -128,7 +128,7 @@ func TestDryRunOfAMissingLocalSinkMakesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := filepath.Join(parent, "mirror")
-	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: up, Sink: sink, DryRun: true}, nil, nil)
+	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: up, Sink: sink}, DryRun: true}, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("dry run: %v %+v", err, rep)
 	}

@@ -47,7 +47,7 @@ func TestHostileRedirectRefusesTheFile(t *testing.T) {
 	defer upstream.Close()
 
 	mirror := t.TempDir()
-	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: upstream.URL + "/", Sink: mirror}, nil, nil)
+	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: upstream.URL + "/", Sink: mirror}}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestHostileRedirectRefusesTheFile(t *testing.T) {
 	}
 
 	allowed := t.TempDir()
-	rep, err = fdlmirror.Run(context.Background(), fdlmirror.Job{Source: upstream.URL + "/", Sink: allowed, HTTPAllowRedirects: []string{"127.0.0.1"}}, nil, nil)
+	rep, err = fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: upstream.URL + "/", Sink: allowed, HTTPAllowRedirects: []string{"127.0.0.1"}}}, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("with the host allowed: %v %+v", err, rep)
 	}
@@ -118,7 +118,7 @@ func TestChunkedHTTPSourceMirrored(t *testing.T) {
 	}))
 	defer upstream.Close()
 	mirror := t.TempDir()
-	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: upstream.URL + "/", Sink: mirror}, nil, nil)
+	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: upstream.URL + "/", Sink: mirror}}, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("%v %+v", err, rep)
 	}
@@ -138,7 +138,7 @@ func TestBandwidthLimit(t *testing.T) {
 	}
 	const limit = 5 << 20
 	start := time.Now()
-	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: up, Sink: t.TempDir(), BWLimit: limit}, nil, nil)
+	rep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: up, Sink: t.TempDir()}, BWLimit: limit}, nil, nil)
 	if err != nil || !rep.OK() {
 		t.Fatalf("%v %+v", err, rep)
 	}

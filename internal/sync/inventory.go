@@ -26,7 +26,7 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 		return nil, err
 	}
 	// versions/ in the source, where it can list.
-	if err := e.src.ListVersions(ctx); err != nil {
+	if err := e.src.Versions().List(ctx); err != nil {
 		return nil, &FatalError{err}
 	}
 	e.inv = inv
@@ -45,7 +45,7 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 func (e *engine) hasWork(inv *sink.Inventory, upstream repo.Refs, head string) bool {
 	return e.planner.hasWork(workView{
 		inv: inv, upstream: upstream, head: head, published: e.versions.published,
-		sourceVersions: e.src.Versions(), repair: e.opts.Repair, sourceUnrecorded: e.sourceUnrecorded(),
+		sourceVersions: e.src.Versions().Listing(), repair: e.opts.Repair, sourceUnrecorded: e.sourceUnrecorded(),
 		stateStale: !e.upstream.unread && e.upstreamStateStale(upstream),
 	})
 }

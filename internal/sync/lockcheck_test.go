@@ -40,7 +40,7 @@ func TestRunThatLostItsLockMovesNoRef(t *testing.T) {
 		})
 	}
 	// An hour's lifetime: no renewal notices the thief during the run.
-	job := fdlmirror.Job{Source: up, Sink: srv.URL(bucket, "mirror"), LockTTL: time.Hour, Concurrency: 1}
+	job := fdlmirror.Job{Stores: fdlmirror.Stores{Source: up, Sink: srv.URL(bucket, "mirror"), LockTTL: time.Hour}, Concurrency: 1}
 	rep, err := fdlmirror.Run(ctx, job, nil, steal)
 	if err == nil || !strings.Contains(err.Error(), "thief") {
 		t.Fatalf("run whose lock was taken over: err %v, want one naming the thief", err)

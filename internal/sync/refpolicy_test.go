@@ -208,7 +208,7 @@ func TestTagsOnlyMirror(t *testing.T) {
 	// A run that takes the lock reads both sides again under it: main
 	// is still excluded once, not once per read.
 	setRefs(t, up, repo.Refs{"refs/tags/v3": g.Versions[1]})
-	lrep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: up, Sink: mirror,
+	lrep, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: up, Sink: mirror},
 		Refs: repo.RefSelection{Include: []string{"refs/tags/*"}}}, nil, nil)
 	if err != nil || !lrep.OK() || refOf(t, mirror, "refs/tags/v3") != g.Versions[1] {
 		t.Fatalf("locked run: %v %+v", err, lrep)

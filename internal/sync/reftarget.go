@@ -126,7 +126,7 @@ func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	if _, bad := source.JudgeRecord(id, raw); bad != nil {
 		return bad
 	}
-	if !p.src.ChecksSignatures() {
+	if !p.src.Versions().ChecksSignatures() {
 		return nil
 	}
 	sigName := repo.VersionFile(id, repo.SignatureFile)
@@ -134,5 +134,5 @@ func (p *publisher) judgeSinkVersion(ctx context.Context, id string) *refusal {
 	if err != nil {
 		return refuse(ReasonSignature, id, sigName, "version %s: reading the mirror's %s: %v", id, sigName, err)
 	}
-	return p.src.JudgeSignature(id, raw, sig)
+	return p.src.Versions().JudgeSignature(id, raw, sig)
 }

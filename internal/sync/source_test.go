@@ -73,7 +73,7 @@ func TestASinkWithoutIDRefusesAnotherSource(t *testing.T) {
 	ga := noIDRepo(t, a, 1)
 	gb := noIDRepo(t, b, 2)
 	ctx := context.Background()
-	if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil || !rep.OK() {
+	if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err != nil || !rep.OK() {
 		t.Fatalf("first run: %v %+v", err, rep)
 	}
 	if got := recordedSource(t, sink); got != a {
@@ -81,7 +81,7 @@ func TestASinkWithoutIDRefusesAnotherSource(t *testing.T) {
 	}
 
 	for _, dry := range []bool{true, false} {
-		rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: b, Sink: sink, DryRun: dry}, nil, nil)
+		rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: b, Sink: sink}, DryRun: dry}, nil, nil)
 		var other *fdlsink.OtherSourceError
 		var fatal *fdlsync.FatalError
 		if !errors.As(err, &fatal) || !errors.As(err, &other) {
@@ -119,12 +119,12 @@ func TestTheSameSourceAnotherWayIsAccepted(t *testing.T) {
 	a, sink := filepath.Join(parent, "a"), filepath.Join(parent, "mirror")
 	noIDRepo(t, a, 1)
 	ctx := context.Background()
-	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil {
+	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Chdir(parent)
 	for _, addr := range []string{"a", "./a/", "file://" + a + "/", a + "/."} {
-		if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: addr, Sink: sink}, nil, nil); err != nil || !rep.OK() {
+		if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: addr, Sink: sink}}, nil, nil); err != nil || !rep.OK() {
 			t.Errorf("source %q: %v %+v", addr, err, rep)
 		}
 	}
@@ -139,10 +139,10 @@ func TestForceTakesTheNewSourceButNotItsDivergedBranch(t *testing.T) {
 	ga := noIDRepo(t, a, 1)
 	gb := noIDRepo(t, b, 1)
 	ctx := context.Background()
-	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil {
+	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: b, Sink: sink, Force: true}, nil, nil)
+	rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: b, Sink: sink}, Force: true}, nil, nil)
 	if err != nil {
 		t.Fatalf("forced run: %v", err)
 	}
@@ -165,7 +165,7 @@ func TestForceTakesTheNewSourceButNotItsDivergedBranch(t *testing.T) {
 		t.Errorf("the new source's version was not mirrored: %v", err)
 	}
 	// The first address is now the other one.
-	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err == nil {
+	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err == nil {
 		t.Error("after --force recorded b, a run from a was accepted")
 	}
 }
@@ -179,19 +179,19 @@ func TestAMirrorWithoutRecordAdoptsItsNextSource(t *testing.T) {
 	noIDRepo(t, a, 1)
 	noIDRepo(t, b, 1)
 	ctx := context.Background()
-	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil {
+	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Remove(filepath.Join(sink, ".fdl-mirror", fdlsink.SourceFile)); err != nil {
 		t.Fatal(err)
 	}
-	if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil || rep.FilesCopied != 0 {
+	if rep, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err != nil || rep.FilesCopied != 0 {
 		t.Fatalf("run with nothing to copy: %v %+v", err, rep)
 	}
 	if got := recordedSource(t, sink); got != a {
 		t.Errorf("recorded %q, want %q", got, a)
 	}
-	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Source: b, Sink: sink}, nil, nil); err == nil {
+	if _, err := fdlmirror.Run(ctx, fdlmirror.Job{Stores: fdlmirror.Stores{Source: b, Sink: sink}}, nil, nil); err == nil {
 		t.Error("another source accepted after the record was made")
 	}
 }
@@ -204,7 +204,7 @@ func TestARepositoryWithIDRecordsNoSource(t *testing.T) {
 	if _, err := generate.Generate(context.Background(), a, generate.Options{Versions: 1, FilesPerVersion: 1, RowsPerFile: 5, FastParquet: true}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Source: a, Sink: sink}, nil, nil); err != nil {
+	if _, err := fdlmirror.Run(context.Background(), fdlmirror.Job{Stores: fdlmirror.Stores{Source: a, Sink: sink}}, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(sink, ".fdl-mirror", fdlsink.SourceFile)); !os.IsNotExist(err) {

@@ -89,7 +89,7 @@ func (p *publisher) publishVersion(ctx context.Context, id string, record, sig [
 // the sink already had (see newFilesInCompleteVersions): it costs no
 // request beyond the copies.
 func (e *engine) completeVersionDirs(ctx context.Context) {
-	for nf := range newFilesInCompleteVersions(e.src.Versions(), e.inv.Versions) {
+	for nf := range newFilesInCompleteVersions(e.src.Versions().Listing(), e.inv.Versions) {
 		name := repo.VersionFile(nf.version, nf.file)
 		if isAlternateCatalog(nf.file, e.inv.Versions[nf.version]) {
 			if err := e.addAlternateCatalog(ctx, nf.version, nf.file, nf.size); err != nil && ctx.Err() == nil {

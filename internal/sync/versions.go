@@ -98,7 +98,7 @@ func (e *engine) walkVersions(ctx context.Context, roots []string) *versionGraph
 // readRecord fetches and parses a version's record into n (see
 // source.ReadRecord: an ancestor upstream lacks is left with neither).
 func (e *engine) readRecord(ctx context.Context, n *versionJob) {
-	if !n.isRoot && e.src.IsExpired(ctx, n.id) {
+	if !n.isRoot && e.src.Versions().IsExpired(ctx, n.id) {
 		// Past its retention upstream, and no selected ref points at
 		// it: prune removes it from the mirror, so copying it back as an
 		// ancestor would only start that again at every run. Left out
@@ -108,7 +108,7 @@ func (e *engine) readRecord(ctx context.Context, n *versionJob) {
 	}
 	// Its parents count for ancestry only once it passed the policy
 	// (see ancestry), noted as it is published.
-	n.raw, n.rec, n.err = e.src.ReadRecord(ctx, n.id, n.isRoot)
+	n.raw, n.rec, n.err = e.src.Versions().ReadRecord(ctx, n.id, n.isRoot)
 }
 
 // refuseCycles refuses the versions in a cycle, and those that wait on

@@ -191,7 +191,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		c.add(Problem{Version: id, File: file, Message: fmt.Sprintf("version %s: "+format, append([]any{id}, args...)...)})
 	}
 	recordName := repo.VersionFile(id, repo.RecordFile)
-	v, err := c.src.ReadVersion(ctx, id)
+	v, err := c.src.Versions().Read(ctx, id)
 	var unread *source.ReadError
 	if v == nil {
 		if !errors.As(err, &unread) {
@@ -202,7 +202,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 		return nil
 	}
 	rec := v.Record
-	if c.src.ChecksSignatures() {
+	if c.src.Versions().ChecksSignatures() {
 		sigName := repo.VersionFile(id, repo.SignatureFile)
 		switch {
 		case errors.As(err, &unread):
@@ -220,9 +220,9 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 	var fetched *catalog.Fetched
 	if c.versions != nil {
 		mainFile = repo.MainCatalog(files)
-		fetched, err = c.src.FetchCatalogTo(ctx, id, mainFile, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
+		fetched, err = c.src.Catalogs().FetchTo(ctx, id, mainFile, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 	} else {
-		mainFile, fetched, err = c.src.FetchMainCatalogTo(ctx, id, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
+		mainFile, fetched, err = c.src.Catalogs().FetchMainTo(ctx, id, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 	}
 	catalogName := repo.VersionFile(id, mainFile)
 	if err != nil {
@@ -250,7 +250,7 @@ func (c *checker) version(ctx context.Context, id string, isRoot bool) []string 
 	}
 	for _, f := range alternates {
 		name := repo.VersionFile(id, f)
-		fetched, err := c.src.FetchCatalogTo(ctx, id, f, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
+		fetched, err := c.src.Catalogs().FetchTo(ctx, id, f, c.opts.TempDir, c.opts.CatalogLimits.MaxSize)
 		if c.versions == nil && backend.IsNotExist(err) {
 			continue // not every version carries every format
 		}
