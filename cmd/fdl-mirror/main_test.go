@@ -49,6 +49,12 @@ func TestMain(m *testing.M) {
 			panic("go build left no " + b + ": " + err.Error())
 		}
 	}
+	// Readers started in this process (fdltest.Complete's verify, for
+	// one) run the same reader binary, not this -race test binary.
+	if err := catalog.UseReaderBinary(filepath.Join(dir, catalog.ReaderProgram)); err != nil {
+		os.RemoveAll(dir)
+		panic(err)
+	}
 	code := m.Run()
 	fdltest.RemoveTemplates()
 	os.RemoveAll(dir)

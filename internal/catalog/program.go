@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"strings"
 	gosync "sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -157,6 +158,39 @@ func merge(a, b map[string]string) map[string]bool {
 // ReaderNow says which program catalog readers are started from: the
 // reader binary's path, or fdl-mirror's own with why.
 func ReaderNow() (path, note string) {
-	e := theReaderExe()
+	e := currentReaderExe()
 	return e.Shown, e.Note
+}
+
+// readerBinary, once UseReaderBinary has set it, is the program readers
+// start from in place of theReaderExe's.
+var readerBinary atomic.Pointer[readerExe]
+
+// UseReaderBinary makes this process start its readers from the reader
+// binary at path, whatever its build. It is for the test binaries of the
+// packages that read catalogs (fdltest.UseReaderBinary): a test binary
+// has no reader beside it and would re-execute itself, a binary built
+// with -race that runs every initializer of the packages it tests, for
+// about three times a reader binary's start. The mirror never calls it:
+// it finds its reader beside itself and checks its build (theReaderExe).
+func UseReaderBinary(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	exec, err := keepForExec(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	readerBinary.Store(&readerExe{path: exec, Shown: path})
+	return nil
+}
+
+// currentReaderExe is the program readers start from now.
+func currentReaderExe() readerExe {
+	if e := readerBinary.Load(); e != nil {
+		return *e
+	}
+	return theReaderExe()
 }

@@ -291,7 +291,7 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 	if knobs.noLandlock {
 		a.landlockABI = 0
 	}
-	exe := theReaderExe()
+	exe := currentReaderExe()
 	if knobs.exe != nil {
 		exe = *knobs.exe
 	}
