@@ -29,9 +29,17 @@ import (
 // the expired lock, then lets the stopped run go on, on Versity S3 and
 // fake-gcs-server, several rounds each.
 
-// fenceTTL is every mirror's lock_ttl here: short, so a takeover comes
-// soon after a run is stopped.
+// fenceTTL is the lock_ttl of the run a test stops (A): short, so a
+// takeover comes soon after it is stopped.
 const fenceTTL = 2 * time.Second
+
+// otherTTL is the lock_ttl of the runs that are not stopped (B: a test's
+// first sync, and the run that takes A's expired lock over). Whether B
+// may take A's lock over is judged by A's expiry, never B's own lock_ttl,
+// so B needs no short one; with 2 s, a renewal that waited over a second
+// for a loaded fake-gcs-server lost B's lock in a first sync (one full
+// make test in several, beside other test runs).
+const otherTTL = 30 * time.Second
 
 // fenceStore is a store the paused run reaches through a fault proxy and
 // the others directly.
@@ -50,7 +58,7 @@ func (st fenceStore) configs(t *testing.T, parent, up, prefix string) (sink stri
 	t.Helper()
 	sink = st.direct(prefix)
 	pausedSink, env := st.paused(prefix)
-	return sink, env, writeFenceConfig(t, parent, "a", up, pausedSink), writeFenceConfig(t, parent, "b", up, sink)
+	return sink, env, writeFenceConfig(t, parent, "a", up, pausedSink), writeFenceConfigTTL(t, parent, "b", up, sink, otherTTL)
 }
 
 func fenceStores(t *testing.T) []fenceStore {
