@@ -22,9 +22,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
@@ -155,7 +157,7 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 		}
 		sinkLog := log
 		if len(sinks) > 1 {
-			sinkLog = log.With(zap.String("sink", redact.URL(addr)))
+			sinkLog = namingSink(log, addr)
 		}
 		j := job
 		j.Sink = addr
@@ -250,3 +252,47 @@ func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVe
 	defer closeDst()
 	return sink.NewReader(dst, log).State().ReadPending(ctx)
 }
+
+// namingSink is log with a `sink` field naming addr (redacted, as the
+// daemon's lines, status and metrics name it), for a run of several
+// sinks, and that field only: the lock, the sink and the engine name the
+// store in some lines of their own (where a run of one sink has no other
+// name for it), and a line of the run would carry `sink` twice, perhaps
+// with two spellings of one address. Their `sink` fields are dropped.
+func namingSink(log *zap.Logger, addr string) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return sinkNamed{c.With([]zapcore.Field{zap.String("sink", redact.URL(addr))})}
+	}))
+}
+
+// sinkNamed is a core whose lines already carry `sink`: it drops any
+// other field of that key, given to With or to the line.
+type sinkNamed struct{ zapcore.Core }
+
+func (c sinkNamed) With(fields []zapcore.Field) zapcore.Core {
+	return sinkNamed{c.Core.With(withoutSink(fields))}
+}
+
+// Check asks the wrapped core whether it takes the entry (its level, a
+// sampler's count), and writes the entry here, through Write: to the
+// wrapped core as a whole (the commands' loggers are one core, no tee of
+// cores at several levels).
+func (c sinkNamed) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Core.Check(e, nil) == nil {
+		return ce
+	}
+	return ce.AddCore(e, c)
+}
+
+func (c sinkNamed) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	return c.Core.Write(e, withoutSink(fields))
+}
+
+func withoutSink(fields []zapcore.Field) []zapcore.Field {
+	if !slices.ContainsFunc(fields, isSink) {
+		return fields
+	}
+	return slices.DeleteFunc(slices.Clone(fields), isSink)
+}
+
+func isSink(f zapcore.Field) bool { return f.Key == "sink" }
