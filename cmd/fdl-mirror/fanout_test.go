@@ -24,6 +24,7 @@ type sinkReport struct {
 	OK     bool   `json:"ok"`
 	Mirror string `json:"mirror"`
 	Sink   string `json:"sink"`
+	Error  string `json:"error"`
 }
 
 // sinkReports decodes sync --json's output, a JSON object per sink.
@@ -151,4 +152,44 @@ func TestConfiguredMirrorOfTwoSinks(t *testing.T) {
 	if check.code != 0 || !strings.Contains(check.stdout, "valid; mirrors: [towns]") {
 		t.Errorf("daemon --check: exit %d, want 0 and the mirror:\n%s%s", check.code, check.stdout, check.stderr)
 	}
+}
+
+// A sink the command cannot open (a scheme it does not know) stops that
+// sink only: the sinks before and after it are mirrored and reported, the
+// bad one has its report too, naming it and why (its password redacted),
+// and the exit code is the worst of them, 2 for a configuration error.
+func TestSyncToThreeSinksOneBadAddressStopsOnlyIt(t *testing.T) {
+	parent, up, _ := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 1, FastParquet: true})
+	srv := testserver.HTTP(t, up)
+	a, b := filepath.Join(parent, "a"), filepath.Join(parent, "b")
+	bad, badShown := "gopher://user:hunter2@example.invalid/towns/", "gopher://user:REDACTED@example.invalid/towns/"
+
+	res := run(t, "sync", "--json", srv.URL, a, bad, b)
+	if res.code != exitUsage {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", res.code, exitUsage, res.stdout, res.stderr)
+	}
+	reps := sinkReports(t, res.stdout)
+	if len(reps) != 3 {
+		t.Fatalf("%d reports, want one per sink:\n%s", len(reps), res.stdout)
+	}
+	for i, want := range []sinkReport{{OK: true, Sink: a}, {OK: false, Sink: badShown}, {OK: true, Sink: b}} {
+		got := reps[i]
+		if got.OK != want.OK || got.Sink != want.Sink {
+			t.Errorf("report %d: ok %v, sink %s; want ok %v, sink %s (error %q)", i, got.OK, got.Sink, want.OK, want.Sink, got.Error)
+		}
+	}
+	if !fdltest.Contains(reps[1].Error, badShown, "gopher") {
+		t.Errorf("the bad sink's error does not name it and its scheme: %q", reps[1].Error)
+	}
+	if !fdltest.Contains(res.stderr, badShown, "gopher") {
+		t.Errorf("stderr does not name the bad sink and its scheme:\n%s", res.stderr)
+	}
+	if strings.Contains(res.stdout+res.stderr, "hunter2") {
+		t.Errorf("the bad sink's password is printed:\n%s\n%s", res.stdout, res.stderr)
+	}
+	for _, dst := range []string{a, b} {
+		fdltest.AssertMirrored(t, up, dst, nil)
+	}
+	srv.AssertEachAskedOnce(t, repo.DataFiles)
 }
