@@ -193,3 +193,43 @@ func TestSyncToThreeSinksOneBadAddressStopsOnlyIt(t *testing.T) {
 	}
 	srv.AssertEachAskedOnce(t, repo.DataFiles)
 }
+
+// Sinks that nest: one in the source's folder (the run would write into
+// the upstream), one in an earlier sink's (the sinks' cleanups would
+// reach into each other's files). Each is refused by name with exit 2 and
+// not written; the other sinks are mirrored and reported.
+func TestSyncToSinksThatNestRefusesThoseOnly(t *testing.T) {
+	parent, up, _ := layout(t)
+	gen(t, up, generate.Options{Versions: 1, FastParquet: true})
+	before := fdltest.Files(t, up)
+	inSource, a, inA, b := filepath.Join(up, "mirror"), filepath.Join(parent, "a"), filepath.Join(parent, "a", "b"), filepath.Join(parent, "b")
+
+	res := run(t, "sync", "--json", up, inSource, a, inA, b)
+	if res.code != exitUsage {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", res.code, exitUsage, res.stdout, res.stderr)
+	}
+	reps := sinkReports(t, res.stdout)
+	if len(reps) != 4 {
+		t.Fatalf("%d reports, want one per sink:\n%s", len(reps), res.stdout)
+	}
+	for i, want := range []sinkReport{{Sink: inSource, Error: "the source " + up}, {OK: true, Sink: a}, {Sink: inA, Error: "the sink " + a + " before it"}, {OK: true, Sink: b}} {
+		got := reps[i]
+		if got.OK != want.OK || got.Sink != want.Sink || !strings.Contains(got.Error, want.Error) {
+			t.Errorf("report %d: ok %v, sink %s, error %q; want ok %v, sink %s, an error naming %q", i, got.OK, got.Sink, got.Error, want.OK, want.Sink, want.Error)
+		}
+	}
+	if !fdltest.Contains(res.stderr, inSource, "nest") || !fdltest.Contains(res.stderr, inA, "nest") {
+		t.Errorf("stderr does not name each refused sink:\n%s", res.stderr)
+	}
+	if after := fdltest.Files(t, up); len(after) != len(before) {
+		t.Errorf("the upstream's folder has %d files after the run, %d before", len(after), len(before))
+	}
+	for _, refused := range []string{inSource, inA} {
+		if _, err := os.Stat(refused); err == nil {
+			t.Errorf("the refused sink %s was made", refused)
+		}
+	}
+	for _, dst := range []string{a, b} {
+		fdltest.AssertMirrored(t, up, dst, nil)
+	}
+}

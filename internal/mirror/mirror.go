@@ -30,6 +30,7 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
@@ -121,6 +122,7 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 	runs := make([]SinkRun, len(sinks))
 	for i, addr := range sinks {
 		runs[i].Sink = addr
+		runs[i].Err = clash(job.Source, sinks[:i], addr)
 	}
 	fail := func(err error) []SinkRun {
 		for i := range runs {
@@ -151,6 +153,9 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 		if i > 0 {
 			upstream.Fanout().NextSink()
 		}
+		if runs[i].Err != nil {
+			continue // a sink that nests (clash): not opened
+		}
 		if err := ctx.Err(); err != nil {
 			runs[i].Err = err
 			continue
@@ -174,6 +179,25 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 		}
 	}
 	return runs
+}
+
+// clash is the configuration error of a sink that is its source's store,
+// lies in it or holds it (the run would write into the upstream, or its
+// cleanup reach into it), or is an earlier sink's or nests with one (the
+// sinks' cleanups would reach into each other's files): that sink is not
+// run, the others are. A config refuses the same of its sinks when it
+// loads; this is for the command line's, and a source a config cannot
+// compare until it is expanded.
+func clash(source string, earlier []string, sink string) error {
+	if source != "" && config.Nest(sink, source) {
+		return &ConfigError{fmt.Errorf("sink %s and the source %s are one store or nest: the run would write into the upstream", redact.URL(sink), redact.URL(source))}
+	}
+	for _, e := range earlier {
+		if config.Nest(sink, e) {
+			return &ConfigError{fmt.Errorf("sink %s and the sink %s before it are one store or nest: each sink's cleanup would reach into the other's files", redact.URL(sink), redact.URL(e))}
+		}
+	}
+	return nil
 }
 
 // runSink runs the engine from upstream into one sink, job.Sink; the
