@@ -24,6 +24,7 @@ type sinkReport struct {
 	OK     bool   `json:"ok"`
 	Mirror string `json:"mirror"`
 	Sink   string `json:"sink"`
+	Error  string `json:"error"`
 }
 
 // sinkReports decodes sync --json's output, a JSON object per sink.
@@ -150,5 +151,85 @@ func TestConfiguredMirrorOfTwoSinks(t *testing.T) {
 	check := run(t, "daemon", "--config", configPath, "--check")
 	if check.code != 0 || !strings.Contains(check.stdout, "valid; mirrors: [towns]") {
 		t.Errorf("daemon --check: exit %d, want 0 and the mirror:\n%s%s", check.code, check.stdout, check.stderr)
+	}
+}
+
+// A sink the command cannot open (a scheme it does not know) stops that
+// sink only: the sinks before and after it are mirrored and reported, the
+// bad one has its report too, naming it and why (its password redacted),
+// and the exit code is the worst of them, 2 for a configuration error.
+func TestSyncToThreeSinksOneBadAddressStopsOnlyIt(t *testing.T) {
+	parent, up, _ := layout(t)
+	repo := gen(t, up, generate.Options{Versions: 1, FastParquet: true})
+	srv := testserver.HTTP(t, up)
+	a, b := filepath.Join(parent, "a"), filepath.Join(parent, "b")
+	bad, badShown := "gopher://user:hunter2@example.invalid/towns/", "gopher://user:REDACTED@example.invalid/towns/"
+
+	res := run(t, "sync", "--json", srv.URL, a, bad, b)
+	if res.code != exitUsage {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", res.code, exitUsage, res.stdout, res.stderr)
+	}
+	reps := sinkReports(t, res.stdout)
+	if len(reps) != 3 {
+		t.Fatalf("%d reports, want one per sink:\n%s", len(reps), res.stdout)
+	}
+	for i, want := range []sinkReport{{OK: true, Sink: a}, {OK: false, Sink: badShown}, {OK: true, Sink: b}} {
+		got := reps[i]
+		if got.OK != want.OK || got.Sink != want.Sink {
+			t.Errorf("report %d: ok %v, sink %s; want ok %v, sink %s (error %q)", i, got.OK, got.Sink, want.OK, want.Sink, got.Error)
+		}
+	}
+	if !fdltest.Contains(reps[1].Error, badShown, "gopher") {
+		t.Errorf("the bad sink's error does not name it and its scheme: %q", reps[1].Error)
+	}
+	if !fdltest.Contains(res.stderr, badShown, "gopher") {
+		t.Errorf("stderr does not name the bad sink and its scheme:\n%s", res.stderr)
+	}
+	if strings.Contains(res.stdout+res.stderr, "hunter2") {
+		t.Errorf("the bad sink's password is printed:\n%s\n%s", res.stdout, res.stderr)
+	}
+	for _, dst := range []string{a, b} {
+		fdltest.AssertMirrored(t, up, dst, nil)
+	}
+	srv.AssertEachAskedOnce(t, repo.DataFiles)
+}
+
+// Sinks that nest: one in the source's folder (the run would write into
+// the upstream), one in an earlier sink's (the sinks' cleanups would
+// reach into each other's files). Each is refused by name with exit 2 and
+// not written; the other sinks are mirrored and reported.
+func TestSyncToSinksThatNestRefusesThoseOnly(t *testing.T) {
+	parent, up, _ := layout(t)
+	gen(t, up, generate.Options{Versions: 1, FastParquet: true})
+	before := fdltest.Files(t, up)
+	inSource, a, inA, b := filepath.Join(up, "mirror"), filepath.Join(parent, "a"), filepath.Join(parent, "a", "b"), filepath.Join(parent, "b")
+
+	res := run(t, "sync", "--json", up, inSource, a, inA, b)
+	if res.code != exitUsage {
+		t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", res.code, exitUsage, res.stdout, res.stderr)
+	}
+	reps := sinkReports(t, res.stdout)
+	if len(reps) != 4 {
+		t.Fatalf("%d reports, want one per sink:\n%s", len(reps), res.stdout)
+	}
+	for i, want := range []sinkReport{{Sink: inSource, Error: "the source " + up}, {OK: true, Sink: a}, {Sink: inA, Error: "the sink " + a + " before it"}, {OK: true, Sink: b}} {
+		got := reps[i]
+		if got.OK != want.OK || got.Sink != want.Sink || !strings.Contains(got.Error, want.Error) {
+			t.Errorf("report %d: ok %v, sink %s, error %q; want ok %v, sink %s, an error naming %q", i, got.OK, got.Sink, got.Error, want.OK, want.Sink, want.Error)
+		}
+	}
+	if !fdltest.Contains(res.stderr, inSource, "nest") || !fdltest.Contains(res.stderr, inA, "nest") {
+		t.Errorf("stderr does not name each refused sink:\n%s", res.stderr)
+	}
+	if after := fdltest.Files(t, up); len(after) != len(before) {
+		t.Errorf("the upstream's folder has %d files after the run, %d before", len(after), len(before))
+	}
+	for _, refused := range []string{inSource, inA} {
+		if _, err := os.Stat(refused); err == nil {
+			t.Errorf("the refused sink %s was made", refused)
+		}
+	}
+	for _, dst := range []string{a, b} {
+		fdltest.AssertMirrored(t, up, dst, nil)
 	}
 }

@@ -28,14 +28,19 @@ func inert(s string) string { return redact.Inert(redact.Text(s)) }
 // code: the one printer of both. A mirror.ConfigError is a usage error; a
 // run that stopped, or refused something (refused), exits exitRefused.
 // With --json, the report goes to w as one object behind the mirror's
-// name, ok and the error; otherwise human prints the summary.
+// name, ok and the error; otherwise human prints the summary. A
+// configuration error is said on stderr, and with --json has its object
+// too (ok false, the error): a sync of several sinks prints one per sink
+// in the order given, the sink whose address cannot be opened among them.
 func finishRun(w io.Writer, cmd, name string, report any, refused bool, err error, jsonOut bool, log *zap.Logger, human func()) int {
-	if cfg := (*mirror.ConfigError)(nil); errors.As(err, &cfg) {
-		fmt.Fprintf(os.Stderr, "fdl-mirror %s: %s\n", cmd, shown(err))
-		return exitUsage
-	}
 	code := exitOK
 	switch {
+	case errors.As(err, new(*mirror.ConfigError)):
+		fmt.Fprintf(os.Stderr, "fdl-mirror %s: %s\n", cmd, shown(err))
+		if !jsonOut {
+			return exitUsage
+		}
+		code = exitUsage
 	case err != nil:
 		log.Error(cmd+" stopped", zap.Error(err))
 		code = exitRefused

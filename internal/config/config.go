@@ -475,6 +475,11 @@ func (m Mirror) AllSinks() []string {
 	return []string{m.Sink}
 }
 
+// Nest says whether the stores at a and b are one or one lies under the
+// other: what a config refuses of two sinks, and a run of a sink and its
+// source or an earlier sink (internal/mirror's RunSinks).
+func Nest(a, b string) bool { return within(a, b) || within(b, a) }
+
 // within says whether the sink at inner is the one at outer or lies under
 // it: the same protocol, bucket (and S3 endpoint), and a path below.
 func within(inner, outer string) bool {

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/fdltest"
 	"github.com/fdl-mirror/fdl-mirror/internal/fstest/testserver"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
@@ -152,6 +155,48 @@ func TestAnEarlierSinksBadCopyIsReadFromUpstream(t *testing.T) {
 	for _, f := range g.DataFiles {
 		if n := srv.RequestsFor("/" + f); f != badData && n != 0 {
 			t.Errorf("data file %s: %d requests upstream; the first sink holds it", f, n)
+		}
+	}
+}
+
+// Each line of a run of two sinks names its sink once: the run names the
+// sink it writes to, and the lock's lines (which name their store
+// themselves) do not add a second `sink`.
+func TestTwoSinksLogEachLinesSinkOnce(t *testing.T) {
+	up := filepath.Join(t.TempDir(), "up")
+	fdltest.Generate(t, up, generate.Options{Versions: 2, FastParquet: true})
+	srv := testserver.HTTP(t, up)
+	sinks := []string{filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")}
+	core, logs := observer.New(zap.DebugLevel)
+
+	runs := mirror.RunSinks(context.Background(), mirror.Job{Stores: mirror.Stores{Source: srv.URL}}, sinks, zap.New(core), nil)
+	for i, r := range runs {
+		if r.Err != nil || !r.Report.OK() {
+			t.Fatalf("sink %d: %v %+v", i, r.Err, r.Report)
+		}
+	}
+	locked := map[string]bool{}
+	for _, e := range logs.All() {
+		var named []string
+		for _, f := range e.Context {
+			if f.Key == "sink" {
+				named = append(named, f.String)
+			}
+		}
+		if len(named) > 1 {
+			t.Errorf("%q names the sink %d times: %q", e.Message, len(named), named)
+		}
+		if e.Message == "took the lock" {
+			if len(named) == 0 {
+				t.Errorf("%q names no sink", e.Message)
+				continue
+			}
+			locked[named[0]] = true
+		}
+	}
+	for _, s := range sinks {
+		if !locked[s] {
+			t.Errorf("no line says the run took the lock of sink %s (lines: %d)", s, logs.Len())
 		}
 	}
 }

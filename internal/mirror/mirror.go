@@ -22,12 +22,15 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/limiter"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/location"
+	"github.com/fdl-mirror/fdl-mirror/internal/config"
 	"github.com/fdl-mirror/fdl-mirror/internal/redact"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
@@ -119,6 +122,7 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 	runs := make([]SinkRun, len(sinks))
 	for i, addr := range sinks {
 		runs[i].Sink = addr
+		runs[i].Err = clash(job.Source, sinks[:i], addr)
 	}
 	fail := func(err error) []SinkRun {
 		for i := range runs {
@@ -149,13 +153,16 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 		if i > 0 {
 			upstream.Fanout().NextSink()
 		}
+		if runs[i].Err != nil {
+			continue // a sink that nests (clash): not opened
+		}
 		if err := ctx.Err(); err != nil {
 			runs[i].Err = err
 			continue
 		}
 		sinkLog := log
 		if len(sinks) > 1 {
-			sinkLog = log.With(zap.String("sink", redact.URL(addr)))
+			sinkLog = namingSink(log, addr)
 		}
 		j := job
 		j.Sink = addr
@@ -172,6 +179,25 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 		}
 	}
 	return runs
+}
+
+// clash is the configuration error of a sink that is its source's store,
+// lies in it or holds it (the run would write into the upstream, or its
+// cleanup reach into it), or is an earlier sink's or nests with one (the
+// sinks' cleanups would reach into each other's files): that sink is not
+// run, the others are. A config refuses the same of its sinks when it
+// loads; this is for the command line's, and a source a config cannot
+// compare until it is expanded.
+func clash(source string, earlier []string, sink string) error {
+	if source != "" && config.Nest(sink, source) {
+		return &ConfigError{fmt.Errorf("sink %s and the source %s are one store or nest: the run would write into the upstream", redact.URL(sink), redact.URL(source))}
+	}
+	for _, e := range earlier {
+		if config.Nest(sink, e) {
+			return &ConfigError{fmt.Errorf("sink %s and the sink %s before it are one store or nest: each sink's cleanup would reach into the other's files", redact.URL(sink), redact.URL(e))}
+		}
+	}
+	return nil
 }
 
 // runSink runs the engine from upstream into one sink, job.Sink; the
@@ -250,3 +276,47 @@ func Pending(ctx context.Context, job Job, log *zap.Logger) ([]fdlsync.PendingVe
 	defer closeDst()
 	return sink.NewReader(dst, log).State().ReadPending(ctx)
 }
+
+// namingSink is log with a `sink` field naming addr (redacted, as the
+// daemon's lines, status and metrics name it), for a run of several
+// sinks, and that field only: the lock, the sink and the engine name the
+// store in some lines of their own (where a run of one sink has no other
+// name for it), and a line of the run would carry `sink` twice, perhaps
+// with two spellings of one address. Their `sink` fields are dropped.
+func namingSink(log *zap.Logger, addr string) *zap.Logger {
+	return log.WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return sinkNamed{c.With([]zapcore.Field{zap.String("sink", redact.URL(addr))})}
+	}))
+}
+
+// sinkNamed is a core whose lines already carry `sink`: it drops any
+// other field of that key, given to With or to the line.
+type sinkNamed struct{ zapcore.Core }
+
+func (c sinkNamed) With(fields []zapcore.Field) zapcore.Core {
+	return sinkNamed{c.Core.With(withoutSink(fields))}
+}
+
+// Check asks the wrapped core whether it takes the entry (its level, a
+// sampler's count), and writes the entry here, through Write: to the
+// wrapped core as a whole (the commands' loggers are one core, no tee of
+// cores at several levels).
+func (c sinkNamed) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Core.Check(e, nil) == nil {
+		return ce
+	}
+	return ce.AddCore(e, c)
+}
+
+func (c sinkNamed) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	return c.Core.Write(e, withoutSink(fields))
+}
+
+func withoutSink(fields []zapcore.Field) []zapcore.Field {
+	if !slices.ContainsFunc(fields, isSink) {
+		return fields
+	}
+	return slices.DeleteFunc(slices.Clone(fields), isSink)
+}
+
+func isSink(f zapcore.Field) bool { return f.Key == "sink" }
