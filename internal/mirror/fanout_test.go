@@ -2,6 +2,7 @@ package mirror_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -198,5 +199,45 @@ func TestTwoSinksLogEachLinesSinkOnce(t *testing.T) {
 		if !locked[s] {
 			t.Errorf("no line says the run took the lock of sink %s (lines: %d)", s, logs.Len())
 		}
+	}
+}
+
+// A fan-out into object stores: an S3 sink (Versity) and a GCS sink
+// (fake-gcs-server) first, then a local one, from an HTTP upstream. The
+// upstream serves each data file once, the local sink's copies come from
+// the object-store sinks before it, and each sink, mirrored back to a
+// folder, is the upstream's copy.
+func TestSinksOnS3AndGCSServeTheSinksAfterThem(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts Versity and fake-gcs-server")
+	}
+	s3 := testserver.S3(t)
+	gcs := testserver.GCS(t)
+	parent := t.TempDir()
+	up := filepath.Join(parent, "up")
+	g := fdltest.Generate(t, up, generate.Options{Versions: 3, FilesPerVersion: 3, FastParquet: true, Tags: true})
+	ctx := context.Background()
+	srv := testserver.HTTP(t, up)
+	sinks := []string{s3.URL(s3.Bucket(t), "fan"), gcs.URL(gcs.Bucket(t), "fan"), filepath.Join(parent, "local")}
+
+	runs := mirror.RunSinks(ctx, mirror.Job{Stores: mirror.Stores{Source: srv.URL}}, sinks, nil, nil)
+	for i, r := range runs {
+		if r.Err != nil || r.Report == nil || !r.Report.OK() {
+			t.Fatalf("sink %d (%s): %v %+v", i, sinks[i], r.Err, r.Report)
+		}
+		if r.Report.FilesCopied != runs[0].Report.FilesCopied {
+			t.Errorf("sink %d copied %d files, the first %d", i, r.Report.FilesCopied, runs[0].Report.FilesCopied)
+		}
+	}
+	srv.AssertEachAskedOnce(t, g.DataFiles)
+
+	fdltest.AssertMirrored(t, up, sinks[2], nil)
+	for i, s := range sinks[:2] {
+		back := filepath.Join(parent, fmt.Sprintf("back-%d", i))
+		rep, err := mirror.Run(ctx, mirror.Job{Stores: mirror.Stores{Source: s, Sink: back}}, nil, nil)
+		if err != nil || !rep.OK() {
+			t.Fatalf("mirroring %s back: %v %+v", s, err, rep)
+		}
+		fdltest.AssertMirrored(t, up, back, nil)
 	}
 }
