@@ -81,16 +81,7 @@ func TestDaemonScrubsEachSinkAndThePageShowsEach(t *testing.T) {
 		t.Error("the mirror of two sinks has a series without its sink")
 	}
 
-	ctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.UserDataDir(filepath.Join(parent, "chromium-profile")),
-	)...)
-	defer cancel()
-	ctx, cancel = chromedp.NewContext(ctx)
-	defer cancel()
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
+	ctx := startChromium(t, browser, parent)
 	step, cancelStep := context.WithTimeout(ctx, 60*time.Second)
 	defer cancelStep()
 	if err := chromedp.Do(step, chromedp.Navigate("http://"+addr+"/"), chromedp.WaitVisible(chromedp.ID("mirror-towns-sink-2"))); err != nil {

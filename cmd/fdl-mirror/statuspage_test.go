@@ -39,6 +39,27 @@ func chromium(t *testing.T) string {
 	return ""
 }
 
+// startChromium starts the browser at browser, its profile in dir, with
+// opts besides the tests' own, and returns its context, ended with the
+// test. The browser lives as long as that context: the timeouts go on the
+// actions' contexts.
+func startChromium(t *testing.T, browser, dir string, opts ...chromedp.ExecAllocatorOption) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewExecAllocator(context.Background(), append(append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser),
+		chromedp.NoSandbox, // the tests may run as root, which Chromium's sandbox refuses
+		chromedp.DisableGPU,
+		chromedp.UserDataDir(filepath.Join(dir, "chromium-profile")),
+	), opts...)...)
+	t.Cleanup(cancel)
+	ctx, cancel = chromedp.NewContext(ctx)
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
 // statusOf reads the daemon's /status.json.
 func statusOf(t *testing.T, addr string) daemon.Status {
 	t.Helper()
@@ -87,21 +108,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 		t.Errorf("towns: refs %+v, want %d current", g.Refs, len(goodRepo.Refs))
 	}
 
-	ctx, cancel := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(browser),
-		chromedp.NoSandbox, // the tests may run as root, which Chromium's sandbox refuses
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1100, 900),
-		chromedp.UserDataDir(filepath.Join(parent, "chromium-profile")),
-	)...)
-	defer cancel()
-	ctx, cancel = chromedp.NewContext(ctx)
-	defer cancel()
-	// The first action starts the browser, which lives as long as ctx: the
-	// timeouts go on the actions' contexts.
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
+	ctx := startChromium(t, browser, parent, chromedp.WindowSize(1100, 900))
 	var dialogs atomic.Int32
 	if err := chromedp.Listen(ctx, func(ev any) {
 		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
