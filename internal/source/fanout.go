@@ -236,7 +236,7 @@ func (d Data) openPeer(ctx context.Context, p backend.Reader, name string, size 
 	rc, err := p.Open(ctx, name)
 	if err != nil {
 		if !backend.IsNotExist(err) {
-			s.log.Debug("earlier sink could not give a file; read upstream", zap.String("sink", p.Location()), zap.String("file", name), zap.Error(err))
+			s.log.Debug("earlier sink could not give a file; read upstream", zap.String("earlier_sink", p.Location()), zap.String("file", name), zap.Error(err))
 		}
 		return nil
 	}
