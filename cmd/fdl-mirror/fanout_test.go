@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +44,27 @@ func sinkReports(t *testing.T, stdout string) []sinkReport {
 	}
 }
 
+// assertFannedOut checks a run of one upstream (up, served by srv) to
+// sinks, whose --json output is stdout: a report per sink, in the order
+// given, each sink the upstream's copy, and each of dataFiles asked of
+// the upstream once. It returns the reports for the caller's own checks.
+func assertFannedOut(t *testing.T, stdout, up string, srv *testserver.HTTPServer, dataFiles []string, sinks ...string) []sinkReport {
+	t.Helper()
+	reps := sinkReports(t, stdout)
+	var named []string
+	for _, rep := range reps {
+		named = append(named, rep.Sink)
+	}
+	if !slices.Equal(named, sinks) {
+		t.Errorf("reports name the sinks %v, want %v", named, sinks)
+	}
+	for _, dst := range sinks {
+		fdltest.AssertMirrored(t, up, dst, nil)
+	}
+	srv.AssertEachAskedOnce(t, dataFiles)
+	return reps
+}
+
 // Two sinks: a JSON object per sink, in the order given, each naming its
 // sink; both mirrors are the upstream's copy, and each data file was asked
 // of the upstream once.
@@ -56,20 +78,11 @@ func TestSyncToTwoSinksReportsEachAndReadsUpstreamOnce(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
 	}
-	var sinks []string
-	for _, rep := range sinkReports(t, res.stdout) {
+	for _, rep := range assertFannedOut(t, res.stdout, up, srv, repo.DataFiles, a, b) {
 		if !rep.OK {
 			t.Errorf("sink %s not ok", rep.Sink)
 		}
-		sinks = append(sinks, rep.Sink)
 	}
-	if len(sinks) != 2 || sinks[0] != a || sinks[1] != b {
-		t.Errorf("reports name the sinks %v, want [%s %s]", sinks, a, b)
-	}
-	for _, dst := range []string{a, b} {
-		fdltest.AssertMirrored(t, up, dst, nil)
-	}
-	srv.AssertEachAskedOnce(t, repo.DataFiles)
 }
 
 // A sink another run holds the lock of: the command exits 1, its summary
@@ -128,20 +141,11 @@ func TestConfiguredMirrorOfTwoSinks(t *testing.T) {
 	if res.code != 0 {
 		t.Fatalf("sync --config: exit %d\nstdout: %s\nstderr: %s", res.code, res.stdout, res.stderr)
 	}
-	var sinks []string
-	for _, rep := range sinkReports(t, res.stdout) {
+	for _, rep := range assertFannedOut(t, res.stdout, up, srv, repo.DataFiles, a, b) {
 		if rep.Mirror != "towns" {
 			t.Errorf("a report names the mirror %q", rep.Mirror)
 		}
-		sinks = append(sinks, rep.Sink)
 	}
-	if len(sinks) != 2 || sinks[0] != a || sinks[1] != b {
-		t.Errorf("reports name the sinks %v, want [%s %s]", sinks, a, b)
-	}
-	for _, dst := range []string{a, b} {
-		fdltest.AssertMirrored(t, up, dst, nil)
-	}
-	srv.AssertEachAskedOnce(t, repo.DataFiles)
 
 	st := run(t, "status", "--config", configPath)
 	if st.code != 0 || !strings.Contains(st.stdout, "-> "+a+":") || !strings.Contains(st.stdout, "-> "+b+":") {
