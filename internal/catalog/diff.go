@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"os"
@@ -15,94 +16,96 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
 
-// A difference is a child version's catalog read against its parent's:
-// every DuckLake catalog lists every file of its version, current and
+// A difference is a child version's catalog read against its parent's
+// confirmed list: the files the mirror itself confirmed present when it
+// published the parent (path below the data path, size, footer size,
+// kind; one per path, in path order), kept as the mirror's state. Every
+// DuckLake catalog lists every file of its version, current and
 // historical, so a child's lists its parent's files again, and reading
 // it whole costs what the repository holds, not what the version adds.
-// The parent's catalog is the one the mirror published (verified then);
-// the child's is the upstream's, which may change any old row. So every
-// row of the child is still read and compared, by DuckDB in the reader:
-// each file row of both catalogs is resolved to its path below the data
-// path (as resolve does: data path, schema path, table path, each where
-// relative), and the child's rows that have no row of the parent with the
-// same path, size, footer size and kind come out, one per path (the
-// first, as read keeps it), in path order. A changed old row is a file
-// the parent does not have, so it comes out as a new one. None of the
-// comparison happens in the mirror, which holds nothing per file.
 //
-// Rows are compared before they are made one per path, so that DuckDB
-// holds the parent's rows (the join's hash table) and the rows that come
-// out, never the child's: at 300,000 files the first way (each catalog's
-// paths grouped first) passed the default memory limit of 128 MiB. For a
-// catalog with a row per path, as DuckLake writes them, the difference is
-// the set difference of the two catalogs read whole. Where a path has
-// several rows, one equal to the parent's keeps none of the others out
-// (it may come out as read would not keep it: one more file checked),
-// and one that differs from the parent's in size comes out and meets the
-// parent's file in the mirror, which refuses it as of another size: a
-// row is never kept out that read would have needed.
+// The reader is given the child's catalog and the list, never the
+// parent's catalog: a parent's catalog that took its own reader over
+// (and so was published) may take over any reader that opens it, and
+// then say anything of the child. The list is the mirror's own record of
+// files it checked, so whatever a child's reader says against it costs
+// that child only. The list streams to the reader in its request (file
+// frames, see protocol.go) before the reader opens the child: it loads
+// them into DuckDB while it is still the mirror's.
+//
+// Every file row of the child is resolved to its path below the data
+// path (as resolve does: data path, schema path, table path, each where
+// relative) and compared, by DuckDB in the reader, with the list (one
+// join, holding the list as its hash table): the child's rows with no
+// entry of the same path, size, footer size and kind come out, one per
+// path (the first, as read keeps it), in path order (the new files); and
+// so do the list's entries no row of the child equals (the removed
+// ones). A changed old row is a file the parent does not have, so it
+// comes out as a new one (and the old entry as removed). None of the
+// comparison happens in the mirror, which holds nothing per file but
+// what comes out.
 
-// Difference is a child catalog's files that are not in its parent's.
+// Difference is a child catalog's files that are not in its parent's
+// list, and the list's that are not in the child.
 type Difference struct {
 	DuckLakeVersion string // the child's
 	DataPath        string // the child's, as stored
-	// Files are the child's files not in the parent (path, size,
-	// footer, kind), sorted by Path; empty when Diff streamed them.
+	// Files are the child's files not in the list (path, size, footer,
+	// kind), sorted by Path; empty when Diff streamed them.
 	Files []File
-	// ChildRows and ParentRows are the file rows (ducklake_data_file and
-	// ducklake_delete_file) of each catalog; of the child's, SameRows have
-	// an equal row in the parent, FoldedRows came out on a path another
-	// row came out on first, and the rest are Files. The reader says them
-	// first, and the mirror checks they add up and that the files that
-	// come are the rest, so that a difference cut short is refused as a
+	// Removed are the paths of the list's entries that no row of the
+	// child equals, in path order.
+	Removed []string
+	// ChildRows are the child's file rows (ducklake_data_file and
+	// ducklake_delete_file) and ParentRows the list's entries; of the
+	// child's rows, SameRows equal an entry of the list, FoldedRows came
+	// out on a path another row came out on first, and the rest are
+	// Files; RemovedRows of the list's entries are Removed. The reader
+	// says them first, and the mirror checks they add up and that what
+	// comes is the rest, so that a difference cut short is refused as a
 	// read cut short is.
-	ChildRows, ParentRows, SameRows, FoldedRows int64
+	ChildRows, ParentRows, SameRows, FoldedRows, RemovedRows int64
 }
 
-// ErrNoDifference is a pair of catalogs Diff does not compare: one of
-// them is a SQLite database (metadata.db), which the reader's DuckDB
-// cannot attach beside the other (it loads no extension), or the
-// parent's catalog is not one the reader can read. The caller reads the
-// child whole instead.
-var ErrNoDifference = errors.New("a difference is taken between two DuckDB catalogs only")
+// ParentList is a parent's confirmed list as the mirror gives it to a
+// difference: Rows entries, which Each gives in path order, one per path
+// (it is called once, and stops at yield's first error).
+type ParentList struct {
+	Rows int64
+	Each func(yield func(File) error) error
+}
+
+// ErrNoDifference is a catalog Diff does not compare: a SQLite database
+// (metadata.db), which the reader's DuckDB cannot attach (it loads no
+// extension). The caller reads the child whole instead.
+var ErrNoDifference = errors.New("a difference is taken of a DuckDB catalog only")
 
 // Diff reads the catalog at file (named name in the repository, the
-// upstream's child version) against parentFile (parentName, the parent's
-// catalog as the mirror published it) in a reader of its own, confined to
-// those two files, and returns the child's files the parent does not
-// have. Each, once checked, goes to each (if not nil) in path order
-// instead of into Files. Errors as Read's: a *LimitError, a *ReaderError,
-// or the catalog's refusal; ErrNoDifference where either is not a DuckDB
-// database.
-func Diff(ctx context.Context, file, name, parentFile, parentName string, lim Limits, each func(File) error) (*Difference, error) {
+// upstream's child version) against parent (the list of the parent's
+// files the mirror confirmed) in a reader of its own, confined to that
+// one file, and returns the child's files the list lacks, and the list's
+// the child no longer has. Each new file, once checked, goes to each (if
+// not nil) in path order instead of into Files. Errors as Read's: a
+// *LimitError, a *ReaderError, or the catalog's refusal; ErrNoDifference
+// where it is not a DuckDB database; an error of parent.Each, as it is.
+func Diff(ctx context.Context, file, name string, parent ParentList, lim Limits, each func(File) error) (*Difference, error) {
 	if name == "" {
 		name = file
 	}
-	if parentName == "" {
-		parentName = parentFile
-	}
 	lim = lim.WithDefaults()
-	var fds []*os.File
-	defer func() {
-		for _, f := range fds {
-			f.Close()
-		}
-	}()
-	for _, p := range []struct{ file, name string }{{file, name}, {parentFile, parentName}} {
-		f, err := os.Open(p.file)
-		if err != nil {
-			return nil, fmt.Errorf("catalog %s: %w", p.name, err)
-		}
-		fds = append(fds, f)
-		if err := notSQLite(p.file, p.name); err != nil {
-			return nil, err
-		}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", name, err)
 	}
-	p, err := startReader(ctx, fds[0], lim, 1, fds[1])
+	defer f.Close()
+	if err := notSQLite(file, name); err != nil {
+		return nil, err
+	}
+	p, err := startReader(ctx, f, lim, 1)
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	d, err := p.readDifference(ctx, request{name: name, parentName: parentName, lim: lim}, each)
+	d, err := p.readDifference(ctx, request{name: name, lim: lim}, parent, each)
 	if err != nil {
 		return nil, err
 	}
@@ -110,34 +113,27 @@ func Diff(ctx context.Context, file, name, parentFile, parentName string, lim Li
 	return d, nil
 }
 
-// Diff is Diff (the function) with one of the pool's readers, where both
-// catalogs are in the pool's folder (as Fetch puts them); else with a
-// reader of its own.
-func (p *Pool) Diff(ctx context.Context, file, name, parentFile, parentName string, each func(File) error) (*Difference, error) {
-	if filepath.Dir(file) != p.dir || filepath.Dir(parentFile) != p.dir {
-		return Diff(ctx, file, name, parentFile, parentName, p.lim, each)
+// Diff is Diff (the function) with one of the pool's readers, where the
+// catalog is in the pool's folder (as Fetch puts it); else with a reader
+// of its own.
+func (p *Pool) Diff(ctx context.Context, file, name string, parent ParentList, each func(File) error) (*Difference, error) {
+	if filepath.Dir(file) != p.dir {
+		return Diff(ctx, file, name, parent, p.lim, each)
 	}
-	for _, c := range []struct{ file, name string }{{file, name}, {parentFile, parentName}} {
-		if err := notSQLite(c.file, c.name); err != nil {
-			return nil, err
-		}
+	if err := notSQLite(file, name); err != nil {
+		return nil, err
 	}
-	p.taken(parentFile)
 	r, err := p.get(ctx, file)
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	// The two catalogs in the reader's folder, for its one request.
-	childBase, err := r.link(file)
-	var parentBase string
-	if err == nil {
-		parentBase, err = r.link(parentFile)
-	}
+	// The catalog in the reader's folder, for its one request.
+	base, err := r.link(file)
 	if err != nil {
 		p.done(r, false)
 		return nil, fmt.Errorf("catalog %s: %w", name, err)
 	}
-	d, err := r.proc.readDifference(ctx, request{name: name, parentName: parentName, file: childBase, parentFile: parentBase, lim: p.lim}, each)
+	d, err := r.proc.readDifference(ctx, request{name: name, file: base, lim: p.lim}, parent, each)
 	p.done(r, err == nil)
 	if err != nil {
 		return nil, err
@@ -157,10 +153,12 @@ func notSQLite(file, name string) error {
 	return nil
 }
 
-// readDifference asks the reader for a difference and checks the answer
-// as readCatalog checks a catalog.
-func (p *readerProc) readDifference(ctx context.Context, q request, each func(File) error) (*Difference, error) {
+// readDifference asks the reader for a difference, sending it the
+// parent's list, and checks the answer as readCatalog checks a catalog.
+func (p *readerProc) readDifference(ctx context.Context, q request, parent ParentList, each func(File) error) (*Difference, error) {
 	q.diff = true
+	q.parentRows = parent.Rows
+	q.list = &parent
 	d := &Difference{}
 	var files []File
 	collect := each
@@ -178,51 +176,76 @@ func (p *readerProc) readDifference(ctx context.Context, q request, each func(Fi
 	return d, nil
 }
 
+// writeList sends a difference's parent list after its request: as many
+// file frames as the request said, in path order. The mirror's own list,
+// checked where it was read back (it is the mirror's state): a list that
+// breaks its order or count here is the mirror's error, not the child's.
+func writeList(w *frameWriter, q request) error {
+	var n int64
+	prev := ""
+	err := q.list.Each(func(f File) error {
+		if n++; n > q.parentRows {
+			return fmt.Errorf("parent list: more than the %d entries it said", q.parentRows)
+		}
+		if prev != "" && f.Path <= prev {
+			return fmt.Errorf("parent list: %s after %s, not in path order", Excerpt(f.Path), Excerpt(prev))
+		}
+		prev = f.Path
+		return writeFile(w, f)
+	})
+	if err == nil && n != q.parentRows {
+		err = fmt.Errorf("parent list: %d entries, where it said %d", n, q.parentRows)
+	}
+	if err != nil {
+		return listError{err}
+	}
+	return w.flush()
+}
+
+// listError is the parent list failing as the mirror sent it: neither
+// the child's nor its reader's fault.
+type listError struct{ error }
+
+func (e listError) Unwrap() error { return e.error }
+
 // diffCounts checks what a reader announces of a difference: counts that
-// add up, none above the limit.
-func diffCounts(d *Difference, files uint64, lim Limits) error {
+// add up, none above the limit, the list's as the mirror sent it.
+func diffCounts(d *Difference, files, sent uint64, lim Limits) error {
 	most := uint64(lim.MaxFiles)
-	child, parent, same, folded := uint64(d.ChildRows), uint64(d.ParentRows), uint64(d.SameRows), uint64(d.FoldedRows)
+	child, parent, same, folded, removed := uint64(d.ChildRows), uint64(d.ParentRows), uint64(d.SameRows), uint64(d.FoldedRows), uint64(d.RemovedRows)
 	switch {
-	case child > most || parent > most:
-		return fmt.Errorf("%w: a difference of catalogs of %d and %d rows, more than the %d allowed", errInvalid, child, parent, most)
+	case child > most:
+		return fmt.Errorf("%w: a difference of a catalog of %d rows, more than the %d allowed", errInvalid, child, most)
+	case parent != sent:
+		return fmt.Errorf("%w: a difference against a list of %d entries, where %d were sent", errInvalid, parent, sent)
 	case same > child || folded > child || files > child || same+folded+files != child:
-		return fmt.Errorf("%w: %d files announced, where %d of the child's %d rows are in the parent and %d folded", errInvalid, files, same, child, folded)
+		return fmt.Errorf("%w: %d files announced, where %d of the child's %d rows are in the list and %d folded", errInvalid, files, same, child, folded)
+	case removed > parent || same < parent-removed:
+		// Each entry not removed is equalled by a row of the child.
+		return fmt.Errorf("%w: %d of the list's %d entries removed, where %d rows of the child are in it", errInvalid, removed, parent, same)
 	}
 	return nil
 }
 
 // The reader's side.
 
-// Names the two catalogs of a difference are attached under.
-const (
-	childAlias  = "cat"
-	parentAlias = "par"
-)
+// childAlias is the name the child's catalog is attached under.
+const childAlias = "cat"
 
-// answerDifference takes the difference of the child catalog at file
-// and the parent's at parentFile, and writes it to out: a meta frame
-// with the counts, the files, the end; or a refusal, at any point.
-func answerDifference(out *frameWriter, file, parentFile string, q request, pool *dbPool) error {
+// answerDifference reads the parent's list that follows the request (in),
+// takes the difference of the child catalog at file and that list, and
+// writes it to out: a meta frame with the counts, the new files, the
+// removed entries, the end; or a refusal, at any point. An error is one
+// the reader cannot answer: the mirror or the list broke the protocol,
+// or a write failed.
+func answerDifference(out *frameWriter, in *frameReader, file string, q request, pool *dbPool) error {
 	w := &diffWriter{out: out}
-	err := difference(context.Background(), file, parentFile, q, w, pool)
+	err := difference(context.Background(), in, file, q, w, pool)
 	var ea errAnswer
-	var pe parentError
-	switch {
-	case errors.As(err, &ea):
+	if errors.As(err, &ea) {
 		return ea.error
-	case errors.As(err, &pe):
-		// The child is not refused for its parent: the mirror reads it
-		// whole instead.
-		out.begin(frameRefusal)
-		out.u8(refusalParent)
-		out.str("")
-		out.str(truncate(err.Error(), maxMessage))
-		if err := out.end(); err != nil {
-			return err
-		}
-		return out.flush()
-	case err != nil:
+	}
+	if err != nil {
 		// Before the meta frame or among the files: the mirror takes a
 		// refusal at either.
 		return answer(out, err)
@@ -238,11 +261,6 @@ type diffWriter struct {
 }
 
 func (w *diffWriter) meta(c *Catalog, d *Difference) error {
-	if testMarker != nil {
-		if err := testMarker(c.DataPath); err != nil {
-			return err
-		}
-	}
 	w.out.begin(frameDiffMeta)
 	w.out.str(truncate(c.DuckLakeVersion, 256))
 	w.out.str(c.DataPath)
@@ -250,6 +268,7 @@ func (w *diffWriter) meta(c *Catalog, d *Difference) error {
 	w.out.u64(uint64(d.ParentRows))
 	w.out.u64(uint64(d.SameRows))
 	w.out.u64(uint64(d.FoldedRows))
+	w.out.u64(uint64(d.RemovedRows))
 	w.out.u64(uint64(d.ChildRows - d.SameRows - d.FoldedRows))
 	return w.out.end()
 }
@@ -265,6 +284,12 @@ func (w *diffWriter) file(f File) error {
 	return nil
 }
 
+func (w *diffWriter) removed(path string) error {
+	w.out.begin(frameRemoved)
+	w.out.str(path)
+	return w.out.end()
+}
+
 func (w *diffWriter) end() error {
 	w.out.begin(frameEnd)
 	w.out.u64(w.n)
@@ -275,37 +300,45 @@ func (w *diffWriter) end() error {
 	return w.out.flush()
 }
 
-// difference is a reader's difference of two catalogs: both attached
-// read-only to one locked-down DuckDB that may open those two files and
-// no other, each checked as read checks one (base tables only, no
-// generated column, rows within the limits, a data path), their file
-// rows resolved and compared by DuckDB, and the files of the child not
-// in the parent written to w in path order.
-func difference(ctx context.Context, file, parentFile string, q request, w *diffWriter, pool *dbPool) (err error) {
+// Temporary tables of a difference.
+const (
+	listTable  = "fdl_list" // the parent's list, as the mirror sent it
+	childBases = "fdl_child_bases"
+	unmatched  = "fdl_unmatched" // the child's rows and the list's entries with no equal on the other side
+)
+
+// difference is a reader's difference of a catalog and a list: the list
+// loaded into a locked-down DuckDB first, before the catalog is opened
+// (the reader is still the mirror's then); the catalog attached
+// read-only to that DuckDB, which may open that file and no other,
+// checked as read checks one (base tables only, no generated column, rows
+// within the limits, a data path), its file rows resolved and compared
+// with the list by DuckDB, and the files of the child not in the list,
+// then the list's entries the child lacks, written to w in path order.
+// An errAnswer is one the reader cannot answer.
+func difference(ctx context.Context, in *frameReader, file string, q request, w *diffWriter, pool *dbPool) (err error) {
 	lim := q.lim.WithDefaults()
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	child := &reader{ctx: ctx, name: q.name, lim: lim, file: file, alias: childAlias}
-	parent := &reader{ctx: ctx, name: q.parentName, lim: lim, file: parentFile, alias: parentAlias}
+	list := &listFrames{in: in, left: q.parentRows}
 	defer func() {
-		if err != nil {
-			err = child.diffError(err, parent)
+		if derr := list.drain(); derr != nil {
+			err = errAnswer{derr}
+		} else if err != nil {
+			err = child.diffError(err)
 		}
 	}()
-	for _, r := range []*reader{child, parent} {
-		if sqlite, err := isSQLite(r.file); err != nil {
-			return r.errf("%v", strings.ReplaceAll(err.Error(), r.file, r.name))
-		} else if sqlite {
-			return r.errf("a SQLite database: %v", ErrNoDifference)
-		}
+	if q.parentRows > lim.MaxFiles {
+		return &LimitError{Catalog: q.name, Key: KeyMaxFiles, Detail: fmt.Sprintf("its parent's list has %d files, more than the %d allowed", q.parentRows, lim.MaxFiles)}
 	}
 	var inst *instance
 	if pool != nil {
-		// A pooled reader's one request, its DuckDB started ahead
-		// (dbPool), which may open the files of its folder: these two.
+		// The reader's DuckDB started ahead (dbPool), which may open
+		// its root: the catalog, or the files of its folder.
 		inst, err = pool.get(ctx)
 	} else {
-		allow := []string{sqlString(file), sqlString(file + ".wal"), sqlString(parentFile), sqlString(parentFile + ".wal")}
+		allow := []string{sqlString(file), sqlString(file + ".wal")}
 		inst, err = startDuckDB(ctx, lim, "SET allowed_paths=["+strings.Join(allow, ", ")+"]")
 	}
 	if err != nil {
@@ -314,68 +347,75 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 	if pool == nil || !pool.oneShot {
 		defer inst.close()
 	}
-	// Both attached, the objects of both listed at once.
-	for _, r := range []*reader{child, parent} {
-		r.db, r.conn = inst.db, inst.conn
-		if err := r.attach(r.file); err != nil {
-			return asParents(r, parent, err)
-		}
+	if err := list.load(ctx, inst.conn); err != nil {
+		return err
 	}
-	found, err := findObjects(ctx, inst.conn, []string{childAlias, parentAlias})
+	if sqlite, err := isSQLite(file); err != nil {
+		return child.errf("%v", strings.ReplaceAll(err.Error(), file, q.name))
+	} else if sqlite {
+		return child.errf("a SQLite database: %v", ErrNoDifference)
+	}
+	child.db, child.conn = inst.db, inst.conn
+	if err := child.attach(child.file); err != nil {
+		return err
+	}
+	found, err := findObjects(ctx, inst.conn, []string{childAlias})
 	if err != nil {
 		return child.errf("listing the catalog's objects: %w", err)
 	}
-	metas := make([]*Catalog, 2)
-	for i, r := range []*reader{child, parent} {
-		err := r.objectError(found[r.attachedAs()])
-		if err == nil {
-			err = prepareDiff(r, &metas[i])
-		}
-		if err != nil {
-			return asParents(r, parent, err)
-		}
+	var meta *Catalog
+	if err := child.objectError(found[child.attachedAs()]); err != nil {
+		return err
 	}
-	if err := child.compare(parent, metas[0].DataPath, metas[1].DataPath); err != nil {
+	if err := prepareDiff(child, &meta); err != nil {
+		return err
+	}
+	if err := child.compare(meta.DataPath); err != nil {
 		return err
 	}
 	if err := child.checkResolved(); err != nil {
 		return err
 	}
-	var out, files int64
+	var out, files, removed int64
 	if err := inst.conn.QueryRowContext(ctx, "SELECT coalesce(sum(nrows), 0), count(*) FROM "+diffTable).Scan(&out, &files); err != nil {
-		return child.errf("comparing with %s: %w", parent.name, err)
+		return child.errf("comparing with its parent's list: %w", err)
+	}
+	if err := inst.conn.QueryRowContext(ctx, "SELECT count(*) FROM "+unmatched+" WHERE ord IS NULL").Scan(&removed); err != nil {
+		return child.errf("comparing with its parent's list: %w", err)
 	}
 	if out > child.fileRows {
 		return child.errf("more rows out of the comparison (%d) than the catalog has (%d): it changed while read", out, child.fileRows)
 	}
-	d := &Difference{ChildRows: child.fileRows, ParentRows: parent.fileRows, SameRows: child.fileRows - out, FoldedRows: out - files}
-	if err := w.meta(metas[0], d); err != nil {
+	d := &Difference{ChildRows: child.fileRows, ParentRows: q.parentRows, SameRows: child.fileRows - out, FoldedRows: out - files, RemovedRows: removed}
+	if testLieDiff {
+		// A reader taken over (tests only): every new file left out,
+		// counted among those in the list.
+		d.SameRows += files
+	}
+	if err := w.meta(meta, d); err != nil {
 		return errAnswer{err}
 	}
-	rows, err := inst.conn.QueryContext(ctx, "SELECT rel, size, footer, del, puffin FROM "+diffTable+" ORDER BY rel")
+	if !testLieDiff {
+		if err := child.writeFiles(w, meta.DataPath); err != nil {
+			return err
+		}
+	}
+	rows, err := inst.conn.QueryContext(ctx, "SELECT lrel FROM "+unmatched+" WHERE ord IS NULL ORDER BY lrel")
 	if err != nil {
-		return child.errf("comparing with %s: %w", parent.name, err)
+		return child.errf("comparing with its parent's list: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var f File
-		if err := rows.Scan(&f.Path, &f.Size, &f.Footer, &f.Delete, &f.Puffin); err != nil {
-			return child.errf("comparing with %s: %w", parent.name, err)
+		var path string
+		if err := rows.Scan(&path); err != nil {
+			return child.errf("comparing with its parent's list: %w", err)
 		}
-		// As resolve checks each path it makes; a file of both catalogs
-		// passed this when the parent was read.
-		if len(f.Path) > MaxPathBytes {
-			return child.errf("file %s: its path below the data path is longer than %d bytes, the object stores' key limit", Excerpt(f.Path), MaxPathBytes)
-		}
-		if backend.CheckName(f.Path) != nil {
-			return child.errf("file %s: path is not a clean relative path below the data path (no \"..\", \".\" or empty segments)", Excerpt(metas[0].DataPath+f.Path))
-		}
-		if err := w.file(f); err != nil {
+		if err := w.removed(path); err != nil {
 			return errAnswer{err}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return child.errf("comparing with %s: %w", parent.name, err)
+		return child.errf("comparing with its parent's list: %w", err)
 	}
 	if err := w.end(); err != nil {
 		return errAnswer{err}
@@ -383,7 +423,110 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 	return nil
 }
 
-// prepareDiff checks one attached catalog of a difference as read checks
+// writeFiles writes the new files of a difference (diffTable), in path
+// order, each checked as resolve checks a path it makes.
+func (r *reader) writeFiles(w *diffWriter, dataPath string) error {
+	rows, err := r.conn.QueryContext(r.ctx, "SELECT rel, size, footer, del, puffin FROM "+diffTable+" ORDER BY rel")
+	if err != nil {
+		return r.errf("comparing with its parent's list: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f File
+		if err := rows.Scan(&f.Path, &f.Size, &f.Footer, &f.Delete, &f.Puffin); err != nil {
+			return r.errf("comparing with its parent's list: %w", err)
+		}
+		if len(f.Path) > MaxPathBytes {
+			return r.errf("file %s: its path below the data path is longer than %d bytes, the object stores' key limit", Excerpt(f.Path), MaxPathBytes)
+		}
+		if backend.CheckName(f.Path) != nil {
+			return r.errf("file %s: path is not a clean relative path below the data path (no \"..\", \".\" or empty segments)", Excerpt(dataPath+f.Path))
+		}
+		if err := w.file(f); err != nil {
+			return errAnswer{err}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r.errf("comparing with its parent's list: %w", err)
+	}
+	return nil
+}
+
+// listFrames is the parent's list as it follows a difference's request:
+// left file frames still to read.
+type listFrames struct {
+	in   *frameReader
+	left int64
+}
+
+// next reads the list's next entry.
+func (l *listFrames) next() (File, error) {
+	typ, err := l.in.next()
+	if err == nil && typ != frameFile {
+		err = fmt.Errorf("%w: frame %q in a parent's list", errFrame, typ)
+	}
+	var f File
+	var flags byte
+	if err == nil {
+		f = File{Path: l.in.str(), Size: int64(l.in.u64()), Footer: int64(l.in.u64())}
+		flags = l.in.u8()
+		err = l.in.done()
+	}
+	if err != nil {
+		l.left = 0 // the stream is broken: nothing more to drain
+		return File{}, err
+	}
+	f.Delete, f.Puffin = flags&fileDelete != 0, flags&filePuffin != 0
+	l.left--
+	return f, nil
+}
+
+// drain reads what is left of the list, so that the mirror, which sends
+// it whole before it reads an answer, is not held writing it.
+func (l *listFrames) drain() error {
+	for l.left > 0 {
+		if _, err := l.next(); err != nil {
+			return fmt.Errorf("reading the parent's list: %w", err)
+		}
+	}
+	return nil
+}
+
+// load appends the list to listTable in conn's DuckDB. A frame that
+// breaks the protocol is an errAnswer: the reader has no mirror that
+// speaks it to answer.
+func (l *listFrames) load(ctx context.Context, conn *sql.Conn) error {
+	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listTable+" (rel VARCHAR, size BIGINT, footer BIGINT, del BOOLEAN, puffin BOOLEAN)"); err != nil {
+		return fmt.Errorf("loading the parent's list: %w", err)
+	}
+	return conn.Raw(func(dc any) error {
+		dconn, ok := dc.(driver.Conn)
+		if !ok {
+			return fmt.Errorf("loading the parent's list: a connection of %T", dc)
+		}
+		app, err := duckdb.NewAppender(dconn, "temp", "main", listTable)
+		if err != nil {
+			return fmt.Errorf("loading the parent's list: %w", err)
+		}
+		for l.left > 0 {
+			f, err := l.next()
+			if err != nil {
+				app.Close()
+				return errAnswer{fmt.Errorf("reading the parent's list: %w", err)}
+			}
+			if err := app.AppendRow(f.Path, f.Size, f.Footer, f.Delete, f.Puffin); err != nil {
+				app.Close()
+				return fmt.Errorf("loading the parent's list: %w", err)
+			}
+		}
+		if err := app.Close(); err != nil {
+			return fmt.Errorf("loading the parent's list: %w", err)
+		}
+		return nil
+	})
+}
+
+// prepareDiff checks the attached catalog of a difference as read checks
 // one: no generated column, rows within the limits, a data path, ids on
 // its schemas and tables.
 func prepareDiff(r *reader, meta **Catalog) error {
@@ -402,79 +545,41 @@ func prepareDiff(r *reader, meta **Catalog) error {
 	if err := r.metadata(*meta); err != nil {
 		return err
 	}
+	if testMarker != nil {
+		// Each catalog a difference's reader opens (tests only).
+		if err := testMarker((*meta).DataPath); err != nil {
+			return err
+		}
+	}
 	return r.checkPlaceIDs()
 }
 
-// asParents is err as difference returns it: against the child, or, where
-// r is the parent, nothing against the child (parentError).
-func asParents(r, parent *reader, err error) error {
-	if r == parent {
-		return parentError{err}
-	}
-	return err
-}
-
-// Most file rows of a child are its parent's, stored in the same order:
-// DuckLake appends a version's rows and ends old ones by setting their
-// end snapshot, which is not compared. So the rows are first paired by
-// position (DuckDB's POSITIONAL JOIN: both tables scanned side by side,
-// no hash table of either), and a child row equal, as stored, to its
-// partner (table, snapshot, path, relative, size, footer, format), whose
-// table and snapshot resolve to the same base in both catalogs and whose
-// resolved path passes read's checks, is the parent's file: resolving it
-// would give the parent's row. Only the rest are resolved, and compared
-// with the parent's rows of the same size and footer size (resolved for
-// that), as a whole comparison would compare them. A hostile child that
-// shifts, reorders or rewrites rows loses the pairing for those rows and
-// pays for the comparison they need, never less.
-
-// Temporary tables of a difference.
-const (
-	childBases  = "fdl_child_bases"
-	parentBases = "fdl_parent_bases"
-	unpaired    = "fdl_unpaired"
-)
-
-// compare fills diffTable: the child's file rows (r) with no equal row
-// in parent, grouped by path, as checkResolved and the files read them.
-func (r *reader) compare(parent *reader, dataPath, parentDataPath string) error {
+// compare fills unmatched and diffTable: each file row of the catalog
+// (r) resolved and joined with the list's entries on everything the
+// mirror is told of a file (one hash join, the list its table where it
+// is the smaller); the rows and entries without an equal kept
+// (unmatched), and the rows grouped by path (diffTable), as
+// checkResolved and the files read them. Rows are compared before they
+// are made one per path, so that DuckDB holds the list and what comes
+// out, never the child's rows grouped: at 300,000 files grouping them
+// first passed the default memory limit of 128 MiB.
+func (r *reader) compare(dataPath string) error {
+	rows := resolvedSQL(r.rawSQL(0)+" UNION ALL "+r.rawSQL(1), childBases, dataPath)
 	steps := []string{
 		"CREATE TEMP TABLE " + childBases + " AS " + r.basesSQL(dataPath),
-		"CREATE TEMP TABLE " + parentBases + " AS " + parent.basesSQL(parentDataPath),
-	}
-	// A pair is the same file only where both data paths are the same: a
-	// relative path is below its data path, an absolute one is cut by it.
-	same := "false"
-	if dataPath == parentDataPath {
-		limit := len(dataPath) + MaxPathBytes
-		same = fmt.Sprintf(`x.prid IS NOT NULL AND x.tid = x.ptid AND x.b IS NOT DISTINCT FROM x.pb AND x.path = x.ppath AND x.relative = x.prelative
-		AND x.size = x.psize AND x.footer = x.pfooter AND x.fmt IS NOT DISTINCT FROM x.pfmt AND x.path <> ''
-		AND CASE WHEN x.relative THEN ok.blen + strlen(x.path) <= %[1]d ELSE strlen(x.path) <= %[1]d AND starts_with(x.path, %[2]s) END`,
-			limit, sqlString(dataPath))
-	}
-	pairs := func(kind int) string {
-		return fmt.Sprintf(`SELECT c.*, p.rid AS prid, p.tid AS ptid, p.b AS pb, p.path AS ppath, p.relative AS prelative, p.size AS psize, p.footer AS pfooter, p.fmt AS pfmt
-	FROM (%s) c POSITIONAL JOIN (%s) p`, r.rawSQL(kind), parent.rawSQL(kind))
-	}
-	steps = append(steps, fmt.Sprintf(`CREATE TEMP TABLE %[1]s AS
-WITH ok AS (
-	SELECT c.tid, c.b, strlen(c.base) AS blen FROM %[2]s c JOIN %[3]s p ON c.tid = p.tid AND c.b IS NOT DISTINCT FROM p.b AND c.base = p.base
-	WHERE starts_with(c.base, %[4]s))
-SELECT x.kind, x.rid, x.tid, x.b, x.path, x.relative, x.size, x.footer, x.fmt
-FROM (%[5]s UNION ALL %[6]s) x LEFT JOIN ok ON x.relative AND ok.tid = x.tid AND ok.b IS NOT DISTINCT FROM x.b
-WHERE x.rid IS NOT NULL AND NOT coalesce(%[7]s, false)`,
-		unpaired, childBases, parentBases, sqlString(dataPath), pairs(0), pairs(1), same))
-	candidates := fmt.Sprintf(`SELECT p.* FROM (%s UNION ALL %s) p SEMI JOIN (SELECT DISTINCT size, footer FROM %s) u ON p.size = u.size AND p.footer = u.footer`,
-		parent.rawSQL(0), parent.rawSQL(1), unpaired)
-	steps = append(steps, fmt.Sprintf(`CREATE TEMP TABLE %s AS
+		fmt.Sprintf(`CREATE TEMP TABLE %s AS
+SELECT c.*, p.rel AS lrel FROM (%s) c FULL OUTER JOIN %s p ON %s
+WHERE c.ord IS NULL OR p.rel IS NULL`, unmatched, rows, listTable, sameFile),
+		fmt.Sprintf(`CREATE TEMP TABLE %s AS
 SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
 	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
 	arg_min({'err': err, 'del': del, 'path': left(path, 200), 'len': strlen(path)}, ord) FILTER (WHERE err IS NOT NULL) AS bad
-FROM (%s) c ANTI JOIN (%s) p ON %s
-GROUP BY rel`, diffTable, resolvedSQL("SELECT * FROM "+unpaired, childBases, dataPath), resolvedSQL(candidates, parentBases, parentDataPath), sameFile))
+FROM %s WHERE ord IS NOT NULL
+GROUP BY rel`, diffTable, unmatched),
+	}
 	for _, q := range steps {
 		if _, err := r.conn.ExecContext(r.ctx, q); err != nil {
-			return r.errf("comparing with %s: %w", parent.name, err)
+			return r.errf("comparing with its parent's list: %w", err)
 		}
 	}
 	return nil
@@ -484,32 +589,26 @@ GROUP BY rel`, diffTable, resolvedSQL("SELECT * FROM "+unpaired, childBases, dat
 // to answer to.
 type errAnswer struct{ error }
 
-// parentError is the parent's catalog failing a check a read makes:
-// nothing against the child.
-type parentError struct{ error }
-
-func (e parentError) Unwrap() error { return e.error }
-
 // diffError is what difference refuses the child for, as read says it:
 // a limit where one was passed, each catalog named as the repository
 // names it.
-func (r *reader) diffError(err error, parent *reader) error {
+func (r *reader) diffError(err error) error {
 	var ea errAnswer
 	if errors.As(err, &ea) {
 		return err
 	}
 	if r.ctx.Err() != nil {
-		return &LimitError{Catalog: r.name, Key: KeyTimeout, Detail: fmt.Sprintf("comparing it with %s took longer than %s", parent.name, r.lim.Timeout)}
+		return &LimitError{Catalog: r.name, Key: KeyTimeout, Detail: fmt.Sprintf("comparing it with its parent's list took longer than %s", r.lim.Timeout)}
 	}
 	var de *duckdb.Error
 	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
-		return &LimitError{Catalog: r.name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("comparing it with %s needs more than DuckDB's memory limit of %s", parent.name, FormatBytes(r.lim.MemoryLimit))}
+		return &LimitError{Catalog: r.name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("comparing it with its parent's list needs more than DuckDB's memory limit of %s", FormatBytes(r.lim.MemoryLimit))}
 	}
 	var le *LimitError
 	if errors.As(err, &le) {
 		return err
 	}
-	msg := strings.ReplaceAll(strings.ReplaceAll(err.Error(), r.file, r.name), parent.file, parent.name)
+	msg := strings.ReplaceAll(err.Error(), r.file, r.name)
 	return &renamed{msg: msg, err: err}
 }
 

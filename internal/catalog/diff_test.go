@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -88,11 +89,56 @@ func (w wholeReads) setDifference(t *testing.T, child, parent string) []File {
 	return out
 }
 
-// checkDiff takes the difference of child and parent and checks it is
-// the set difference of two whole reads, counts and all.
+// listOf is a list of files as the mirror gives a difference: in path
+// order, one per path.
+func listOf(files []File) ParentList {
+	sorted := append([]File(nil), files...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
+	var list []File
+	for _, f := range sorted {
+		if len(list) == 0 || list[len(list)-1].Path != f.Path {
+			list = append(list, f)
+		}
+	}
+	return ParentList{Rows: int64(len(list)), Each: func(yield func(File) error) error {
+		for _, f := range list {
+			if err := yield(f); err != nil {
+				return err
+			}
+		}
+		return nil
+	}}
+}
+
+// list is the parent's confirmed list as the mirror would hold it: the
+// files of its catalog read whole.
+func (w wholeReads) list(t *testing.T, parent string) ParentList {
+	t.Helper()
+	return listOf(w.read(t, parent, parentName).Files)
+}
+
+// removedFrom is what a difference must say removed: the paths of the
+// parent's files, read whole, that the child's, read whole, does not
+// list exactly so.
+func (w wholeReads) removedFrom(t *testing.T, child, parent string) []string {
+	t.Helper()
+	return pathsOf(w.setDifference(t, parent, child))
+}
+
+func pathsOf(files []File) []string {
+	var out []string
+	for _, f := range files {
+		out = append(out, f.Path)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkDiff takes the difference of child and parent's list and checks
+// it is the set difference of two whole reads, both ways, counts and all.
 func (w wholeReads) checkDiff(t *testing.T, child, parent string) *Difference {
 	t.Helper()
-	d, err := Diff(context.Background(), child, catalogName, parent, parentName, Limits{}, nil)
+	d, err := Diff(context.Background(), child, catalogName, w.list(t, parent), Limits{}, nil)
 	if err != nil {
 		t.Fatalf("Diff: %v", err)
 	}
@@ -100,11 +146,15 @@ func (w wholeReads) checkDiff(t *testing.T, child, parent string) *Difference {
 	if !reflect.DeepEqual(d.Files, want) && len(d.Files)+len(want) > 0 {
 		t.Fatalf("the difference is\n%v\nthe set difference of two reads\n%v", d.Files, want)
 	}
+	if gone := w.removedFrom(t, child, parent); !reflect.DeepEqual(d.Removed, gone) && len(d.Removed)+len(gone) > 0 {
+		t.Fatalf("removed\n%v\nthe parent's files the child's read lacks\n%v", d.Removed, gone)
+	}
 	c, p := w.read(t, child, catalogName), w.read(t, parent, parentName)
 	// The generator's catalogs have a row per file.
-	if d.ChildRows != int64(len(c.Files)) || d.ParentRows != int64(len(p.Files)) || d.SameRows != int64(len(c.Files)-len(want)) || d.FoldedRows != 0 {
-		t.Errorf("counts %d, %d, %d, %d; the reads have %d and %d files, %d of the child's in the parent",
-			d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows, len(c.Files), len(p.Files), len(c.Files)-len(want))
+	if d.ChildRows != int64(len(c.Files)) || d.ParentRows != int64(len(p.Files)) || d.SameRows != int64(len(c.Files)-len(want)) || d.FoldedRows != 0 ||
+		d.RemovedRows != int64(len(d.Removed)) {
+		t.Errorf("counts %d, %d, %d, %d, %d; the reads have %d and %d files, %d of the child's in the parent",
+			d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows, d.RemovedRows, len(c.Files), len(p.Files), len(c.Files)-len(want))
 	}
 	if d.DataPath != c.DataPath || d.DuckLakeVersion != c.DuckLakeVersion {
 		t.Errorf("data path %q, version %q; the read says %q, %q", d.DataPath, d.DuckLakeVersion, c.DataPath, c.DuckLakeVersion)
@@ -236,7 +286,7 @@ func TestDiffRefusesWhatReadRefuses(t *testing.T) {
 			if _, err := Read(context.Background(), hostile, catalogName, tc.lim); err == nil {
 				t.Fatalf("Read reads it")
 			}
-			d, err := Diff(context.Background(), hostile, catalogName, parent, parentName, tc.lim, nil)
+			d, err := Diff(context.Background(), hostile, catalogName, (wholeReads{}).list(t, parent), tc.lim, nil)
 			var re *ReaderError
 			if d != nil || err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), catalogName) || strings.Contains(err.Error(), hostile) {
 				t.Fatalf("Diff: %v, %v; want a refusal of %s saying %q", d, err, catalogName, tc.says)
@@ -260,7 +310,7 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Diff(context.Background(), hostile, catalogName, parent, parentName, Limits{}, nil)
+	d, err := Diff(context.Background(), hostile, catalogName, listOf(p.Files), Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,18 +329,37 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 	}
 }
 
-// A parent's catalog the reader cannot read refuses nothing of the child:
-// the difference is not taken (ErrNoDifference), and the child is read
-// whole by the caller.
-func TestDiffOfAnUnreadableParentIsNoDifference(t *testing.T) {
+// A parent's list that fails as the mirror sends it (its local copy
+// unreadable midway, or not the length it said) refuses nothing of the
+// child: the error is the list's, not a refusal nor a reader's failure,
+// and the caller reads the child whole.
+func TestDiffOfAListThatFailsRefusesNothing(t *testing.T) {
 	cats := chain(t, "0.1")
-	garbage := filepath.Join(t.TempDir(), "ducklake.duckdb")
-	if err := os.WriteFile(garbage, []byte("garbage, not a catalog"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d, err := Diff(context.Background(), cats[1], catalogName, garbage, parentName, Limits{}, nil)
-	if d != nil || !errors.Is(err, ErrNoDifference) || !strings.Contains(err.Error(), parentName) {
-		t.Fatalf("%v, %v; want ErrNoDifference naming %s", d, err, parentName)
+	good := (wholeReads{}).list(t, cats[0])
+	broken := errors.New("the list's copy went away")
+	for _, tc := range []struct {
+		name string
+		list ParentList
+		says string
+	}{
+		{"fails midway", ParentList{Rows: good.Rows, Each: func(yield func(File) error) error {
+			return good.Each(func(f File) error {
+				if f.Path > "m" {
+					return broken
+				}
+				return yield(f)
+			})
+		}}, broken.Error()},
+		{"shorter than it said", ParentList{Rows: good.Rows + 1, Each: good.Each}, "entries, where it said"},
+		{"longer than it said", ParentList{Rows: good.Rows - 1, Each: good.Each}, "more than the"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Diff(context.Background(), cats[1], catalogName, tc.list, Limits{}, nil)
+			var re *ReaderError
+			if d != nil || err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("%v, %v; want the list's error saying %q", d, err, tc.says)
+			}
+		})
 	}
 }
 
@@ -298,7 +367,7 @@ func TestDiffOfAnUnreadableParentIsNoDifference(t *testing.T) {
 func TestDiffStreamsItsFiles(t *testing.T) {
 	cats := chain(t, "0.3")
 	var got []File
-	d, err := Diff(context.Background(), cats[3], catalogName, cats[0], parentName, Limits{}, func(f File) error {
+	d, err := Diff(context.Background(), cats[3], catalogName, (wholeReads{}).list(t, cats[0]), Limits{}, func(f File) error {
 		got = append(got, f)
 		return nil
 	})
@@ -310,24 +379,25 @@ func TestDiffStreamsItsFiles(t *testing.T) {
 	}
 }
 
-// diffMisbehaving asks a difference's reader to misbehave first.
-func diffMisbehaving(t *testing.T, child, parent, behaviour string) (*Difference, error) {
+// diffMisbehaving asks a difference's reader to misbehave first, given a
+// list of eight files.
+func diffMisbehaving(t *testing.T, child, behaviour string) (*Difference, error) {
 	t.Helper()
 	lim := Limits{}.WithDefaults()
-	var fds []*os.File
-	for _, p := range []string{child, parent} {
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		fds = append(fds, f)
-	}
-	proc, err := startReader(context.Background(), fds[0], lim, 1, fds[1])
+	f, err := os.Open(child)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := proc.readDifference(context.Background(), request{name: catalogName, parentName: parentName, lim: lim, test: behaviour}, nil)
+	defer f.Close()
+	proc, err := startReader(context.Background(), f, lim, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eight []File
+	for i := range 8 {
+		eight = append(eight, File{Path: fmt.Sprintf("p%d.parquet", i), Size: 10, Footer: -1})
+	}
+	d, err := proc.readDifference(context.Background(), request{name: catalogName, lim: lim, test: behaviour}, listOf(eight), nil)
 	if err == nil {
 		proc.close()
 	}
@@ -335,17 +405,23 @@ func diffMisbehaving(t *testing.T, child, parent, behaviour string) (*Difference
 }
 
 // A reader whose difference does not add up (the files announced are not
-// the child's less those in both, more in both than the parent has, the
-// files cut short) has the child refused as a protocol failure.
+// the child's less those in the list, more in the list than the child
+// has, the files cut short, a list of another length than was sent,
+// entries of the list neither removed nor in the child, removed entries
+// announced that do not come) has the child refused as a protocol
+// failure.
 func TestTheMirrorChecksTheCountsOfADifference(t *testing.T) {
 	cats := chain(t, "0.1")
 	for _, tc := range []struct{ lie, says string }{
-		{"diff-count", "1 files announced, where 8 of the child's 10 rows are in the parent and 0 folded"},
+		{"diff-count", "1 files announced, where 8 of the child's 10 rows are in the list and 0 folded"},
 		{"diff-same", "where 11 of the child's 10 rows"},
 		{"diff-short", "the end says 1 files"},
+		{"diff-list", "a list of 9 entries, where 8 were sent"},
+		{"diff-kept", "0 of the list's 8 entries removed, where 7 rows of the child are in it"},
+		{"diff-removed", "1 removed entries announced, 0 came"},
 	} {
 		t.Run(tc.lie, func(t *testing.T) {
-			d, err := diffMisbehaving(t, cats[1], cats[0], "lie:"+tc.lie)
+			d, err := diffMisbehaving(t, cats[1], "lie:"+tc.lie)
 			var re *ReaderError
 			if d != nil || !errors.As(err, &re) || re.Cause != CauseProtocol || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("%v, %v; want a protocol failure saying %q", d, err, tc.says)
@@ -354,17 +430,18 @@ func TestTheMirrorChecksTheCountsOfADifference(t *testing.T) {
 	}
 }
 
-// A difference's reader may open its two catalogs and nothing else: not
-// /etc/passwd, not a catalog beside its child in the same folder.
-func TestADifferenceReaderOpensItsTwoCatalogsOnly(t *testing.T) {
+// A difference's reader may open its child's catalog and nothing else:
+// not /etc/passwd, not a catalog beside its child in the same folder, not
+// its parent's catalog (a planted one could take the reader over).
+func TestADifferenceReaderOpensItsCatalogOnly(t *testing.T) {
 	requireBothLayers(t)
 	cats := chain(t, "0.1")
-	for _, other := range []string{"/etc/passwd", cats[2]} {
-		d, err := diffMisbehaving(t, cats[1], cats[0], "open:"+other)
+	for _, other := range []string{"/etc/passwd", cats[2], cats[0]} {
+		d, err := diffMisbehaving(t, cats[1], "open:"+other)
 		if d != nil || err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Fatalf("a difference's reader opening %s: %v, %v; want permission denied", other, d, err)
 		}
 	}
-	// Its second descriptor it may read: the difference is taken.
+	// Its own catalog it may read: the difference is taken.
 	(wholeReads{}).checkDiff(t, cats[1], cats[0])
 }

@@ -27,21 +27,26 @@ import (
 //	reader → mirror  end      'e' files(8) bytes(8)
 //	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end
 //
-//	mirror → reader  diff     'd' version(1) name(s) parentName(s) file(s) parentFile(s) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
-//	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) files(8)
-//	                 then file frames and end, as for a catalog
+//	mirror → reader  diff     'd' version(1) name(s) file(s) parentRows(8) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
+//	                 then parentRows file frames: the parent's list
+//	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) removedRows(8) files(8)
+//	                 then file frames (the new files), removed frames, end
+//	reader → mirror  removed  'g' path(s)                               one per entry of the list the child lacks
 //
 // A catalog's file rows stream as the reader reads them, each checked as
 // it comes (name, size), a path as often as rows repeat it: the reader
 // holds none of them, and the mirror sorts them (sort.go). A difference's
 // files stream in path order, one per path, checked for order too. A
 // refusal may come among the files of either. A diff asks for the files of the child
-// catalog (descriptor 3) that are not in the parent's (descriptor 4, see
-// diff.go); the reader says how many file rows each catalog has, how many
-// of the child's are in the parent or folded into another of the same
-// path, and the files that come must be the rest.
+// catalog (descriptor 3, or a file of the folder) that are not in the
+// parent's list (which follows the request; see diff.go), and the list's
+// entries the child lacks; the reader says how many file rows the child
+// has, how many entries the list has, how many of the child's rows are
+// in the list or folded into another of the same path (the files that
+// come must be the rest), and how many entries are removed (as many
+// removed frames come, in path order).
 const (
-	protocolVersion = 5
+	protocolVersion = 6
 	// maxFrame bounds every frame: the largest is a refusal (its
 	// message cut to maxMessage) or a meta frame (its data path at most
 	// maxDataPath).
@@ -65,13 +70,13 @@ const (
 	frameRefusal  = 'x'
 	frameDiff     = 'd'
 	frameDiffMeta = 'n'
+	frameRemoved  = 'g'
 
 	fileDelete = 1 << 0
 	filePuffin = 1 << 1
 
-	refusalPlain  = 0
-	refusalLimit  = 1
-	refusalParent = 2 // a difference's parent catalog, not the child, failed
+	refusalPlain = 0
+	refusalLimit = 1
 )
 
 // errFrame is a frame that breaks the protocol.
@@ -209,11 +214,12 @@ type request struct {
 	file string
 	lim  Limits
 	// diff asks for a difference (a diff frame): the files of the
-	// catalog at descriptor 3 not in parentName's, at descriptor 4; or,
-	// of a reader of a folder, of file not in parentFile's.
+	// catalog (descriptor 3, or file of a reader of a folder) not in the
+	// parent's list of parentRows entries, which list gives (the mirror's
+	// side) and which follow the request as file frames.
 	diff       bool
-	parentName string
-	parentFile string
+	parentRows int64
+	list       *ParentList
 	// test asks a test binary's reader to misbehave (child_test.go); a
 	// reader without test behaviours refuses a request that names one.
 	test string
@@ -224,9 +230,8 @@ func writeRequest(w *frameWriter, q request) error {
 		w.begin(frameDiff)
 		w.u8(protocolVersion)
 		w.str(q.name)
-		w.str(q.parentName)
 		w.str(q.file)
-		w.str(q.parentFile)
+		w.u64(uint64(q.parentRows))
 	} else {
 		w.begin(frameRequest)
 		w.u8(protocolVersion)

@@ -60,9 +60,9 @@ const maxListLine = 10*catalog.MaxPathBytes + 128
 func fileListName(id string) string { return FileListsDir + id + ".tsv.gz" }
 
 // FileListEpoch returns the lists' epoch; where the mirror has none (or
-// an unusable one), a run that writes makes one (created only where
-// there is none, as a fenced write on a store that can condition it), so
-// that no list written before counts.
+// an unusable one), a run that writes makes one (created only where there
+// is none, as a fenced write on a store that can condition it), so that
+// no list written before counts; a dry run returns "".
 func (st State) FileListEpoch(ctx context.Context) (string, error) {
 	s := st.s
 	raw, err := lock.ReadStateOrSetAside(ctx, s.b, fileListEpochFile, 256, !s.opts.DryRun, s.log)
@@ -71,6 +71,10 @@ func (st State) FileListEpoch(ctx context.Context) (string, error) {
 	}
 	if e := strings.TrimSpace(string(raw)); checkEpoch(e) == nil {
 		return e, nil
+	}
+	if s.opts.DryRun {
+		// A dry run writes none, and reads no list without one.
+		return "", nil
 	}
 	epoch := newEpoch()
 	if s.b.Properties().ConditionalWrite && raw == nil {
