@@ -769,11 +769,12 @@ func TestReaderCommandInC(t *testing.T) {
 func mergedList(t *testing.T, parent ParentList, d *Difference) ParentList {
 	t.Helper()
 	byPath := map[string]File{}
-	if err := parent.Each(func(f File) error { byPath[f.Path] = f; return nil }); err != nil {
-		t.Fatal(err)
+	entries := listFiles(t, parent)
+	for _, f := range entries {
+		byPath[f.Path] = f
 	}
-	for _, p := range d.Removed {
-		delete(byPath, p)
+	for _, at := range d.Removed {
+		delete(byPath, entries[at].Path)
 	}
 	for _, f := range d.Files {
 		byPath[f.Path] = f
@@ -783,15 +784,6 @@ func mergedList(t *testing.T, parent ParentList, d *Difference) ParentList {
 		files = append(files, f)
 	}
 	return listOf(files)
-}
-
-func listFiles(t *testing.T, l ParentList) []File {
-	t.Helper()
-	var out []File
-	if err := l.Each(func(f File) error { out = append(out, f); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 // A planted parent (its catalog takes over any reader that opens it, and

@@ -53,9 +53,9 @@ type Difference struct {
 	// Files are the child's files not in the list (path, size, footer,
 	// kind), sorted by Path; empty when Diff streamed them.
 	Files []File
-	// Removed are the paths of the list's entries that no row of the
-	// child equals, in path order.
-	Removed []string
+	// Removed are the list's entries that no row of the child equals,
+	// each by its place in the list (from 0), in order.
+	Removed []int64
 	// ChildRows are the child's file rows (ducklake_data_file and
 	// ducklake_delete_file) and ParentRows the list's entries; of the
 	// child's rows, SameRows equal an entry of the list, FoldedRows came
@@ -284,9 +284,9 @@ func (w *diffWriter) file(f File) error {
 	return nil
 }
 
-func (w *diffWriter) removed(path string) error {
+func (w *diffWriter) removed(at int64) error {
 	w.out.begin(frameRemoved)
-	w.out.str(path)
+	w.out.u64(uint64(at))
 	return w.out.end()
 }
 
@@ -302,7 +302,8 @@ func (w *diffWriter) end() error {
 
 // Temporary tables of a difference.
 const (
-	listTable  = "fdl_list" // the parent's list, as the mirror sent it
+	listTable  = "fdl_list"       // the parent's list: each entry's place and key
+	listBatch  = "fdl_list_batch" // entries as they come, a batch at a time
 	childBases = "fdl_child_bases"
 	unmatched  = "fdl_unmatched" // the child's rows and the list's entries with no equal on the other side
 )
@@ -400,17 +401,17 @@ func difference(ctx context.Context, in *frameReader, file string, q request, w 
 			return err
 		}
 	}
-	rows, err := inst.conn.QueryContext(ctx, "SELECT lrel FROM "+unmatched+" WHERE ord IS NULL ORDER BY lrel")
+	rows, err := inst.conn.QueryContext(ctx, "SELECT lord FROM "+unmatched+" WHERE ord IS NULL ORDER BY lord")
 	if err != nil {
 		return child.errf("comparing with its parent's list: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var path string
-		if err := rows.Scan(&path); err != nil {
+		var at int64
+		if err := rows.Scan(&at); err != nil {
 			return child.errf("comparing with its parent's list: %w", err)
 		}
-		if err := w.removed(path); err != nil {
+		if err := w.removed(at); err != nil {
 			return errAnswer{err}
 		}
 	}
@@ -492,38 +493,77 @@ func (l *listFrames) drain() error {
 	return nil
 }
 
-// load appends the list to listTable in conn's DuckDB. A frame that
-// breaks the protocol is an errAnswer: the reader has no mirror that
-// speaks it to answer.
+// load puts the list in listTable of conn's DuckDB: each entry's place
+// in the list (lord) and its key (fileKey), not its path, so that a
+// list of a million files holds 24 bytes each, not a path each (DuckDB
+// has no disk to spill to, and a memory limit of 128 MiB by default).
+// The entries come into listBatch, a batch at a time, and are keyed from
+// there. A frame that breaks the protocol is an errAnswer: the reader
+// has no mirror that speaks it to answer.
 func (l *listFrames) load(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listTable+" (rel VARCHAR, size BIGINT, footer BIGINT, del BOOLEAN, puffin BOOLEAN)"); err != nil {
+	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listTable+" (lord BIGINT, lkey HUGEINT)"); err != nil {
 		return fmt.Errorf("loading the parent's list: %w", err)
 	}
-	return conn.Raw(func(dc any) error {
-		dconn, ok := dc.(driver.Conn)
-		if !ok {
-			return fmt.Errorf("loading the parent's list: a connection of %T", dc)
-		}
-		app, err := duckdb.NewAppender(dconn, "temp", "main", listTable)
-		if err != nil {
+	var at int64
+	for l.left > 0 {
+		if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listBatch+" (lord BIGINT, rel VARCHAR, size BIGINT, footer BIGINT, del BOOLEAN, puffin BOOLEAN)"); err != nil {
 			return fmt.Errorf("loading the parent's list: %w", err)
 		}
-		for l.left > 0 {
-			f, err := l.next()
-			if err != nil {
-				app.Close()
-				return errAnswer{fmt.Errorf("reading the parent's list: %w", err)}
+		err := conn.Raw(func(dc any) error {
+			dconn, ok := dc.(driver.Conn)
+			if !ok {
+				return fmt.Errorf("loading the parent's list: a connection of %T", dc)
 			}
-			if err := app.AppendRow(f.Path, f.Size, f.Footer, f.Delete, f.Puffin); err != nil {
-				app.Close()
+			app, err := duckdb.NewAppender(dconn, "temp", "main", listBatch)
+			if err != nil {
+				return fmt.Errorf("loading the parent's list: %w", err)
+			}
+			for n := 0; n < listBatchRows && l.left > 0; n++ {
+				f, err := l.next()
+				if err != nil {
+					app.Close()
+					return errAnswer{fmt.Errorf("reading the parent's list: %w", err)}
+				}
+				if err := app.AppendRow(at, f.Path, f.Size, f.Footer, f.Delete, f.Puffin); err != nil {
+					app.Close()
+					return fmt.Errorf("loading the parent's list: %w", err)
+				}
+				at++
+			}
+			if err := app.Close(); err != nil {
+				return fmt.Errorf("loading the parent's list: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, q := range []string{
+			"INSERT INTO " + listTable + " SELECT lord, " + fileKey("b") + " FROM " + listBatch + " b",
+			"DROP TABLE " + listBatch,
+		} {
+			if _, err := conn.ExecContext(ctx, q); err != nil {
 				return fmt.Errorf("loading the parent's list: %w", err)
 			}
 		}
-		if err := app.Close(); err != nil {
-			return fmt.Errorf("loading the parent's list: %w", err)
-		}
-		return nil
-	})
+	}
+	return nil
+}
+
+// listBatchRows is how many of a list's entries are held whole at once
+// as it is loaded.
+const listBatchRows = 1 << 16
+
+// fileKey is the key of a file row x (rel, size, footer, del, puffin):
+// the MD5 of everything the mirror is told of a file, by which a child's
+// row and a list's entry are the same file. A collision a hostile child
+// makes (MD5 is broken) can only make a row of its own pass for a file
+// of the list: a lie about the child, which costs the child, as its
+// reader's lies do.
+func fileKey(x string) string {
+	// Split at its last four '|', which none of the four fields after
+	// the path holds: one string per file.
+	return fmt.Sprintf("md5_number(%[1]s.rel || '|' || CAST(%[1]s.size AS VARCHAR) || '|' || CAST(%[1]s.footer AS VARCHAR) || '|' || CAST(%[1]s.del AS VARCHAR) || '|' || CAST(%[1]s.puffin AS VARCHAR))", x)
 }
 
 // prepareDiff checks the attached catalog of a difference as read checks
@@ -555,9 +595,10 @@ func prepareDiff(r *reader, meta **Catalog) error {
 }
 
 // compare fills unmatched and diffTable: each file row of the catalog
-// (r) resolved and joined with the list's entries on everything the
-// mirror is told of a file (one hash join, the list its table where it
-// is the smaller); the rows and entries without an equal kept
+// (r) resolved and joined with the list's entries by their keys
+// (fileKey: everything the mirror is told of a file; one hash join, the
+// list its table where it is the smaller); the rows and entries without
+// an equal kept
 // (unmatched), and the rows grouped by path (diffTable), as
 // checkResolved and the files read them. Rows are compared before they
 // are made one per path, so that DuckDB holds the list and what comes
@@ -568,8 +609,8 @@ func (r *reader) compare(dataPath string) error {
 	steps := []string{
 		"CREATE TEMP TABLE " + childBases + " AS " + r.basesSQL(dataPath),
 		fmt.Sprintf(`CREATE TEMP TABLE %s AS
-SELECT c.*, p.rel AS lrel FROM (%s) c FULL OUTER JOIN %s p ON %s
-WHERE c.ord IS NULL OR p.rel IS NULL`, unmatched, rows, listTable, sameFile),
+SELECT c.*, p.lord FROM (SELECT r.*, %s AS ckey FROM (%s) r) c FULL OUTER JOIN %s p ON c.ckey = p.lkey
+WHERE c.ord IS NULL OR p.lord IS NULL`, unmatched, fileKey("r"), rows, listTable),
 		fmt.Sprintf(`CREATE TEMP TABLE %s AS
 SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
 	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
@@ -614,10 +655,6 @@ func (r *reader) diffError(err error) error {
 
 // diffTable is the temporary table of the files of a difference.
 const diffTable = "fdl_difference"
-
-// sameFile is when a file of the child (c) is one of the parent (p):
-// everything the mirror is told of a file is equal.
-const sameFile = "c.rel = p.rel AND c.size = p.size AND c.footer = p.footer AND c.del = p.del AND c.puffin = p.puffin"
 
 // checkPlaceIDs refuses what places refuses: a schema or table row
 // without an id.

@@ -31,7 +31,7 @@ import (
 //	                 then parentRows file frames: the parent's list
 //	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) removedRows(8) files(8)
 //	                 then file frames (the new files), removed frames, end
-//	reader → mirror  removed  'g' path(s)                               one per entry of the list the child lacks
+//	reader → mirror  removed  'g' entry(8)                              one per entry of the list the child lacks (its place in the list)
 //
 // A catalog's file rows stream as the reader reads them, each checked as
 // it comes (name, size), a path as often as rows repeat it: the reader
@@ -44,7 +44,7 @@ import (
 // has, how many entries the list has, how many of the child's rows are
 // in the list or folded into another of the same path (the files that
 // come must be the rest), and how many entries are removed (as many
-// removed frames come, in path order).
+// removed frames come, each an entry's place in the list, in its order).
 const (
 	protocolVersion = 6
 	// maxFrame bounds every frame: the largest is a refusal (its

@@ -717,7 +717,7 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 		}
 	}
 	var n, total, removed uint64
-	var prev, prevRemoved string
+	var prev string
 	for {
 		typ, err := in.next()
 		if err != nil {
@@ -732,8 +732,9 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 			return p.refusal(q)
 		}
 		if typ == frameRemoved && q.diff {
-			// After the new files, in path order, as many as announced.
-			path := in.str()
+			// After the new files, the list's entries by their place in
+			// it, in its order, as many as announced.
+			at := int64(in.u64())
 			if err := in.done(); err != nil {
 				return nil, nil, err
 			}
@@ -743,11 +744,10 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 			if removed++; removed > uint64(d.RemovedRows) {
 				return nil, nil, fmt.Errorf("%w: more removed entries than the %d announced", errInvalid, d.RemovedRows)
 			}
-			if err := checkFile(File{Path: path}, prevRemoved, 0); err != nil {
-				return nil, nil, err
+			if at < 0 || at >= q.parentRows || len(d.Removed) > 0 && at <= d.Removed[len(d.Removed)-1] {
+				return nil, nil, fmt.Errorf("%w: removed entry %d of a list of %d, after %v", errInvalid, at, q.parentRows, d.Removed[max(0, len(d.Removed)-1):])
 			}
-			prevRemoved = path
-			d.Removed = append(d.Removed, path)
+			d.Removed = append(d.Removed, at)
 			continue
 		}
 		if typ != frameFile {

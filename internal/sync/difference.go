@@ -163,11 +163,14 @@ func (c *catalogReader) childList(ctx context.Context, id string, main *versionC
 	return w
 }
 
-// mergeList writes to w the parent's list less the removed paths, with
-// the added files merged in: all three in path order.
-func mergeList(w *sink.FileListWriter, parent *sink.FileList, removed []string, added []catalog.File) error {
+// mergeList writes to w the parent's list less the removed entries (by
+// their place in it, in order), with the added files (in path order)
+// merged in.
+func mergeList(w *sink.FileListWriter, parent *sink.FileList, removed []int64, added []catalog.File) error {
 	i, j := 0, 0
+	var at int64 = -1
 	err := parent.Each(func(f catalog.File) error {
+		at++
 		for ; j < len(added) && added[j].Path < f.Path; j++ {
 			if err := w.Add(added[j]); err != nil {
 				return err
@@ -176,10 +179,10 @@ func mergeList(w *sink.FileListWriter, parent *sink.FileList, removed []string, 
 		if j < len(added) && added[j].Path == f.Path {
 			return nil // the new file of that path replaces it
 		}
-		for i < len(removed) && removed[i] < f.Path {
+		for i < len(removed) && removed[i] < at {
 			i++
 		}
-		if i < len(removed) && removed[i] == f.Path {
+		if i < len(removed) && removed[i] == at {
 			return nil
 		}
 		return w.Add(f)
