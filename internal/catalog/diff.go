@@ -501,7 +501,9 @@ func (l *listFrames) drain() error {
 // there. A frame that breaks the protocol is an errAnswer: the reader
 // has no mirror that speaks it to answer.
 func (l *listFrames) load(ctx context.Context, conn *sql.Conn) error {
-	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listTable+" (lord BIGINT, lkey HUGEINT)"); err != nil {
+	// lkey of the type fileKey gives (HUGEINT or UHUGEINT, by DuckDB's
+	// release).
+	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listTable+" AS SELECT CAST(0 AS BIGINT) AS lord, md5_number('') AS lkey WHERE false"); err != nil {
 		return fmt.Errorf("loading the parent's list: %w", err)
 	}
 	var at int64
