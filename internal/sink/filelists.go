@@ -2,6 +2,7 @@ package sink
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"crypto/rand"
@@ -127,8 +128,9 @@ type FileListWriter struct {
 	id, epoch string
 	f         *os.File
 	gz        *gzip.Writer
-	out       io.Writer // gz and sum
+	out       *bufio.Writer // to gz
 	sum       hash.Hash
+	line      []byte
 	n         int64
 	prev      string
 	closed    bool
@@ -149,9 +151,8 @@ func NewFileListWriter(dir, id, epoch string) (*FileListWriter, error) {
 	// BestSpeed: a list of 300,000 files is written at every version
 	// published; its size matters less than its time.
 	gz, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-	w := &FileListWriter{id: id, epoch: epoch, f: f, gz: gz, sum: sha256.New()}
-	w.out = io.MultiWriter(w.gz, w.sum)
-	if _, err := fmt.Fprintf(w.out, "%s\tversion=%s\tepoch=%s\n", fileListFormat, id, epoch); err != nil {
+	w := &FileListWriter{id: id, epoch: epoch, f: f, gz: gz, out: bufio.NewWriterSize(gz, 64<<10), sum: sha256.New()}
+	if err := w.write(fmt.Appendf(nil, "%s\tversion=%s\tepoch=%s\n", fileListFormat, id, epoch)); err != nil {
 		w.Discard()
 		return nil, err
 	}
@@ -175,7 +176,20 @@ func (w *FileListWriter) Add(f catalog.File) error {
 	}
 	w.n++
 	w.prev = f.Path
-	_, err := fmt.Fprintf(w.out, "%s\t%d\t%d\t%d\n", strconv.Quote(f.Path), f.Size, f.Footer, flags)
+	b := strconv.AppendQuote(w.line[:0], f.Path)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, f.Size, 10)
+	b = append(b, '\t')
+	b = strconv.AppendInt(b, f.Footer, 10)
+	b = append(b, '\t', byte('0'+flags), '\n')
+	w.line = b
+	return w.write(b)
+}
+
+// write writes a line to the list and its checksum.
+func (w *FileListWriter) write(b []byte) error {
+	w.sum.Write(b)
+	_, err := w.out.Write(b)
 	return err
 }
 
@@ -194,8 +208,11 @@ func (w *FileListWriter) Discard() {
 
 // finish writes the end line and closes the local file.
 func (w *FileListWriter) finish() (int64, error) {
-	fmt.Fprintf(w.gz, "end\t%d\t%s\n", w.n, hex.EncodeToString(w.sum.Sum(nil)))
-	err := w.gz.Close()
+	fmt.Fprintf(w.out, "end\t%d\t%s\n", w.n, hex.EncodeToString(w.sum.Sum(nil)))
+	err := w.out.Flush()
+	if cerr := w.gz.Close(); err == nil {
+		err = cerr
+	}
 	var size int64
 	if err == nil {
 		var fi os.FileInfo
@@ -228,12 +245,20 @@ func (st State) WriteFileList(ctx context.Context, w *FileListWriter) error {
 }
 
 // FileList is a version's list read back from the mirror into a local
-// copy, checked whole (format, version, epoch, order, count, checksum).
+// copy, checked whole (format, version, epoch, count, checksum) as it is
+// fetched, and kept uncompressed: a difference reads it twice more (to
+// send it, to merge the child's), and gunzip cost each of those reads as
+// much as the rest of it. Each checks every line (order, paths) as it
+// gives them, and the checksum again.
 type FileList struct {
 	id    string
 	path  string
 	Files int64
 }
+
+// maxPlainFileList bounds a list's local copy, uncompressed: some 30
+// million lines of the longest path most catalogs hold.
+const maxPlainFileList = 4 << 30
 
 // FetchFileList fetches version id's list into dir and checks it; nil
 // where the mirror has none. A list of another epoch, or one that fails
@@ -246,20 +271,14 @@ func (st State) FetchFileList(ctx context.Context, id, epoch, dir string) (*File
 		return nil, err
 	}
 	defer rc.Close()
-	f, err := os.CreateTemp(dir, "file-list-*.tsv.gz")
+	f, err := os.CreateTemp(dir, "file-list-*.tsv")
 	if err != nil {
 		return nil, err
 	}
 	l := &FileList{id: id, path: f.Name()}
-	n, err := io.Copy(f, io.LimitReader(rc, maxFileList+1))
+	err = l.fetch(rc, f, epoch)
 	if cerr := f.Close(); err == nil {
 		err = cerr
-	}
-	if err == nil && n > maxFileList {
-		err = fmt.Errorf("larger than %d bytes", maxFileList)
-	}
-	if err == nil {
-		l.Files, err = l.each(epoch, nil)
 	}
 	if err != nil {
 		l.Remove()
@@ -268,10 +287,52 @@ func (st State) FetchFileList(ctx context.Context, id, epoch, dir string) (*File
 	return l, nil
 }
 
+// fetch reads the compressed list from rc into f uncompressed, checking
+// its lines as they pass (header, count, checksum: not each line's
+// fields, which Each checks as it gives them).
+func (l *FileList) fetch(rc io.Reader, f *os.File, epoch string) error {
+	compressed := &countingReader{r: io.LimitReader(rc, maxFileList+1)}
+	gz, err := gzip.NewReader(bufio.NewReaderSize(compressed, 64<<10))
+	if err != nil {
+		return err
+	}
+	gz.Multistream(false)
+	plain := &countingReader{r: io.LimitReader(gz, maxPlainFileList+1)}
+	out := bufio.NewWriterSize(f, 64<<10)
+	l.Files, err = l.scan(io.TeeReader(plain, out), epoch, nil)
+	if err == nil {
+		err = out.Flush()
+	}
+	switch {
+	case compressed.n > maxFileList:
+		return fmt.Errorf("larger than %d bytes", maxFileList)
+	case plain.n > maxPlainFileList:
+		return fmt.Errorf("larger than %d bytes uncompressed", maxPlainFileList)
+	}
+	return err
+}
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // Each gives the list's files in path order, checked again as they are
 // read from the local copy; it stops at yield's first error.
 func (l *FileList) Each(yield func(catalog.File) error) error {
-	n, err := l.each("", yield)
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := l.scan(f, "", yield)
 	if err == nil && n != l.Files {
 		err = fmt.Errorf("file list of %s: %d files, %d when checked", l.id, n, l.Files)
 	}
@@ -288,20 +349,12 @@ func (l *FileList) Remove() {
 // errListEnd is a list that ends before its end line.
 var errListEnd = errors.New("the list ends before its end line: cut short")
 
-// each reads the local copy: its header (of epoch, where not empty), its
-// files (to yield, where not nil), its end line, and nothing after.
-func (l *FileList) each(epoch string, yield func(catalog.File) error) (int64, error) {
-	f, err := os.Open(l.path)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		return 0, err
-	}
-	gz.Multistream(false)
-	in := bufio.NewReaderSize(gz, maxListLine+1)
+// scan reads a list, uncompressed, from r: its header (of epoch, where
+// not empty), its files (each parsed, checked and given to yield, where
+// yield is not nil; only counted where it is nil), its end line, and
+// nothing after.
+func (l *FileList) scan(r io.Reader, epoch string, yield func(catalog.File) error) (int64, error) {
+	in := bufio.NewReaderSize(r, maxListLine+1)
 	sum := sha256.New()
 	line := func() ([]byte, error) {
 		b, err := in.ReadSlice('\n')
@@ -334,16 +387,19 @@ func (l *FileList) each(epoch string, yield func(catalog.File) error) (int64, er
 		if err != nil {
 			return n, err
 		}
-		text := strings.TrimSuffix(string(b), "\n")
-		if rest, ok := strings.CutPrefix(text, "end\t"); ok {
-			count, hexSum, _ := strings.Cut(rest, "\t")
+		if rest, ok := bytes.CutPrefix(b, []byte("end\t")); ok {
+			count, hexSum, _ := strings.Cut(strings.TrimSuffix(string(rest), "\n"), "\t")
 			if count != strconv.FormatInt(n, 10) || hexSum != hex.EncodeToString(sum.Sum(nil)) {
-				return n, fmt.Errorf("its end line says %s; %d files came, of SHA-256 %x: damaged", catalog.Excerpt(rest), n, sum.Sum(nil))
+				return n, fmt.Errorf("its end line says %s; %d files came, of SHA-256 %x: damaged", catalog.Excerpt(string(rest)), n, sum.Sum(nil))
 			}
 			break
 		}
 		sum.Write(b)
-		file, err := parseListLine(text)
+		if yield == nil {
+			n++
+			continue
+		}
+		file, err := parseListLine(string(b[:len(b)-1]))
 		if err != nil {
 			return n, fmt.Errorf("line %d: %w", n+2, err)
 		}
@@ -352,14 +408,15 @@ func (l *FileList) each(epoch string, yield func(catalog.File) error) (int64, er
 		}
 		n++
 		prev = file.Path
-		if yield != nil {
-			if err := yield(file); err != nil {
-				return n, err
-			}
+		if err := yield(file); err != nil {
+			return n, err
 		}
 	}
 	if _, err := in.ReadByte(); !errors.Is(err, io.EOF) {
-		return n, errors.New("bytes after its end line")
+		if err == nil {
+			err = errors.New("bytes after its end line")
+		}
+		return n, err
 	}
 	return n, nil
 }
