@@ -423,10 +423,20 @@ func (l *FileList) scan(r io.Reader, epoch string, yield func(catalog.File) erro
 
 // parseListLine reads a file's line: quoted path, size, footer, flags.
 func parseListLine(text string) (catalog.File, error) {
-	fields := strings.Split(text, "\t")
-	if len(fields) != 4 {
-		return catalog.File{}, fmt.Errorf("%d fields, not 4", len(fields))
+	// Cut, not Split: no slice of fields made for each of a list's
+	// lines.
+	var fields [4]string
+	rest := text
+	for i := range fields[:3] {
+		var ok bool
+		if fields[i], rest, ok = strings.Cut(rest, "\t"); !ok {
+			return catalog.File{}, fmt.Errorf("%d fields, not 4", i+1)
+		}
 	}
+	if strings.Contains(rest, "\t") {
+		return catalog.File{}, fmt.Errorf("%d fields, not 4", 4+strings.Count(rest, "\t"))
+	}
+	fields[3] = rest
 	path, err := strconv.Unquote(fields[0])
 	if err != nil {
 		return catalog.File{}, fmt.Errorf("path %s: %w", catalog.Excerpt(fields[0]), err)
