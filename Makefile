@@ -9,7 +9,7 @@ export CGO_ENABLED := 1
 # DirectPath, unless built with this tag. The GCS backend never makes a
 # gRPC client (it speaks the JSON API over HTTP), and without them every
 # process of fdl-mirror starts 101 package initializers lighter: `version`
-# in 42 ms instead of 62 (BENCHMARKS.md). Exported, so that every go
+# in about 40 ms instead of 60 (BENCHMARKS.md). Exported, so that every go
 # command of make (build, vet, test, the binaries tests build) uses it.
 export GOFLAGS := $(strip $(GOFLAGS) -tags=disable_grpc_modules)
 
