@@ -91,7 +91,7 @@ func run(args []string) int {
 	fs.StringVar(&cfg.svg, "svg", "", "also write a chart of the times (fdl-mirror and rclone copy per scenario) to this SVG `file`")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the scratch folder")
 	fs.IntVar(&cfg.concurrency, "concurrency", 8, "fdl-mirror --concurrency, rclone --transfers and --checkers")
-	fs.StringVar(&repos, "repos", "small,medium,big,refs", "repositories to run: small, medium, big, refs (the small one with -tags tags), wide (-wide files in one version, then one of one file), rows10m (a dry run of a catalog of -rows rows)")
+	fs.StringVar(&repos, "repos", "small,medium,big,refs,fanout", "repositories to run: small, medium, big, refs (the small one with -tags tags), fanout (the medium one's shape, to one sink and to two in one run), wide (-wide files in one version, then one of one file), rows10m (a dry run of a catalog of -rows rows)")
 	fs.StringVar(&cfg.cache, "cache", "bin/bench-cache", "folder the wide and rows10m repositories are generated into once, and reused from")
 	fs.IntVar(&cfg.wideFiles, "wide", 300_000, "data files of the wide repository's first version")
 	fs.StringVar(&cfg.seed, "seed", "files", "how upstream buckets are seeded (untimed): files (hard links, or copies, put in the gateway's bucket folder with the extended attributes the gateway would store) or rclone (rclone copy through the gateway)")
@@ -354,8 +354,10 @@ func (b *bench) run(ctx context.Context) error {
 			err = b.wideRepo(ctx)
 		case "rows10m":
 			err = b.rowsCatalog(ctx)
+		case "fanout":
+			err = b.fanoutRepo(ctx)
 		default:
-			err = fmt.Errorf("unknown repository %q (small, medium, big, refs, wide, rows10m)", name)
+			err = fmt.Errorf("unknown repository %q (small, medium, big, refs, fanout, wide, rows10m)", name)
 		}
 		if err != nil {
 			// The other repositories are still measured; the report says

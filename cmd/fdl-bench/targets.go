@@ -98,6 +98,22 @@ func (b *bench) targets() string {
 		}
 	}
 
+	// Issue 43: several sinks pay the upstream once.
+	for _, stores := range []string{"local→local", "s3→s3"} {
+		o, t := b.find("fanout", oneSink, stores, fdl), b.find("fanout", twoSinks, stores, fdl)
+		if o == nil || t == nil {
+			continue
+		}
+		x := float64(t.wall) / float64(o.wall)
+		add("two sinks from one upstream in at most 1.3× one sink's time (fanout, %s): one sink %s, two %s (%.2f×): %s",
+			stores, seconds(o.wall), seconds(t.wall), x, verdict(x <= 1.3))
+		if o.srcRead > 0 && t.srcRead > 0 {
+			y := float64(t.srcRead) / float64(o.srcRead)
+			add("two sinks read from the upstream what one does, within 1 %% (fanout, %s): one sink %s, two %s (%.3f×): %s",
+				stores, mib(o.srcRead), mib(t.srcRead), y, verdict(y <= 1.01))
+		}
+	}
+
 	// Issue 29: a run costs what changed, not what exists.
 	if f, r := b.find("wide", "full", "local→local", fdl), b.find("wide", "full", "local→local", rc); f != nil && r != nil {
 		x := float64(r.wall) / float64(f.wall)

@@ -51,3 +51,41 @@ func TestTargetsCheckIssue29(t *testing.T) {
 		t.Errorf("160 MiB is not under 150: %s", l)
 	}
 }
+
+// Issue 43's fan-out targets: two sinks in at most 1.3× one sink's time,
+// and the upstream's bytes of one sink, within 1 %.
+func TestTargetsCheckIssue43FanOut(t *testing.T) {
+	const mb = 1 << 20
+	run := func(oneWall, twoWall time.Duration, oneRead, twoRead int64) string {
+		b := &bench{}
+		b.groups = []*group{
+			{repo: "fanout", scenario: oneSink + " (best of 2)", stores: "s3→s3", rows: []*measure{
+				{tool: "fdl-mirror", wall: oneWall, srcRead: oneRead}, {tool: "rclone copy", wall: 2 * oneWall, srcRead: oneRead}}},
+			{repo: "fanout", scenario: twoSinks + " (best of 2)", stores: "s3→s3", rows: []*measure{
+				{tool: "fdl-mirror", wall: twoWall, srcRead: twoRead}, {tool: "rclone copy, two runs", wall: 4 * oneWall, srcRead: 2 * oneRead}}},
+		}
+		return b.targets()
+	}
+	lines := func(out string) (wall, read string) {
+		for _, l := range strings.Split(out, "\n") {
+			switch {
+			case strings.Contains(l, "two sinks from one upstream in at most 1.3×"):
+				wall = l
+			case strings.Contains(l, "two sinks read from the upstream what one does"):
+				read = l
+			}
+		}
+		if wall == "" || read == "" {
+			t.Fatalf("no fan-out target lines in:\n%s", out)
+		}
+		return wall, read
+	}
+	w, r := lines(run(10*time.Second, 12*time.Second, 1000*mb, 1005*mb))
+	if !strings.HasSuffix(w, ": met") || !strings.HasSuffix(r, ": met") {
+		t.Errorf("want both met:\n%s\n%s", w, r)
+	}
+	w, r = lines(run(10*time.Second, 14*time.Second, 1000*mb, 2000*mb))
+	if !strings.HasSuffix(w, "**MISSED**") || !strings.HasSuffix(r, "**MISSED**") {
+		t.Errorf("1.4× and twice the bytes: want both missed:\n%s\n%s", w, r)
+	}
+}
