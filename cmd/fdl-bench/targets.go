@@ -29,8 +29,8 @@ func verdict(ok bool) string {
 	return "**MISSED**"
 }
 
-// targets checks issue 14's and 29's targets (and issue 6's that 14
-// keeps) against this run's figures. A target whose runs were not made is
+// targets checks issue 14's, 29's and 43's targets (and issue 6's that
+// 14 keeps) against this run's figures. A target whose runs were not made is
 // left out.
 func (b *bench) targets() string {
 	var lines []string
@@ -129,6 +129,16 @@ func (b *bench) targets() string {
 		add("one new version of one file over %d in at most 0.5 s, under 150 MiB, at least 10× rclone (wide, %s): fdl-mirror %s, %s; rclone %s (%.1f×): %s",
 			b.cfg.wideFiles, stores, seconds(f.wall), mib(f.rss), seconds(r.wall), x, verdict(f.wall <= 500*time.Millisecond && f.rss < 150<<20 && x >= 10))
 	}
+	// Issue 43: the same at a million files, full and one new version.
+	if f, r := b.find("million", "full", "local→local", fdl), b.find("million", "full", "local→local", rc); f != nil && r != nil {
+		x := float64(r.wall) / float64(f.wall)
+		add("full copy of %d files to the disk at least 2× rclone's speed, under 150 MiB (million, local→local): fdl-mirror %s, %s; rclone %s, %s (%.2f×): %s",
+			b.cfg.millionFiles, seconds(f.wall), mib(f.rss), seconds(r.wall), mib(r.rss), x, verdict(x >= 2 && f.rss < 150<<20))
+	}
+	if f, r := b.find("million", "incremental", "local→local", fdl), b.find("million", "incremental", "local→local", rc); f != nil && r != nil {
+		add("one new version of one file over %d in at most 0.5 s, under 150 MiB (million, local→local): fdl-mirror %s, %s; rclone %s, %s (%.1f×): %s",
+			b.cfg.millionFiles, seconds(f.wall), mib(f.rss), seconds(r.wall), mib(r.rss), float64(r.wall)/float64(f.wall), verdict(f.wall <= 500*time.Millisecond && f.rss < 150<<20))
+	}
 	for _, g := range b.groups {
 		if !strings.HasPrefix(g.repo, "rows") || len(g.rows) == 0 {
 			continue
@@ -168,7 +178,7 @@ func (b *bench) targets() string {
 	if len(lines) == 0 {
 		return ""
 	}
-	return "Targets (issues 14 and 29, and issue 6's that 14 keeps), checked against the figures above:\n\n" + strings.Join(lines, "\n") + "\n"
+	return "Targets (issues 14, 29 and 43, and issue 6's that 14 keeps), checked against the figures above:\n\n" + strings.Join(lines, "\n") + "\n"
 }
 
 func throughput(m *measure) float64 {

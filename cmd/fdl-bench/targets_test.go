@@ -89,3 +89,55 @@ func TestTargetsCheckIssue43FanOut(t *testing.T) {
 		t.Errorf("1.4× and twice the bytes: want both missed:\n%s\n%s", w, r)
 	}
 }
+
+// Issue 43's million-file targets are checked from the million runs'
+// figures: the full copy at 2× rclone and under 150 MiB, the one new
+// version in 0.5 s and under 150 MiB (no ratio to rclone asked); the wide
+// repository's lines are not taken for them.
+func TestTargetsCheckIssue43Million(t *testing.T) {
+	const mb = 1 << 20
+	run := func(full, rcFull time.Duration, fullRSS int64, inc, rcInc time.Duration, incRSS int64) string {
+		b := &bench{cfg: config{wideFiles: 300_000, millionFiles: 1_000_000}}
+		b.groups = []*group{
+			// Wide figures that would meet every target: the million
+			// lines must not read them.
+			{repo: "wide", scenario: "full (best of 2)", stores: "local→local", rows: []*measure{
+				{tool: "fdl-mirror", wall: time.Second, rss: 100 * mb}, {tool: "rclone copy", wall: time.Minute, rss: 550 * mb}}},
+			{repo: "wide", scenario: "incremental (+1 version, 1 file)", stores: "local→local", rows: []*measure{
+				{tool: "fdl-mirror", wall: 100 * time.Millisecond, rss: 100 * mb}, {tool: "rclone copy", wall: time.Minute, rss: 450 * mb}}},
+			{repo: "million", scenario: "full (best of 2)", stores: "local→local", rows: []*measure{
+				{tool: "fdl-mirror", wall: full, rss: fullRSS}, {tool: "rclone copy", wall: rcFull, rss: 1800 * mb}}},
+			{repo: "million", scenario: "incremental (+1 version, 1 file)", stores: "local→local", rows: []*measure{
+				{tool: "fdl-mirror", wall: inc, rss: incRSS}, {tool: "rclone copy", wall: rcInc, rss: 1500 * mb}}},
+		}
+		return b.targets()
+	}
+	line := func(out, prefix string) string {
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no target line with %q in:\n%s", prefix, out)
+		return ""
+	}
+	const full, inc = "full copy of 1000000 files", "one new version of one file over 1000000"
+	met := run(40*time.Second, 90*time.Second, 140*mb, 450*time.Millisecond, time.Second, 140*mb)
+	for _, p := range []string{full, inc} {
+		if l := line(met, p); !strings.HasSuffix(l, ": met") {
+			t.Errorf("want met: %s", l)
+		}
+	}
+	for name, c := range map[string]struct {
+		out, prefix string
+	}{
+		"1.8× rclone is not 2×":     {run(50*time.Second, 90*time.Second, 140*mb, 450*time.Millisecond, time.Second, 140*mb), full},
+		"a full copy at 150 MiB":    {run(40*time.Second, 90*time.Second, 150*mb, 450*time.Millisecond, time.Second, 140*mb), full},
+		"0.6 s is not 0.5 s":        {run(40*time.Second, 90*time.Second, 140*mb, 600*time.Millisecond, time.Second, 140*mb), inc},
+		"an incremental at 151 MiB": {run(40*time.Second, 90*time.Second, 140*mb, 450*time.Millisecond, time.Second, 151*mb), inc},
+	} {
+		if l := line(c.out, c.prefix); !strings.HasSuffix(l, "**MISSED**") {
+			t.Errorf("%s: want missed: %s", name, l)
+		}
+	}
+}

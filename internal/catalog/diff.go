@@ -452,9 +452,14 @@ func (r *reader) compare(parent *reader, dataPath, parentDataPath string) error 
 		AND CASE WHEN x.relative THEN ok.blen + strlen(x.path) <= %[1]d ELSE strlen(x.path) <= %[1]d AND starts_with(x.path, %[2]s) END`,
 			limit, sqlString(dataPath))
 	}
+	// The join's two sides are the tables' columns as stored, and each is
+	// made what rawSQL makes it above the join: with an expression on a
+	// side, DuckDB collects the whole of that side (the parent's rows,
+	// paths and all) before pairing, 100 to 130 bytes a row; with the
+	// tables alone it scans both side by side and holds a few blocks.
 	pairs := func(kind int) string {
-		return fmt.Sprintf(`SELECT c.*, p.rid AS prid, p.tid AS ptid, p.b AS pb, p.path AS ppath, p.relative AS prelative, p.size AS psize, p.footer AS pfooter, p.fmt AS pfmt
-	FROM (%s) c POSITIONAL JOIN (%s) p`, r.rawSQL(kind), parent.rawSQL(kind))
+		return fmt.Sprintf(`SELECT %d AS kind, %s, %s
+	FROM (%s) c POSITIONAL JOIN (%s) p`, kind, r.rowColumns(kind, "c", ""), parent.rowColumns(kind, "p", "p"), r.storedSQL(kind), parent.storedSQL(kind))
 	}
 	steps = append(steps, fmt.Sprintf(`CREATE TEMP TABLE %[1]s AS
 WITH ok AS (
@@ -574,6 +579,46 @@ func (r *reader) rawSQL(kind int) string {
 		"CAST(path AS VARCHAR) AS path, coalesce(CAST(path_is_relative AS BOOLEAN), true) AS relative, "+
 		"coalesce(CAST(file_size_bytes AS BIGINT), -1) AS size, coalesce(CAST(%s AS BIGINT), -1) AS footer, CAST(%s AS VARCHAR) AS fmt FROM %s",
 		kind, footer, fm, r.table(table))
+}
+
+// storedSQL is a query of one of the catalog's file tables as stored,
+// the columns rawSQL reads and nothing made of them: rid (its rowid),
+// table_id, begin_snapshot, path, path_is_relative, file_size_bytes, and
+// the footer size and format columns where the table has them.
+func (r *reader) storedSQL(kind int) string {
+	table, format := "ducklake_data_file", "file_format"
+	if kind == 1 {
+		table, format = "ducklake_delete_file", "format"
+	}
+	cols := "rowid AS rid, table_id, begin_snapshot, path, path_is_relative, file_size_bytes"
+	if r.cols[table]["footer_size"] {
+		cols += ", footer_size"
+	}
+	if r.cols[table][format] {
+		cols += ", " + format
+	}
+	return "SELECT " + cols + " FROM " + r.table(table)
+}
+
+// rowColumns are rawSQL's columns but kind, made from storedSQL's row
+// named alias, each named prefix and its name (rid, tid, b, path,
+// relative, size, footer, fmt).
+func (r *reader) rowColumns(kind int, alias, prefix string) string {
+	table, format := "ducklake_data_file", "file_format"
+	if kind == 1 {
+		table, format = "ducklake_delete_file", "format"
+	}
+	footer, fm := "NULL", "NULL"
+	if r.cols[table]["footer_size"] {
+		footer = alias + ".footer_size"
+	}
+	if r.cols[table][format] {
+		fm = alias + "." + format
+	}
+	return fmt.Sprintf("%[1]s.rid AS %[2]srid, coalesce(CAST(%[1]s.table_id AS BIGINT), 0) AS %[2]stid, CAST(%[1]s.begin_snapshot AS BIGINT) AS %[2]sb, "+
+		"CAST(%[1]s.path AS VARCHAR) AS %[2]spath, coalesce(CAST(%[1]s.path_is_relative AS BOOLEAN), true) AS %[2]srelative, "+
+		"coalesce(CAST(%[1]s.file_size_bytes AS BIGINT), -1) AS %[2]ssize, coalesce(CAST(%[3]s AS BIGINT), -1) AS %[2]sfooter, CAST(%[4]s AS VARCHAR) AS %[2]sfmt",
+		alias, prefix, footer, fm)
 }
 
 // basesSQL is a query of the bases of the catalog's relative rows: tid,
