@@ -89,6 +89,25 @@ func (b *bench) fanoutRuns(ctx context.Context, stores string, s3 *s3Pair, local
 	if s3 != nil {
 		addr, env, rcloneAddr = b.gw.url, b.gw.env(), func(s string) string { return "gw:" + s }
 	}
+	// upstreamSince is what the upstream bucket sent, and in how many
+	// requests, since the access log's offset upstreamFrom gave; -1, -1
+	// for a local upstream, whose reads are not counted here.
+	upstreamFrom := func() int64 {
+		if s3 == nil {
+			return 0
+		}
+		return b.gw.LogOffset()
+	}
+	upstreamSince := func(off int64) (bytes, requests int64, err error) {
+		if s3 == nil {
+			return -1, -1, nil
+		}
+		counts, err := b.gw.RequestsSince(off)
+		if c := counts[up]; err == nil && c != nil {
+			return c.BytesSent, c.Requests, nil
+		}
+		return 0, 0, err
+	}
 	one := &group{repo: "fanout", scenario: oneSink, stores: stores}
 	two := &group{repo: "fanout", scenario: twoSinks, stores: stores}
 	// keep adds a tool's row to g, or keeps the best wall time and the
@@ -116,10 +135,7 @@ func (b *bench) fanoutRuns(ctx context.Context, stores string, s3 *s3Pair, local
 			g     *group
 			sinks []string
 		}{{one, sinks[:1]}, {two, sinks[1:3]}} {
-			var off int64
-			if s3 != nil {
-				off = b.gw.LogOffset()
-			}
+			off := upstreamFrom()
 			var dsts []string
 			for _, s := range run.sinks {
 				dsts = append(dsts, addr(s))
@@ -128,16 +144,10 @@ func (b *bench) fanoutRuns(ctx context.Context, stores string, s3 *s3Pair, local
 			if err != nil {
 				return err
 			}
-			m.srcRead = -1
+			if m.srcRead, m.srcReq, err = upstreamSince(off); err != nil {
+				return err
+			}
 			if s3 != nil {
-				counts, err := b.gw.RequestsSince(off)
-				if err != nil {
-					return err
-				}
-				m.srcRead, m.srcReq = 0, 0
-				if c := counts[up]; c != nil {
-					m.srcRead, m.srcReq = c.BytesSent, c.Requests
-				}
 				m.ops = fmt.Sprintf("the upstream bucket sent %s", mib(m.srcRead))
 			}
 			for _, s := range run.sinks {
@@ -155,24 +165,13 @@ func (b *bench) fanoutRuns(ctx context.Context, stores string, s3 *s3Pair, local
 		// rclone: one destination per run, so two runs.
 		var rcTwo *measure
 		for _, dst := range sinks[3:] {
-			var off int64
-			if s3 != nil {
-				off = b.gw.LogOffset()
-			}
+			off := upstreamFrom()
 			rr, err := b.runRclone(ctx, env, rcloneAddr(up), rcloneAddr(dst))
 			if err != nil {
 				return err
 			}
-			rr.srcRead = -1
-			if s3 != nil {
-				counts, err := b.gw.RequestsSince(off)
-				if err != nil {
-					return err
-				}
-				rr.srcRead = 0
-				if c := counts[up]; c != nil {
-					rr.srcRead = c.BytesSent
-				}
+			if rr.srcRead, _, err = upstreamSince(off); err != nil {
+				return err
 			}
 			if rcTwo == nil {
 				m := rr.measure
