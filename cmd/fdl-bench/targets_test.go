@@ -23,15 +23,7 @@ func TestTargetsCheckIssue29(t *testing.T) {
 		}
 		return b.targets()
 	}
-	line := func(out, prefix string) string {
-		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, prefix) {
-				return l
-			}
-		}
-		t.Fatalf("no target line with %q in:\n%s", prefix, out)
-		return ""
-	}
+	line := func(out, prefix string) string { return targetLine(t, out, prefix) }
 	met := run(13*time.Second, 33*time.Second, 300*time.Millisecond, 5*time.Second, 120*mb, 220*mb)
 	for _, p := range []string{"full copy of 300000 files", "one new version of one file", "catalog of 10000000 rows"} {
 		if l := line(met, p); !strings.HasSuffix(l, ": met") {
@@ -112,15 +104,7 @@ func TestTargetsCheckIssue43Million(t *testing.T) {
 		}
 		return b.targets()
 	}
-	line := func(out, prefix string) string {
-		for _, l := range strings.Split(out, "\n") {
-			if strings.Contains(l, prefix) {
-				return l
-			}
-		}
-		t.Fatalf("no target line with %q in:\n%s", prefix, out)
-		return ""
-	}
+	line := func(out, prefix string) string { return targetLine(t, out, prefix) }
 	const full, inc = "full copy of 1000000 files", "one new version of one file over 1000000"
 	met := run(40*time.Second, 90*time.Second, 140*mb, 450*time.Millisecond, time.Second, 140*mb)
 	for _, p := range []string{full, inc} {
@@ -140,4 +124,16 @@ func TestTargetsCheckIssue43Million(t *testing.T) {
 			t.Errorf("%s: want missed: %s", name, l)
 		}
 	}
+}
+
+// targetLine is the line of targets' output out that contains prefix.
+func targetLine(t *testing.T, out, prefix string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, prefix) {
+			return l
+		}
+	}
+	t.Fatalf("no target line with %q in:\n%s", prefix, out)
+	return ""
 }
