@@ -56,8 +56,10 @@ type config struct {
 	rcloneTuned bool
 	cache       string
 	wideFiles   int
-	rows        int
-	seed        string
+	// millionFiles are the data files of the million repository.
+	millionFiles int
+	rows         int
+	seed         string
 }
 
 // shape is versions × data files per version.
@@ -91,9 +93,10 @@ func run(args []string) int {
 	fs.StringVar(&cfg.svg, "svg", "", "also write a chart of the times (fdl-mirror and rclone copy per scenario) to this SVG `file`")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the scratch folder")
 	fs.IntVar(&cfg.concurrency, "concurrency", 8, "fdl-mirror --concurrency, rclone --transfers and --checkers")
-	fs.StringVar(&repos, "repos", "small,medium,big,refs", "repositories to run: small, medium, big, refs (the small one with -tags tags), wide (-wide files in one version, then one of one file), rows10m (a dry run of a catalog of -rows rows)")
-	fs.StringVar(&cfg.cache, "cache", "bin/bench-cache", "folder the wide and rows10m repositories are generated into once, and reused from")
+	fs.StringVar(&repos, "repos", "small,medium,big,refs,fanout,million", "repositories to run: small, medium, big, refs (the small one with -tags tags), fanout (the medium one's shape, to one sink and to two in one run), wide (-wide files in one version, then one of one file), million (the same with -million files, local→local only), rows10m (a dry run of a catalog of -rows rows)")
+	fs.StringVar(&cfg.cache, "cache", "bin/bench-cache", "folder the wide, million and rows10m repositories are generated into once, and reused from")
 	fs.IntVar(&cfg.wideFiles, "wide", 300_000, "data files of the wide repository's first version")
+	fs.IntVar(&cfg.millionFiles, "million", 1_000_000, "data files of the million repository's first version")
 	fs.StringVar(&cfg.seed, "seed", "files", "how upstream buckets are seeded (untimed): files (hard links, or copies, put in the gateway's bucket folder with the extended attributes the gateway would store) or rclone (rclone copy through the gateway)")
 	fs.IntVar(&cfg.rows, "rows", 10_000_000, "data file rows of the rows10m repository's catalog")
 	fs.StringVar(&stores, "stores", "local,tmpfs,s3", "store pairs to run: local (local→local), tmpfs (local→local on the -tmpfs folder, full mirror only), s3 (s3→s3)")
@@ -352,10 +355,14 @@ func (b *bench) run(ctx context.Context) error {
 			err = b.bigFile(ctx)
 		case "wide":
 			err = b.wideRepo(ctx)
+		case "million":
+			err = b.millionRepo(ctx)
 		case "rows10m":
 			err = b.rowsCatalog(ctx)
+		case "fanout":
+			err = b.fanoutRepo(ctx)
 		default:
-			err = fmt.Errorf("unknown repository %q (small, medium, big, refs, wide, rows10m)", name)
+			err = fmt.Errorf("unknown repository %q (small, medium, big, refs, fanout, wide, million, rows10m)", name)
 		}
 		if err != nil {
 			// The other repositories are still measured; the report says

@@ -131,26 +131,7 @@ func (b *bench) repeatFull(ctx context.Context, g *group, m, r *measure, fdl, rc
 
 // runFDL runs bin/fdl-mirror sync and reads its JSON summary.
 func (b *bench) runFDL(ctx context.Context, env []string, src, dst string) (*measure, error) {
-	c, err := runChild(ctx, env, b.fdlSync(src, dst)...)
-	if err != nil {
-		return nil, err
-	}
-	var sum struct {
-		OK          bool  `json:"ok"`
-		FilesCopied int64 `json:"files_copied"`
-		BytesCopied int64 `json:"bytes_copied"`
-		Refused     []struct {
-			Message string `json:"message"`
-		} `json:"refused"`
-	}
-	if err := json.Unmarshal([]byte(c.Stdout), &sum); err != nil {
-		return nil, fmt.Errorf("fdl-mirror --json output: %w\n%s", err, tail(c.Stdout, 1000))
-	}
-	if !sum.OK {
-		return nil, fmt.Errorf("fdl-mirror sync %s %s did not succeed: %+v", src, dst, sum.Refused)
-	}
-	return &measure{tool: "fdl-mirror", wall: c.Wall, rss: c.MaxRSS, srcReq: -1, dstReq: -1, seen: -1,
-		bytes: sum.BytesCopied, files: sum.FilesCopied}, nil
+	return b.runFDLSinks(ctx, env, src, dst)
 }
 
 type rcloneMeasure struct {

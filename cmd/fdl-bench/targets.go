@@ -29,8 +29,8 @@ func verdict(ok bool) string {
 	return "**MISSED**"
 }
 
-// targets checks issue 14's and 29's targets (and issue 6's that 14
-// keeps) against this run's figures. A target whose runs were not made is
+// targets checks issue 14's, 29's and 43's targets (and issue 6's that
+// 14 keeps) against this run's figures. A target whose runs were not made is
 // left out.
 func (b *bench) targets() string {
 	var lines []string
@@ -98,6 +98,22 @@ func (b *bench) targets() string {
 		}
 	}
 
+	// Issue 43: several sinks pay the upstream once.
+	for _, stores := range []string{"local→local", "s3→s3"} {
+		o, t := b.find("fanout", oneSink, stores, fdl), b.find("fanout", twoSinks, stores, fdl)
+		if o == nil || t == nil {
+			continue
+		}
+		x := float64(t.wall) / float64(o.wall)
+		add("two sinks from one upstream in at most 1.3× one sink's time (fanout, %s): one sink %s, two %s (%.2f×): %s",
+			stores, seconds(o.wall), seconds(t.wall), x, verdict(x <= 1.3))
+		if o.srcRead > 0 && t.srcRead > 0 {
+			y := float64(t.srcRead) / float64(o.srcRead)
+			add("two sinks read from the upstream what one does, within 1 %% (fanout, %s): one sink %s, two %s (%.3f×): %s",
+				stores, mib(o.srcRead), mib(t.srcRead), y, verdict(y <= 1.01))
+		}
+	}
+
 	// Issue 29: a run costs what changed, not what exists.
 	if f, r := b.find("wide", "full", "local→local", fdl), b.find("wide", "full", "local→local", rc); f != nil && r != nil {
 		x := float64(r.wall) / float64(f.wall)
@@ -112,6 +128,16 @@ func (b *bench) targets() string {
 		x := float64(r.wall) / float64(f.wall)
 		add("one new version of one file over %d in at most 0.5 s, under 150 MiB, at least 10× rclone (wide, %s): fdl-mirror %s, %s; rclone %s (%.1f×): %s",
 			b.cfg.wideFiles, stores, seconds(f.wall), mib(f.rss), seconds(r.wall), x, verdict(f.wall <= 500*time.Millisecond && f.rss < 150<<20 && x >= 10))
+	}
+	// Issue 43: the same at a million files, full and one new version.
+	if f, r := b.find("million", "full", "local→local", fdl), b.find("million", "full", "local→local", rc); f != nil && r != nil {
+		x := float64(r.wall) / float64(f.wall)
+		add("full copy of %d files to the disk at least 2× rclone's speed, under 150 MiB (million, local→local): fdl-mirror %s, %s; rclone %s, %s (%.2f×): %s",
+			b.cfg.millionFiles, seconds(f.wall), mib(f.rss), seconds(r.wall), mib(r.rss), x, verdict(x >= 2 && f.rss < 150<<20))
+	}
+	if f, r := b.find("million", "incremental", "local→local", fdl), b.find("million", "incremental", "local→local", rc); f != nil && r != nil {
+		add("one new version of one file over %d in at most 0.5 s, under 150 MiB (million, local→local): fdl-mirror %s, %s; rclone %s, %s (%.1f×): %s",
+			b.cfg.millionFiles, seconds(f.wall), mib(f.rss), seconds(r.wall), mib(r.rss), float64(r.wall)/float64(f.wall), verdict(f.wall <= 500*time.Millisecond && f.rss < 150<<20))
 	}
 	for _, g := range b.groups {
 		if !strings.HasPrefix(g.repo, "rows") || len(g.rows) == 0 {
@@ -152,7 +178,7 @@ func (b *bench) targets() string {
 	if len(lines) == 0 {
 		return ""
 	}
-	return "Targets (issues 14 and 29, and issue 6's that 14 keeps), checked against the figures above:\n\n" + strings.Join(lines, "\n") + "\n"
+	return "Targets (issues 14, 29 and 43, and issue 6's that 14 keeps), checked against the figures above:\n\n" + strings.Join(lines, "\n") + "\n"
 }
 
 func throughput(m *measure) float64 {

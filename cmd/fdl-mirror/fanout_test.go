@@ -237,3 +237,28 @@ func TestSyncToSinksThatNestRefusesThoseOnly(t *testing.T) {
 		fdltest.AssertMirrored(t, up, dst, nil)
 	}
 }
+
+// A source that cannot be opened fails every sink of the run alike: the
+// command says so once, not once per sink, exits 2 and writes no sink.
+func TestSyncToTwoSinksOfAMissingSourceSaysSoOnce(t *testing.T) {
+	dir := t.TempDir()
+	missing, a, b := filepath.Join(dir, "missing"), filepath.Join(dir, "a"), filepath.Join(dir, "b")
+	res := run(t, "sync", missing, a, b)
+	if res.code != exitUsage {
+		t.Fatalf("exit %d, want %d\n%s%s", res.code, exitUsage, res.stdout, res.stderr)
+	}
+	if n := strings.Count(res.stderr, "source: opening "+missing); n != 1 {
+		t.Errorf("the missing source is named %d times, want once:\n%s", n, res.stderr)
+	}
+	for _, sink := range []string{a, b} {
+		if _, err := os.Stat(sink); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("sink %s: %v; want nothing written", sink, err)
+		}
+	}
+	// --json keeps one object per sink, each with the error.
+	res = run(t, "sync", "--json", missing, a, b)
+	reports := sinkReports(t, res.stdout)
+	if res.code != exitUsage || len(reports) != 2 {
+		t.Fatalf("--json: exit %d, %d objects; want %d, 2\n%s", res.code, len(reports), exitUsage, res.stdout)
+	}
+}

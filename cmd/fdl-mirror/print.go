@@ -33,19 +33,15 @@ func inert(s string) string { return redact.Inert(redact.Text(s)) }
 // too (ok false, the error): a sync of several sinks prints one per sink
 // in the order given, the sink whose address cannot be opened among them.
 func finishRun(w io.Writer, cmd, name string, report any, refused bool, err error, jsonOut bool, log *zap.Logger, human func()) int {
-	code := exitOK
+	code := exitFor(err, refused)
 	switch {
-	case errors.As(err, new(*mirror.ConfigError)):
+	case code == exitUsage:
 		fmt.Fprintf(os.Stderr, "fdl-mirror %s: %s\n", cmd, shown(err))
 		if !jsonOut {
 			return exitUsage
 		}
-		code = exitUsage
 	case err != nil:
 		log.Error(cmd+" stopped", zap.Error(err))
-		code = exitRefused
-	case refused:
-		code = exitRefused
 	}
 	if !jsonOut {
 		human()
@@ -61,6 +57,18 @@ func finishRun(w io.Writer, cmd, name string, report any, refused bool, err erro
 	}
 	writeJSON(w, joinObjects(mustMarshal(head), mustMarshal(report)))
 	return code
+}
+
+// exitFor is a run's exit code: 2 for a mistake in what it was given (a
+// *mirror.ConfigError), 1 for any other failure or a refusal, else 0.
+func exitFor(err error, refused bool) int {
+	switch {
+	case errors.As(err, new(*mirror.ConfigError)):
+		return exitUsage
+	case err != nil || refused:
+		return exitRefused
+	}
+	return exitOK
 }
 
 // joinObjects is one JSON object with a's fields, then b's: what

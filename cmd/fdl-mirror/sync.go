@@ -125,8 +125,15 @@ func cmdSync(args []string) int {
 	// each, as sync --config prints one per mirror); the exit code is the
 	// worst of them, so a sink that failed fails the command.
 	code := exitOK
-	for _, r := range runs {
+	for i, r := range runs {
 		job.Sink = r.Sink
+		if !*jsonOut && i > 0 && r.Err != nil && r.Err == runs[i-1].Err {
+			// The source's failure (or the trust settings'), which
+			// RunSinks gives every sink alike: said once, and it counts
+			// for each. With --json each sink keeps its object.
+			code = max(code, exitFor(r.Err, false))
+			continue
+		}
 		code = max(code, finishSync(os.Stdout, job, r.Report, r.Err, *jsonOut, log))
 	}
 	return code

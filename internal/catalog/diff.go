@@ -695,23 +695,52 @@ func (r *reader) hasPaths(table string) bool {
 // rawSQL is a query of one of the catalog's file tables as stored, each
 // row as the comparison needs it: kind (0 data, 1 delete), rid (its
 // rowid), tid, b (its begin snapshot), path, relative, size and footer
-// (-1 for NULL), fmt (its format as stored).
+// (-1 for NULL), fmt (its format as stored): rowColumns of storedSQL.
 func (r *reader) rawSQL(kind int) string {
-	table, format := "ducklake_data_file", "file_format"
+	return fmt.Sprintf("SELECT %d AS kind, %s FROM (%s) t", kind, r.rowColumns(kind, "t", ""), r.storedSQL(kind))
+}
+
+// fileTable is the file table of kind (0 data, 1 delete) and the name of
+// its format column.
+func fileTable(kind int) (table, format string) {
 	if kind == 1 {
-		table, format = "ducklake_delete_file", "format"
+		return "ducklake_delete_file", "format"
 	}
-	footer, fm := "NULL", "NULL"
+	return "ducklake_data_file", "file_format"
+}
+
+// storedSQL is a query of one of the catalog's file tables as stored,
+// the columns rawSQL reads and nothing made of them: rid (its rowid),
+// table_id, begin_snapshot, path, path_is_relative, file_size_bytes, and
+// the footer size and format columns where the table has them.
+func (r *reader) storedSQL(kind int) string {
+	table, format := fileTable(kind)
+	cols := "rowid AS rid, table_id, begin_snapshot, path, path_is_relative, file_size_bytes"
 	if r.cols[table]["footer_size"] {
-		footer = "footer_size"
+		cols += ", footer_size"
 	}
 	if r.cols[table][format] {
-		fm = format
+		cols += ", " + format
 	}
-	return fmt.Sprintf("SELECT %d AS kind, rowid AS rid, coalesce(CAST(table_id AS BIGINT), 0) AS tid, CAST(begin_snapshot AS BIGINT) AS b, "+
-		"CAST(path AS VARCHAR) AS path, coalesce(CAST(path_is_relative AS BOOLEAN), true) AS relative, "+
-		"coalesce(CAST(file_size_bytes AS BIGINT), -1) AS size, coalesce(CAST(%s AS BIGINT), -1) AS footer, CAST(%s AS VARCHAR) AS fmt FROM %s",
-		kind, footer, fm, r.table(table))
+	return "SELECT " + cols + " FROM " + r.table(table)
+}
+
+// rowColumns are rawSQL's columns but kind, made from storedSQL's row
+// named alias, each named prefix and its name (rid, tid, b, path,
+// relative, size, footer, fmt).
+func (r *reader) rowColumns(kind int, alias, prefix string) string {
+	table, format := fileTable(kind)
+	footer, fm := "NULL", "NULL"
+	if r.cols[table]["footer_size"] {
+		footer = alias + ".footer_size"
+	}
+	if r.cols[table][format] {
+		fm = alias + "." + format
+	}
+	return fmt.Sprintf("%[1]s.rid AS %[2]srid, coalesce(CAST(%[1]s.table_id AS BIGINT), 0) AS %[2]stid, CAST(%[1]s.begin_snapshot AS BIGINT) AS %[2]sb, "+
+		"CAST(%[1]s.path AS VARCHAR) AS %[2]spath, coalesce(CAST(%[1]s.path_is_relative AS BOOLEAN), true) AS %[2]srelative, "+
+		"coalesce(CAST(%[1]s.file_size_bytes AS BIGINT), -1) AS %[2]ssize, coalesce(CAST(%[3]s AS BIGINT), -1) AS %[2]sfooter, CAST(%[4]s AS VARCHAR) AS %[2]sfmt",
+		alias, prefix, footer, fm)
 }
 
 // basesSQL is a query of the bases of the catalog's relative rows: tid,
