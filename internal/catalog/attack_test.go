@@ -783,7 +783,7 @@ func mergedList(t *testing.T, parent ParentList, d *Difference) ParentList {
 	for _, f := range byPath {
 		files = append(files, f)
 	}
-	return listOf(files)
+	return listOf(t, files)
 }
 
 // A planted parent (its catalog takes over any reader that opens it, and
@@ -809,7 +809,7 @@ func TestAPlantedParentCostsNoLaterVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list := listOf(p.Files)
+	list := listOf(t, p.Files)
 	w := wholeReads{}
 	for _, v := range []string{child, grandchild} {
 		d, err := pool.Diff(context.Background(), fetchInto(t, pool, v).Path, catalogName, list, nil)
@@ -820,7 +820,7 @@ func TestAPlantedParentCostsNoLaterVersion(t *testing.T) {
 			t.Errorf("%s: no new file in the difference", filepath.Base(filepath.Dir(filepath.Dir(v))))
 		}
 		list = mergedList(t, list, d)
-		want := listOf(w.read(t, v, catalogName).Files)
+		want := listOf(t, w.read(t, v, catalogName).Files)
 		if got := listFiles(t, list); !reflect.DeepEqual(got, listFiles(t, want)) {
 			t.Fatalf("a version after the planted one has the list\n%v\nits whole read\n%v", got, listFiles(t, want))
 		}

@@ -130,7 +130,7 @@ func BenchmarkDiff(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	list := listOf(p.Files)
+	list := listOf(b, p.Files)
 	var files int
 	for b.Loop() {
 		d, err := Diff(context.Background(), child, "", list, Limits{}, nil)

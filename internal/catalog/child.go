@@ -234,13 +234,8 @@ func readerMain(args []string) int {
 			}
 		}
 		if q.diff {
-			// The catalog, descriptor 3 or a file of the folder; the
-			// parent's list follows the request.
-			child := root
-			if q.file != "" {
-				child = root + "/" + q.file
-			}
-			if err := answerDifference(out, in, child, q, pool); err != nil {
+			// The catalog and the parent's list, files of the folder.
+			if err := answerDifference(out, root+"/"+q.file, root+"/"+q.list, q, pool); err != nil {
 				fmt.Fprintf(os.Stderr, "catalog reader: answering: %v\n", err)
 				return exitProtocol
 			}
@@ -297,6 +292,7 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 	q.name = in.str()
 	q.file = in.str()
 	if q.diff = typ == frameDiff; q.diff {
+		q.list = in.str()
 		q.parentRows = int64(in.u64())
 	}
 	q.lim.MaxFiles = int64(in.u64())
@@ -307,8 +303,13 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 	if err := in.done(); err != nil {
 		return q, err
 	}
-	if f := q.file; f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
-		return q, fmt.Errorf("request names %q, not a file of the folder", f)
+	for _, f := range []string{q.file, q.list} {
+		if f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
+			return q, fmt.Errorf("request names %q, not a file of the folder", f)
+		}
+	}
+	if q.diff && (q.file == "" || q.list == "" || q.file == q.list) {
+		return q, fmt.Errorf("a difference of catalog %q and list %q: two files of the folder are due", q.file, q.list)
 	}
 	if q.parentRows < 0 {
 		return q, fmt.Errorf("a difference against a list of %d entries", q.parentRows)
@@ -320,10 +321,15 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 func answer(out *frameWriter, err error) error {
 	out.begin(frameRefusal)
 	var le *LimitError
+	var lr listRefusal
 	if errors.As(err, &le) {
 		out.u8(refusalLimit)
 		out.str(le.Key)
 		out.str(truncate(le.Detail, maxMessage))
+	} else if errors.As(err, &lr) {
+		out.u8(refusalList)
+		out.str("")
+		out.str(truncate(lr.Error(), maxMessage))
 	} else {
 		out.u8(refusalPlain)
 		out.str("")

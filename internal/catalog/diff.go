@@ -3,9 +3,9 @@ package catalog
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -29,15 +29,19 @@ import (
 // (and so was published) may take over any reader that opens it, and
 // then say anything of the child. The list is the mirror's own record of
 // files it checked, so whatever a child's reader says against it costs
-// that child only. The list streams to the reader in its request (file
-// frames, see protocol.go) before the reader opens the child: it loads
-// them into DuckDB while it is still the mirror's.
+// that child only. The list is a file of the mirror's (listfile.go),
+// linked into the reader's folder beside the catalog: the reader may
+// read it (Landlock allows it read_file below its folder, nothing more;
+// it can write no byte), and DuckDB reads it as it is, with its CSV
+// reader, before the catalog is attached. Nothing of it is taken from
+// the reader's answer but what the answer says of the child, and the
+// mirror reads its own copy again, checked, to make the child's list.
 //
 // Every file row of the child is resolved to its path below the data
 // path (as resolve does: data path, schema path, table path, each where
 // relative) and compared, by DuckDB in the reader, with the list (one
-// join, holding the list as its hash table): the child's rows with no
-// entry of the same path, size, footer size and kind come out, one per
+// join, holding the list's keys as its hash table): the child's rows with
+// no entry of the same path, size, footer size and kind come out, one per
 // path (the first, as read keeps it), in path order (the new files); and
 // so do the list's entries no row of the child equals (the removed
 // ones). A changed old row is a file the parent does not have, so it
@@ -68,11 +72,12 @@ type Difference struct {
 }
 
 // ParentList is a parent's confirmed list as the mirror gives it to a
-// difference: Rows entries, which Each gives in path order, one per path
-// (it is called once, and stops at yield's first error).
+// difference: the file at Path, of Rows entries, one line each in path
+// order, one per path (AppendListLine), which the mirror checked as it
+// made it.
 type ParentList struct {
 	Rows int64
-	Each func(yield func(File) error) error
+	Path string
 }
 
 // ErrNoDifference is a catalog Diff does not compare: a SQLite database
@@ -80,32 +85,59 @@ type ParentList struct {
 // extension). The caller reads the child whole instead.
 var ErrNoDifference = errors.New("a difference is taken of a DuckDB catalog only")
 
+// ErrParentList is a parent's list that a difference could not read as
+// the mirror said it is (missing, of another length, a line that does
+// not parse). The caller reads the child whole instead: the list is the
+// mirror's, not the child's. A reader taken over may say it of a good
+// list; it then costs the child a whole read, in a reader of its own.
+var ErrParentList = errors.New("the parent's list is unusable")
+
+// listName is the list's name in a difference's reader's folder; the
+// catalog's is its own, a version's catalog name (never this one).
+const listName = "parent-list.tsv"
+
 // Diff reads the catalog at file (named name in the repository, the
 // upstream's child version) against parent (the list of the parent's
-// files the mirror confirmed) in a reader of its own, confined to that
-// one file, and returns the child's files the list lacks, and the list's
-// the child no longer has. Each new file, once checked, goes to each (if
-// not nil) in path order instead of into Files. Errors as Read's: a
-// *LimitError, a *ReaderError, or the catalog's refusal; ErrNoDifference
-// where it is not a DuckDB database; an error of parent.Each, as it is.
+// files the mirror confirmed) in a reader of its own, confined to a
+// folder of its own that holds the catalog and the list, and returns the
+// child's files the list lacks, and the list's the child no longer has.
+// Each new file, once checked, goes to each (if not nil) in path order
+// instead of into Files. Errors as Read's: a *LimitError, a
+// *ReaderError, or the catalog's refusal; ErrNoDifference where it is not
+// a DuckDB database; ErrParentList where the list is not what it says.
 func Diff(ctx context.Context, file, name string, parent ParentList, lim Limits, each func(File) error) (*Difference, error) {
 	if name == "" {
 		name = file
 	}
 	lim = lim.WithDefaults()
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, fmt.Errorf("catalog %s: %w", name, err)
-	}
-	defer f.Close()
 	if err := notSQLite(file, name); err != nil {
 		return nil, err
 	}
-	p, err := startReader(ctx, f, lim, 1)
+	dir, err := os.MkdirTemp("", "catalog-diff-")
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: a folder for its reader: %w", name, err)
+	}
+	defer os.RemoveAll(dir)
+	base := filepath.Base(file)
+	if base == listName {
+		base = "catalog"
+	}
+	if err := linkOrCopy(file, filepath.Join(dir, base)); err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", name, err)
+	}
+	if err := linkOrCopy(parent.Path, filepath.Join(dir, listName)); err != nil {
+		return nil, fmt.Errorf("catalog %s: %w: %w", name, ErrParentList, err)
+	}
+	fd, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", name, err)
+	}
+	p, err := startReader(ctx, fd, lim, 1)
+	fd.Close()
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	d, err := p.readDifference(ctx, request{name: name, lim: lim}, parent, each)
+	d, err := p.readDifference(ctx, request{name: name, file: base, lim: lim}, parent, each)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +149,7 @@ func Diff(ctx context.Context, file, name string, parent ParentList, lim Limits,
 // catalog is in the pool's folder (as Fetch puts it); else with a reader
 // of its own.
 func (p *Pool) Diff(ctx context.Context, file, name string, parent ParentList, each func(File) error) (*Difference, error) {
-	if filepath.Dir(file) != p.dir {
+	if filepath.Dir(file) != p.dir || filepath.Base(file) == listName {
 		return Diff(ctx, file, name, parent, p.lim, each)
 	}
 	if err := notSQLite(file, name); err != nil {
@@ -127,11 +159,16 @@ func (p *Pool) Diff(ctx context.Context, file, name string, parent ParentList, e
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	// The catalog in the reader's folder, for its one request.
+	// The catalog and the list in the reader's folder, for its one
+	// request.
 	base, err := r.link(file)
 	if err != nil {
 		p.done(r, false)
 		return nil, fmt.Errorf("catalog %s: %w", name, err)
+	}
+	if err := linkOrCopy(parent.Path, filepath.Join(r.dir, listName)); err != nil {
+		p.done(r, false)
+		return nil, fmt.Errorf("catalog %s: %w: %w", name, ErrParentList, err)
 	}
 	d, err := r.proc.readDifference(ctx, request{name: name, file: base, lim: p.lim}, parent, each)
 	p.done(r, err == nil)
@@ -139,6 +176,28 @@ func (p *Pool) Diff(ctx context.Context, file, name string, parent ParentList, e
 		return nil, err
 	}
 	return d, nil
+}
+
+// linkOrCopy makes to the file from: a hard link where it can (the
+// pool's files are on one file system), else a copy.
+func linkOrCopy(from, to string) error {
+	if err := os.Link(from, to); err == nil {
+		return nil
+	}
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // notSQLite refuses a catalog of a difference that is a SQLite database
@@ -153,12 +212,13 @@ func notSQLite(file, name string) error {
 	return nil
 }
 
-// readDifference asks the reader for a difference, sending it the
-// parent's list, and checks the answer as readCatalog checks a catalog.
+// readDifference asks the reader for a difference of its folder's
+// catalog and list, and checks the answer as readCatalog checks a
+// catalog.
 func (p *readerProc) readDifference(ctx context.Context, q request, parent ParentList, each func(File) error) (*Difference, error) {
 	q.diff = true
 	q.parentRows = parent.Rows
-	q.list = &parent
+	q.list = listName
 	d := &Difference{}
 	var files []File
 	collect := each
@@ -176,37 +236,11 @@ func (p *readerProc) readDifference(ctx context.Context, q request, parent Paren
 	return d, nil
 }
 
-// writeList sends a difference's parent list after its request: as many
-// file frames as the request said, in path order. The mirror's own list,
-// checked where it was read back (it is the mirror's state): a list that
-// breaks its order or count here is the mirror's error, not the child's.
-func writeList(w *frameWriter, q request) error {
-	var n int64
-	prev := ""
-	err := q.list.Each(func(f File) error {
-		if n++; n > q.parentRows {
-			return fmt.Errorf("parent list: more than the %d entries it said", q.parentRows)
-		}
-		if prev != "" && f.Path <= prev {
-			return fmt.Errorf("parent list: %s after %s, not in path order", Excerpt(f.Path), Excerpt(prev))
-		}
-		prev = f.Path
-		return writeFile(w, f)
-	})
-	if err == nil && n != q.parentRows {
-		err = fmt.Errorf("parent list: %d entries, where it said %d", n, q.parentRows)
-	}
-	if err != nil {
-		return listError{err}
-	}
-	return w.flush()
-}
+// listRefusal is a reader's refusal of a difference for its list: the
+// mirror's, not the child's fault.
+type listRefusal struct{ error }
 
-// listError is the parent list failing as the mirror sent it: neither
-// the child's nor its reader's fault.
-type listError struct{ error }
-
-func (e listError) Unwrap() error { return e.error }
+func (e listRefusal) Unwrap() error { return e.error }
 
 // diffCounts checks what a reader announces of a difference: counts that
 // add up, none above the limit, the list's as the mirror sent it.
@@ -232,15 +266,13 @@ func diffCounts(d *Difference, files, sent uint64, lim Limits) error {
 // childAlias is the name the child's catalog is attached under.
 const childAlias = "cat"
 
-// answerDifference reads the parent's list that follows the request (in),
-// takes the difference of the child catalog at file and that list, and
-// writes it to out: a meta frame with the counts, the new files, the
-// removed entries, the end; or a refusal, at any point. An error is one
-// the reader cannot answer: the mirror or the list broke the protocol,
-// or a write failed.
-func answerDifference(out *frameWriter, in *frameReader, file string, q request, pool *dbPool) error {
+// answerDifference takes the difference of the child catalog at file and
+// the parent's list at list, and writes it to out: a meta frame with the
+// counts, the new files, the removed entries, the end; or a refusal, at
+// any point. An error is one the reader cannot answer: a write failed.
+func answerDifference(out *frameWriter, file, list string, q request, pool *dbPool) error {
 	w := &diffWriter{out: out}
-	err := difference(context.Background(), in, file, q, w, pool)
+	err := difference(context.Background(), file, list, q, w, pool)
 	var ea errAnswer
 	if errors.As(err, &ea) {
 		return ea.error
@@ -302,31 +334,27 @@ func (w *diffWriter) end() error {
 
 // Temporary tables of a difference.
 const (
-	listTable  = "fdl_list"       // the parent's list: each entry's place and key
-	listBatch  = "fdl_list_batch" // entries as they come, a batch at a time
+	listTable  = "fdl_list" // the parent's list: each entry's place, key and size
 	childBases = "fdl_child_bases"
 	unmatched  = "fdl_unmatched" // the child's rows and the list's entries with no equal on the other side
 )
 
 // difference is a reader's difference of a catalog and a list: the list
-// loaded into a locked-down DuckDB first, before the catalog is opened
-// (the reader is still the mirror's then); the catalog attached
-// read-only to that DuckDB, which may open that file and no other,
-// checked as read checks one (base tables only, no generated column, rows
-// within the limits, a data path), its file rows resolved and compared
-// with the list by DuckDB, and the files of the child not in the list,
-// then the list's entries the child lacks, written to w in path order.
-// An errAnswer is one the reader cannot answer.
-func difference(ctx context.Context, in *frameReader, file string, q request, w *diffWriter, pool *dbPool) (err error) {
+// loaded into a locked-down DuckDB first, before the catalog is opened;
+// the catalog attached read-only to that DuckDB, which may open the
+// files of the reader's folder and no other, checked as read checks one
+// (base tables only, no generated column, rows within the limits, a data
+// path), its file rows resolved and compared with the list by DuckDB,
+// and the files of the child not in the list, then the list's entries
+// the child lacks, written to w in path order. An errAnswer is one the
+// reader cannot answer.
+func difference(ctx context.Context, file, list string, q request, w *diffWriter, pool *dbPool) (err error) {
 	lim := q.lim.WithDefaults()
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	child := &reader{ctx: ctx, name: q.name, lim: lim, file: file, alias: childAlias}
-	list := &listFrames{in: in, left: q.parentRows}
 	defer func() {
-		if derr := list.drain(); derr != nil {
-			err = errAnswer{derr}
-		} else if err != nil {
+		if err != nil {
 			err = child.diffError(err)
 		}
 	}()
@@ -336,10 +364,10 @@ func difference(ctx context.Context, in *frameReader, file string, q request, w 
 	var inst *instance
 	if pool != nil {
 		// The reader's DuckDB started ahead (dbPool), which may open
-		// its root: the catalog, or the files of its folder.
+		// the files of its folder.
 		inst, err = pool.get(ctx)
 	} else {
-		allow := []string{sqlString(file), sqlString(file + ".wal")}
+		allow := []string{sqlString(file), sqlString(file + ".wal"), sqlString(list)}
 		inst, err = startDuckDB(ctx, lim, "SET allowed_paths=["+strings.Join(allow, ", ")+"]")
 	}
 	if err != nil {
@@ -348,7 +376,7 @@ func difference(ctx context.Context, in *frameReader, file string, q request, w 
 	if pool == nil || !pool.oneShot {
 		defer inst.close()
 	}
-	if err := list.load(ctx, inst.conn); err != nil {
+	if err := loadList(ctx, inst.conn, list, q.parentRows); err != nil {
 		return err
 	}
 	if sqlite, err := isSQLite(file); err != nil {
@@ -453,119 +481,60 @@ func (r *reader) writeFiles(w *diffWriter, dataPath string) error {
 	return nil
 }
 
-// listFrames is the parent's list as it follows a difference's request:
-// left file frames still to read.
-type listFrames struct {
-	in   *frameReader
-	left int64
-}
-
-// next reads the list's next entry.
-func (l *listFrames) next() (File, error) {
-	typ, err := l.in.next()
-	if err == nil && typ != frameFile {
-		err = fmt.Errorf("%w: frame %q in a parent's list", errFrame, typ)
-	}
-	var f File
-	var flags byte
-	if err == nil {
-		f = File{Path: l.in.str(), Size: int64(l.in.u64()), Footer: int64(l.in.u64())}
-		flags = l.in.u8()
-		err = l.in.done()
-	}
-	if err != nil {
-		l.left = 0 // the stream is broken: nothing more to drain
-		return File{}, err
-	}
-	f.Delete, f.Puffin = flags&fileDelete != 0, flags&filePuffin != 0
-	l.left--
-	return f, nil
-}
-
-// drain reads what is left of the list, so that the mirror, which sends
-// it whole before it reads an answer, is not held writing it.
-func (l *listFrames) drain() error {
-	for l.left > 0 {
-		if _, err := l.next(); err != nil {
-			return fmt.Errorf("reading the parent's list: %w", err)
-		}
-	}
-	return nil
-}
-
-// load puts the list in listTable of conn's DuckDB: each entry's place
-// in the list (lord) and its key (fileKey), not its path, so that a
-// list of a million files holds 24 bytes each, not a path each (DuckDB
-// has no disk to spill to, and a memory limit of 128 MiB by default).
-// The entries come into listBatch, a batch at a time, and are keyed from
-// there. A frame that breaks the protocol is an errAnswer: the reader
-// has no mirror that speaks it to answer.
-func (l *listFrames) load(ctx context.Context, conn *sql.Conn) error {
-	// lkey of the type fileKey gives (HUGEINT or UHUGEINT, by DuckDB's
-	// release).
-	if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listTable+" AS SELECT CAST(0 AS BIGINT) AS lord, md5_number('') AS lkey WHERE false"); err != nil {
-		return fmt.Errorf("loading the parent's list: %w", err)
-	}
-	var at int64
-	for l.left > 0 {
-		if _, err := conn.ExecContext(ctx, "CREATE TEMP TABLE "+listBatch+" (lord BIGINT, rel VARCHAR, size BIGINT, footer BIGINT, del BOOLEAN, puffin BOOLEAN)"); err != nil {
-			return fmt.Errorf("loading the parent's list: %w", err)
-		}
-		err := conn.Raw(func(dc any) error {
-			dconn, ok := dc.(driver.Conn)
-			if !ok {
-				return fmt.Errorf("loading the parent's list: a connection of %T", dc)
-			}
-			app, err := duckdb.NewAppender(dconn, "temp", "main", listBatch)
-			if err != nil {
-				return fmt.Errorf("loading the parent's list: %w", err)
-			}
-			for n := 0; n < listBatchRows && l.left > 0; n++ {
-				f, err := l.next()
-				if err != nil {
-					app.Close()
-					return errAnswer{fmt.Errorf("reading the parent's list: %w", err)}
-				}
-				if err := app.AppendRow(at, f.Path, f.Size, f.Footer, f.Delete, f.Puffin); err != nil {
-					app.Close()
-					return fmt.Errorf("loading the parent's list: %w", err)
-				}
-				at++
-			}
-			if err := app.Close(); err != nil {
-				return fmt.Errorf("loading the parent's list: %w", err)
-			}
-			return nil
-		})
-		if err != nil {
+// loadList puts the list at path in listTable of conn's DuckDB: each
+// entry's key (lkey, as rowKey makes a row's) and its size, not its
+// path, so that a list of a million files holds 16 bytes each, not a
+// path each (DuckDB has no disk to spill to, and a memory limit of 128
+// MiB by default); an entry's place in the list is its rowid (the table
+// is made in the file's order, as DuckDB keeps insertion order). DuckDB
+// reads the file itself (its CSV reader, one pass, the columns' types
+// given). A list that does not read, or not of the rows the mirror said,
+// is a listRefusal.
+func loadList(ctx context.Context, conn *sql.Conn, path string, rows int64) error {
+	// Its buffer of 1 MiB, not DuckDB's 32 (max_line_size's 16 times),
+	// which would take a quarter of the reader's memory limit; a line is
+	// at most some 10 KiB (a quoted path of MaxPathBytes).
+	csv := fmt.Sprintf("read_csv(%s, delim='\\t', quote='', escape='', header=false, auto_detect=false, max_line_size=%d, buffer_size=%d, "+
+		"columns={'path': 'VARCHAR', 'size': 'BIGINT', 'footer': 'BIGINT', 'flags': 'UTINYINT'})", sqlString(path), 64<<10, 1<<20)
+	q := fmt.Sprintf("CREATE TEMP TABLE %s AS SELECT %s AS lkey, size AS lsize FROM %s", listTable, listKey("path", "size", "footer", "flags"), csv)
+	if _, err := conn.ExecContext(ctx, q); err != nil {
+		if ctx.Err() != nil {
 			return err
 		}
-		for _, q := range []string{
-			"INSERT INTO " + listTable + " SELECT lord, " + fileKey("b") + " FROM " + listBatch + " b",
-			"DROP TABLE " + listBatch,
-		} {
-			if _, err := conn.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("loading the parent's list: %w", err)
-			}
-		}
+		return listRefusal{fmt.Errorf("reading its parent's list: %w", err)}
+	}
+	var n int64
+	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM "+listTable).Scan(&n); err != nil {
+		return fmt.Errorf("reading its parent's list: %w", err)
+	}
+	if n != rows {
+		return listRefusal{fmt.Errorf("its parent's list has %d entries, where the mirror said %d", n, rows)}
 	}
 	return nil
 }
 
-// listBatchRows is how many of a list's entries are held whole at once
-// as it is loaded.
-const listBatchRows = 1 << 16
+// listKey is the key of a file by its path, size, footer size and
+// flags (fileDelete, filePuffin; UTINYINT), as DuckDB hashes them: a row
+// of the child and an entry of the list are the same file where their
+// keys and sizes are equal. The key is the reader's DuckDB's own hash,
+// made on both sides in one process, so it need match nothing outside;
+// 64 bits and the size, against a list and a child of a million files
+// each, leave honest files about one chance in 10^7 of a false match
+// among files of one size. A match a hostile child makes is a lie about
+// itself, which costs the child, as its reader's lies do; and a hostile
+// parent that plants an entry equal to a future file of the child must
+// know that file's path, size and footer, with which it could plant the
+// file itself, hash or none.
+func listKey(path, size, footer, flags string) string {
+	return fmt.Sprintf("hash(%s, %s, %s, %s)", path, size, footer, flags)
+}
 
-// fileKey is the key of a file row x (rel, size, footer, del, puffin):
-// the MD5 of everything the mirror is told of a file, by which a child's
-// row and a list's entry are the same file. A collision a hostile child
-// makes (MD5 is broken) can only make a row of its own pass for a file
-// of the list: a lie about the child, which costs the child, as its
-// reader's lies do.
-func fileKey(x string) string {
-	// Split at its last four '|', which none of the four fields after
-	// the path holds: one string per file.
-	return fmt.Sprintf("md5_number(%[1]s.rel || '|' || CAST(%[1]s.size AS VARCHAR) || '|' || CAST(%[1]s.footer AS VARCHAR) || '|' || CAST(%[1]s.del AS VARCHAR) || '|' || CAST(%[1]s.puffin AS VARCHAR))", x)
+// rowKey is a child's resolved row x's key (listKey), NULL where it has
+// no path below the data path, or one that begins with '"', which the
+// list writes quoted (listfile.go) and so never as it is.
+func rowKey(x string) string {
+	return fmt.Sprintf("CASE WHEN %[1]s.rel IS NULL OR starts_with(%[1]s.rel, '\"') THEN NULL ELSE %[2]s END", x,
+		listKey(x+".rel", x+".size", x+".footer", fmt.Sprintf("CAST(CASE WHEN %[1]s.del THEN %[2]d ELSE 0 END + CASE WHEN %[1]s.puffin THEN %[3]d ELSE 0 END AS UTINYINT)", x, fileDelete, filePuffin)))
 }
 
 // prepareDiff checks the attached catalog of a difference as read checks
@@ -597,11 +566,11 @@ func prepareDiff(r *reader, meta **Catalog) error {
 }
 
 // compare fills unmatched and diffTable: each file row of the catalog
-// (r) resolved and joined with the list's entries by their keys
-// (fileKey: everything the mirror is told of a file; one hash join, the
-// list its table where it is the smaller); the rows and entries without
-// an equal kept
-// (unmatched), and the rows grouped by path (diffTable), as
+// (r) resolved and joined with the list's entries by their keys and
+// sizes (rowKey, listKey: everything the mirror is told of a file; one
+// hash join, the list its table where it is the smaller); the rows and
+// entries without an equal kept (unmatched), and the rows grouped by
+// path (diffTable), as
 // checkResolved and the files read them. Rows are compared before they
 // are made one per path, so that DuckDB holds the list and what comes
 // out, never the child's rows grouped: at 300,000 files grouping them
@@ -611,8 +580,8 @@ func (r *reader) compare(dataPath string) error {
 	steps := []string{
 		"CREATE TEMP TABLE " + childBases + " AS " + r.basesSQL(dataPath),
 		fmt.Sprintf(`CREATE TEMP TABLE %s AS
-SELECT c.*, p.lord FROM (SELECT r.*, %s AS ckey FROM (%s) r) c FULL OUTER JOIN %s p ON c.ckey = p.lkey
-WHERE c.ord IS NULL OR p.lord IS NULL`, unmatched, fileKey("r"), rows, listTable),
+SELECT c.*, p.lord FROM (SELECT r.*, %s AS ckey FROM (%s) r) c FULL OUTER JOIN (SELECT rowid AS lord, lkey, lsize FROM %s) p ON c.ckey = p.lkey AND c.size = p.lsize
+WHERE c.ord IS NULL OR p.lord IS NULL`, unmatched, rowKey("r"), rows, listTable),
 		fmt.Sprintf(`CREATE TEMP TABLE %s AS
 SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
 	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,

@@ -89,40 +89,51 @@ func (w wholeReads) setDifference(t *testing.T, child, parent string) []File {
 	return out
 }
 
-// listOf is a list of files as the mirror gives a difference: in path
-// order, one per path.
-func listOf(files []File) ParentList {
+// listOf is a list of files as the mirror gives a difference: a file in
+// a folder of t's, in path order, one per path.
+func listOf(t testing.TB, files []File) ParentList {
+	t.Helper()
 	sorted := append([]File(nil), files...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
-	var list []File
-	for _, f := range sorted {
-		if len(list) == 0 || list[len(list)-1].Path != f.Path {
-			list = append(list, f)
+	var b []byte
+	var n int64
+	for i, f := range sorted {
+		if i == 0 || sorted[i-1].Path != f.Path {
+			b = AppendListLine(b, f)
+			n++
 		}
 	}
-	return ParentList{Rows: int64(len(list)), Each: func(yield func(File) error) error {
-		for _, f := range list {
-			if err := yield(f); err != nil {
-				return err
-			}
-		}
-		return nil
-	}}
+	p := filepath.Join(t.TempDir(), "list.tsv")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ParentList{Rows: n, Path: p}
 }
 
 // list is the parent's confirmed list as the mirror would hold it: the
 // files of its catalog read whole.
 func (w wholeReads) list(t *testing.T, parent string) ParentList {
 	t.Helper()
-	return listOf(w.read(t, parent, parentName).Files)
+	return listOf(t, w.read(t, parent, parentName).Files)
 }
 
 // listFiles is a list's entries, in its order.
 func listFiles(t *testing.T, l ParentList) []File {
 	t.Helper()
-	var out []File
-	if err := l.Each(func(f File) error { out = append(out, f); return nil }); err != nil {
+	raw, err := os.ReadFile(l.Path)
+	if err != nil {
 		t.Fatal(err)
+	}
+	var out []File
+	for _, line := range strings.SplitAfter(string(raw), "\n") {
+		if line == "" {
+			continue
+		}
+		f, err := ParseListLine(strings.TrimSuffix(line, "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f)
 	}
 	return out
 }
@@ -325,7 +336,7 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Diff(context.Background(), hostile, catalogName, listOf(p.Files), Limits{}, nil)
+	d, err := Diff(context.Background(), hostile, catalogName, listOf(t, p.Files), Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,35 +355,36 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 	}
 }
 
-// A parent's list that fails as the mirror sends it (its local copy
-// unreadable midway, or not the length it said) refuses nothing of the
-// child: the error is the list's, not a refusal nor a reader's failure,
-// and the caller reads the child whole.
+// A parent's list that is not what the mirror says (missing, a line
+// that does not parse, not of the length it said) refuses nothing of the
+// child: the error is ErrParentList, not a refusal nor a reader's
+// failure, and the caller reads the child whole.
 func TestDiffOfAListThatFailsRefusesNothing(t *testing.T) {
 	cats := chain(t, "0.1")
 	good := (wholeReads{}).list(t, cats[0])
-	broken := errors.New("the list's copy went away")
+	raw, err := os.ReadFile(good.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(raw), "\n")
+	damaged := filepath.Join(t.TempDir(), "damaged.tsv")
+	if err := os.WriteFile(damaged, []byte(lines[0]+lines[1]+"x.parquet\tten\t-1\t0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		list ParentList
 		says string
 	}{
-		{"fails midway", ParentList{Rows: good.Rows, Each: func(yield func(File) error) error {
-			n := 0
-			return good.Each(func(f File) error {
-				if n++; n > 2 {
-					return broken
-				}
-				return yield(f)
-			})
-		}}, broken.Error()},
-		{"shorter than it said", ParentList{Rows: good.Rows + 1, Each: good.Each}, "entries, where it said"},
-		{"longer than it said", ParentList{Rows: good.Rows - 1, Each: good.Each}, "more than the"},
+		{"missing", ParentList{Rows: good.Rows, Path: filepath.Join(t.TempDir(), "none.tsv")}, "no such file"},
+		{"a line that does not parse", ParentList{Rows: 3, Path: damaged}, "reading its parent's list"},
+		{"shorter than it said", ParentList{Rows: good.Rows + 1, Path: good.Path}, fmt.Sprintf("%d entries, where the mirror said %d", good.Rows, good.Rows+1)},
+		{"longer than it said", ParentList{Rows: good.Rows - 1, Path: good.Path}, fmt.Sprintf("%d entries, where the mirror said %d", good.Rows, good.Rows-1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := Diff(context.Background(), cats[1], catalogName, tc.list, Limits{}, nil)
 			var re *ReaderError
-			if d != nil || err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) {
+			if d != nil || !errors.Is(err, ErrParentList) || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("%v, %v; want the list's error saying %q", d, err, tc.says)
 			}
 		})
@@ -400,7 +412,18 @@ func TestDiffStreamsItsFiles(t *testing.T) {
 func diffMisbehaving(t *testing.T, child, behaviour string) (*Difference, error) {
 	t.Helper()
 	lim := Limits{}.WithDefaults()
-	f, err := os.Open(child)
+	var eight []File
+	for i := range 8 {
+		eight = append(eight, File{Path: fmt.Sprintf("p%d.parquet", i), Size: 10, Footer: -1})
+	}
+	list := listOf(t, eight)
+	dir := t.TempDir()
+	for from, to := range map[string]string{child: "child.duckdb", list.Path: listName} {
+		if err := linkOrCopy(from, filepath.Join(dir, to)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,11 +432,7 @@ func diffMisbehaving(t *testing.T, child, behaviour string) (*Difference, error)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var eight []File
-	for i := range 8 {
-		eight = append(eight, File{Path: fmt.Sprintf("p%d.parquet", i), Size: 10, Footer: -1})
-	}
-	d, err := proc.readDifference(context.Background(), request{name: catalogName, lim: lim, test: behaviour}, listOf(eight), nil)
+	d, err := proc.readDifference(context.Background(), request{name: catalogName, file: "child.duckdb", lim: lim, test: behaviour}, list, nil)
 	if err == nil {
 		proc.close()
 	}

@@ -25,10 +25,9 @@ import (
 //	reader → mirror  meta     'm' ducklakeVersion(s) dataPath(s) rows(8)
 //	reader → mirror  file     'f' path(s) size(8) footer(8) flags(1)    one per file row, as read
 //	reader → mirror  end      'e' files(8) bytes(8)
-//	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end
+//	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end (kind 2: a difference's list)
 //
-//	mirror → reader  diff     'd' version(1) name(s) file(s) parentRows(8) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
-//	                 then parentRows file frames: the parent's list
+//	mirror → reader  diff     'd' version(1) name(s) file(s) list(s) parentRows(8) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
 //	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) removedRows(8) files(8)
 //	                 then file frames (the new files), removed frames, end
 //	reader → mirror  removed  'g' entry(8)                              one per entry of the list the child lacks (its place in the list)
@@ -38,15 +37,15 @@ import (
 // holds none of them, and the mirror sorts them (sort.go). A difference's
 // files stream in path order, one per path, checked for order too. A
 // refusal may come among the files of either. A diff asks for the files of the child
-// catalog (descriptor 3, or a file of the folder) that are not in the
-// parent's list (which follows the request; see diff.go), and the list's
-// entries the child lacks; the reader says how many file rows the child
+// catalog (file, in the reader's folder) that are not in the parent's
+// list (list, a file of the same folder; see diff.go and listfile.go),
+// and the list's entries the child lacks; the reader says how many file rows the child
 // has, how many entries the list has, how many of the child's rows are
 // in the list or folded into another of the same path (the files that
 // come must be the rest), and how many entries are removed (as many
 // removed frames come, each an entry's place in the list, in its order).
 const (
-	protocolVersion = 6
+	protocolVersion = 7
 	// maxFrame bounds every frame: the largest is a refusal (its
 	// message cut to maxMessage) or a meta frame (its data path at most
 	// maxDataPath).
@@ -77,6 +76,7 @@ const (
 
 	refusalPlain = 0
 	refusalLimit = 1
+	refusalList  = 2
 )
 
 // errFrame is a frame that breaks the protocol.
@@ -214,12 +214,11 @@ type request struct {
 	file string
 	lim  Limits
 	// diff asks for a difference (a diff frame): the files of the
-	// catalog (descriptor 3, or file of a reader of a folder) not in the
-	// parent's list of parentRows entries, which list gives (the mirror's
-	// side) and which follow the request as file frames.
+	// catalog (file, of a reader of a folder) not in the parent's list of
+	// parentRows entries, list (a file of the same folder).
 	diff       bool
+	list       string
 	parentRows int64
-	list       *ParentList
 	// test asks a test binary's reader to misbehave (child_test.go); a
 	// reader without test behaviours refuses a request that names one.
 	test string
@@ -231,6 +230,7 @@ func writeRequest(w *frameWriter, q request) error {
 		w.u8(protocolVersion)
 		w.str(q.name)
 		w.str(q.file)
+		w.str(q.list)
 		w.u64(uint64(q.parentRows))
 	} else {
 		w.begin(frameRequest)

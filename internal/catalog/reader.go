@@ -629,22 +629,6 @@ func (p *readerProc) request(ctx context.Context, q request, each func(File) err
 	if err := writeRequest(p.out, q); err != nil {
 		return nil, p.failed(ctx, q.name, err)
 	}
-	if q.diff {
-		if err := writeList(p.out, q); err != nil {
-			var le listError
-			if errors.As(err, &le) {
-				// The reader waits for the rest of a list that will not
-				// come: it is done with.
-				p.kill("failed")
-				p.wait()
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, le.error
-			}
-			return nil, p.failed(ctx, q.name, err)
-		}
-	}
 	c, refusal, err := p.answer(q, each, d)
 	var te takeError
 	switch {
@@ -811,6 +795,11 @@ func (p *readerProc) refusal(q request) (c *Catalog, refusal error, err error) {
 			return nil, nil, fmt.Errorf("%w: a refusal on limit %s", errInvalid, Excerpt(key))
 		}
 		return nil, &LimitError{Catalog: q.name, Key: key, Detail: msg}, nil
+	case refusalList:
+		if !q.diff {
+			return nil, nil, fmt.Errorf("%w: a refusal of a list where no difference was asked", errInvalid)
+		}
+		return nil, fmt.Errorf("catalog %s: %w: %s", q.name, ErrParentList, msg), nil
 	case refusalPlain:
 		if !strings.HasPrefix(msg, "catalog "+q.name+": ") {
 			msg = "catalog " + q.name + ": " + msg

@@ -30,10 +30,11 @@ import (
 // taken its own reader over: what the list says the mirror checked.
 //
 // A list is a state file, FileListsDir/<version>.tsv.gz: gzip'd lines, a
-// header (format, version, epoch), one line per file (the path quoted as
-// Go quotes it, size, footer size, flags), and an end line with the count
-// of files and the SHA-256 of every line before it, so that a list cut
-// short or damaged is found, and read as none (the child is then read
+// header (format, version, epoch), one line per file (catalog.
+// AppendListLine: path, size, footer size, flags; the path as it is, or
+// quoted as Go quotes it where it must be), and an end line with the
+// count of files and the SHA-256 of every line before it, so that a list
+// cut short or damaged is found, and read as none (the child is then read
 // whole). It is written and read as a stream, never held.
 //
 // A list must never name a file the mirror no longer has. Only a prune
@@ -164,24 +165,12 @@ func (w *FileListWriter) Add(f catalog.File) error {
 	if w.n > 0 && f.Path <= w.prev {
 		return fmt.Errorf("file list of %s: %s after %s, not in path order", w.id, catalog.Excerpt(f.Path), catalog.Excerpt(w.prev))
 	}
-	if err := checkListFile(f); err != nil {
+	if err := catalog.CheckListFile(f); err != nil {
 		return fmt.Errorf("file list of %s: %w", w.id, err)
-	}
-	var flags int
-	if f.Delete {
-		flags |= 1
-	}
-	if f.Puffin {
-		flags |= 2
 	}
 	w.n++
 	w.prev = f.Path
-	b := strconv.AppendQuote(w.line[:0], f.Path)
-	b = append(b, '\t')
-	b = strconv.AppendInt(b, f.Size, 10)
-	b = append(b, '\t')
-	b = strconv.AppendInt(b, f.Footer, 10)
-	b = append(b, '\t', byte('0'+flags), '\n')
+	b := catalog.AppendListLine(w.line[:0], f)
 	w.line = b
 	return w.write(b)
 }
@@ -246,14 +235,17 @@ func (st State) WriteFileList(ctx context.Context, w *FileListWriter) error {
 
 // FileList is a version's list read back from the mirror into a local
 // copy, checked whole (format, version, epoch, count, checksum) as it is
-// fetched, and kept uncompressed: a difference reads it twice more (to
-// send it, to merge the child's), and gunzip cost each of those reads as
-// much as the rest of it. Each checks every line (order, paths) as it
-// gives them, and the checksum again.
+// fetched, and kept uncompressed, its file lines only: the file a
+// difference's reader reads as it is (catalog.ParentList), and the
+// mirror reads once more to merge the child's list (Each), which checks
+// every line (order, paths) as it gives them, and the count and checksum
+// again.
 type FileList struct {
 	id    string
 	path  string
 	Files int64
+	head  []byte // the header line, the start of the checksum
+	sum   []byte // the SHA-256 of the header and the file lines
 }
 
 // maxPlainFileList bounds a list's local copy, uncompressed: some 30
@@ -287,9 +279,9 @@ func (st State) FetchFileList(ctx context.Context, id, epoch, dir string) (*File
 	return l, nil
 }
 
-// fetch reads the compressed list from rc into f uncompressed, checking
-// its lines as they pass (header, count, checksum: not each line's
-// fields, which Each checks as it gives them).
+// fetch reads the compressed list from rc and writes its file lines to
+// f uncompressed, checking its lines as they pass (header, count,
+// checksum: not each line's fields, which Each checks as it gives them).
 func (l *FileList) fetch(rc io.Reader, f *os.File, epoch string) error {
 	compressed := &countingReader{r: io.LimitReader(rc, maxFileList+1)}
 	gz, err := gzip.NewReader(bufio.NewReaderSize(compressed, 64<<10))
@@ -299,7 +291,7 @@ func (l *FileList) fetch(rc io.Reader, f *os.File, epoch string) error {
 	gz.Multistream(false)
 	plain := &countingReader{r: io.LimitReader(gz, maxPlainFileList+1)}
 	out := bufio.NewWriterSize(f, 64<<10)
-	l.Files, err = l.scan(io.TeeReader(plain, out), epoch, nil)
+	l.Files, err = l.scan(plain, epoch, out)
 	if err == nil {
 		err = out.Flush()
 	}
@@ -324,19 +316,52 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Path is the local copy: the list's file lines (catalog.ParentList).
+func (l *FileList) Path() string { return l.path }
+
 // Each gives the list's files in path order, checked again as they are
-// read from the local copy; it stops at yield's first error.
+// read from the local copy (each line, the count, the checksum); it
+// stops at yield's first error.
 func (l *FileList) Each(yield func(catalog.File) error) error {
 	f, err := os.Open(l.path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	n, err := l.scan(f, "", yield)
-	if err == nil && n != l.Files {
-		err = fmt.Errorf("file list of %s: %d files, %d when checked", l.id, n, l.Files)
+	in := bufio.NewReaderSize(f, maxListLine+1)
+	sum := sha256.New()
+	sum.Write(l.head)
+	var n int64
+	var prev string
+	for {
+		b, err := in.ReadSlice('\n')
+		switch {
+		case errors.Is(err, io.EOF) && len(b) == 0:
+			if n != l.Files || !bytes.Equal(sum.Sum(nil), l.sum) {
+				return fmt.Errorf("file list of %s: %d files of SHA-256 %x, where %d of %x were fetched: damaged", l.id, n, sum.Sum(nil), l.Files, l.sum)
+			}
+			return nil
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, errListEnd)
+		case errors.Is(err, bufio.ErrBufferFull):
+			return fmt.Errorf("file list of %s: line %d: longer than %d bytes", l.id, n+2, maxListLine)
+		case err != nil:
+			return err
+		}
+		sum.Write(b)
+		file, err := catalog.ParseListLine(string(b[:len(b)-1]))
+		if err != nil {
+			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, err)
+		}
+		if n > 0 && file.Path <= prev {
+			return fmt.Errorf("file list of %s: line %d: %s after %s, not in path order", l.id, n+2, catalog.Excerpt(file.Path), catalog.Excerpt(prev))
+		}
+		n++
+		prev = file.Path
+		if err := yield(file); err != nil {
+			return err
+		}
 	}
-	return err
 }
 
 // Remove removes the local copy.
@@ -350,10 +375,10 @@ func (l *FileList) Remove() {
 var errListEnd = errors.New("the list ends before its end line: cut short")
 
 // scan reads a list, uncompressed, from r: its header (of epoch, where
-// not empty), its files (each parsed, checked and given to yield, where
-// yield is not nil; only counted where it is nil), its end line, and
-// nothing after.
-func (l *FileList) scan(r io.Reader, epoch string, yield func(catalog.File) error) (int64, error) {
+// not empty), its file lines (counted, and written to out as they are),
+// its end line, and nothing after; it keeps the header and the checksum
+// for Each.
+func (l *FileList) scan(r io.Reader, epoch string, out io.Writer) (int64, error) {
 	in := bufio.NewReaderSize(r, maxListLine+1)
 	sum := sha256.New()
 	line := func() ([]byte, error) {
@@ -380,8 +405,8 @@ func (l *FileList) scan(r io.Reader, epoch string, yield func(catalog.File) erro
 	if epoch != "" && fields[2] != "epoch="+epoch {
 		return 0, fmt.Errorf("a list of another epoch (%s, the mirror's is %s): written before a prune removed data files", catalog.Excerpt(strings.TrimPrefix(fields[2], "epoch=")), epoch)
 	}
+	l.head = append([]byte(nil), head...)
 	var n int64
-	var prev string
 	for {
 		b, err := line()
 		if err != nil {
@@ -395,22 +420,10 @@ func (l *FileList) scan(r io.Reader, epoch string, yield func(catalog.File) erro
 			break
 		}
 		sum.Write(b)
-		if yield == nil {
-			n++
-			continue
-		}
-		file, err := parseListLine(string(b[:len(b)-1]))
-		if err != nil {
-			return n, fmt.Errorf("line %d: %w", n+2, err)
-		}
-		if n > 0 && file.Path <= prev {
-			return n, fmt.Errorf("line %d: %s after %s, not in path order", n+2, catalog.Excerpt(file.Path), catalog.Excerpt(prev))
-		}
-		n++
-		prev = file.Path
-		if err := yield(file); err != nil {
+		if _, err := out.Write(b); err != nil {
 			return n, err
 		}
+		n++
 	}
 	if _, err := in.ReadByte(); !errors.Is(err, io.EOF) {
 		if err == nil {
@@ -418,46 +431,6 @@ func (l *FileList) scan(r io.Reader, epoch string, yield func(catalog.File) erro
 		}
 		return n, err
 	}
+	l.sum = sum.Sum(nil)
 	return n, nil
-}
-
-// parseListLine reads a file's line: quoted path, size, footer, flags.
-func parseListLine(text string) (catalog.File, error) {
-	// Cut, not Split: no slice of fields made for each of a list's
-	// lines.
-	var fields [4]string
-	rest := text
-	for i := range fields[:3] {
-		var ok bool
-		if fields[i], rest, ok = strings.Cut(rest, "\t"); !ok {
-			return catalog.File{}, fmt.Errorf("%d fields, not 4", i+1)
-		}
-	}
-	if strings.Contains(rest, "\t") {
-		return catalog.File{}, fmt.Errorf("%d fields, not 4", 4+strings.Count(rest, "\t"))
-	}
-	fields[3] = rest
-	path, err := strconv.Unquote(fields[0])
-	if err != nil {
-		return catalog.File{}, fmt.Errorf("path %s: %w", catalog.Excerpt(fields[0]), err)
-	}
-	size, err1 := strconv.ParseInt(fields[1], 10, 64)
-	footer, err2 := strconv.ParseInt(fields[2], 10, 64)
-	flags, err3 := strconv.Atoi(fields[3])
-	if err := errors.Join(err1, err2, err3); err != nil || flags < 0 || flags > 3 {
-		return catalog.File{}, fmt.Errorf("file %s: %s", catalog.Excerpt(path), catalog.Excerpt(text))
-	}
-	f := catalog.File{Path: path, Size: size, Footer: footer, Delete: flags&1 != 0, Puffin: flags&2 != 0}
-	return f, checkListFile(f)
-}
-
-// checkListFile checks a file as a read checks one it gives the mirror.
-func checkListFile(f catalog.File) error {
-	switch {
-	case len(f.Path) > catalog.MaxPathBytes || backend.CheckName(f.Path) != nil:
-		return fmt.Errorf("file %s: not a clean relative path of at most %d bytes", catalog.Excerpt(f.Path), catalog.MaxPathBytes)
-	case f.Size < -1 || f.Footer < -1:
-		return fmt.Errorf("file %s of size %d, footer %d", catalog.Excerpt(f.Path), f.Size, f.Footer)
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"io"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ var listFiles = []catalog.File{
 	{Path: "main/events/a b.parquet", Size: 10, Footer: 4},
 	{Path: "main/events/delete-1.parquet", Size: 7, Footer: -1, Delete: true},
 	{Path: "main/events/dv.puffin", Size: 3, Footer: -1, Delete: true, Puffin: true},
+	{Path: "main/events/tab\there.parquet", Size: 5, Footer: 2}, // written quoted
 	{Path: "main/events/é.parquet", Size: -1, Footer: -1},
 }
 
@@ -109,7 +111,8 @@ func TestFileListsAreReadBackOnlyWhole(t *testing.T) {
 		}{
 			{"cut short (gzip)", raw[:len(raw)/2], "unexpected EOF"},
 			{"without its end line", gz(t, text[:strings.Index(text, "end\t")]), "cut short"},
-			{"a file taken out", gz(t, strings.Replace(text, "\"main/events/dv.puffin\"\t3\t-1\t3\n", "", 1)), "damaged"},
+			{"a file taken out", gz(t, strings.Replace(text, "main/events/dv.puffin\t3\t-1\t3\n", "", 1)), "damaged"},
+			{"a quoted path changed", gz(t, strings.Replace(text, `"main/events/tab\there.parquet"`, `"main/events/tab\tthere.parquet"`, 1)), "damaged"},
 			{"a size changed", gz(t, strings.Replace(text, "\t10\t4\t", "\t11\t4\t", 1)), "damaged"},
 			{"bytes after the end", gz(t, text+"x\n"), "after its end line"},
 			{"another version's", gz(t, strings.Replace(text, listVersion, "019a0000-0000-7000-8000-000000000002", 1)), "not the file list of version"},
@@ -123,6 +126,28 @@ func TestFileListsAreReadBackOnlyWhole(t *testing.T) {
 				}
 			})
 		}
+
+		// Its local copy, the file lines only, damaged after the fetch:
+		// Each says so.
+		writeList(t, s, epoch, listFiles)
+		l, err := s.State().FetchFileList(ctx, listVersion, epoch, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, err := os.ReadFile(l.Path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "main/events/a b.parquet\t10\t4\t0\n"; !strings.HasPrefix(string(local), want) || strings.Contains(string(local), "end\t") {
+			t.Fatalf("the local copy is\n%s\nwant the file lines only, from %q", local, want)
+		}
+		if err := os.WriteFile(l.Path(), bytes.Replace(local, []byte("\t10\t4\t"), []byte("\t11\t4\t"), 1), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Each(func(catalog.File) error { return nil }); err == nil || !strings.Contains(err.Error(), "damaged") {
+			t.Fatalf("a local copy changed: %v", err)
+		}
+		l.Remove()
 
 		// A new epoch (a prune's): the list written before is not read.
 		writeList(t, s, epoch, listFiles)

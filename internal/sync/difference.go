@@ -90,17 +90,13 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 		return nil, false, ctx.Err()
 	}
 	start := time.Now()
-	var failed error
-	parent := catalog.ParentList{Rows: list.Files, Each: func(yield func(catalog.File) error) error {
-		err := list.Each(yield)
-		failed = err
-		return err
-	}}
-	d, err := c.pool.Diff(ctx, fetched.Path, catalogName, parent, nil)
+	d, err := c.pool.Diff(ctx, fetched.Path, catalogName, catalog.ParentList{Rows: list.Files, Path: list.Path()}, nil)
 	<-c.slots.catalog
 	c.log.Debug("catalog compared with its parent's list", zap.String("catalog", catalogName), zap.String("parent", p), zap.Duration("took", time.Since(start)), zap.Error(err))
-	if errors.Is(err, catalog.ErrNoDifference) || err != nil && failed != nil && errors.Is(err, failed) {
-		// Not the child's fault: its list, or its kind of catalog.
+	if errors.Is(err, catalog.ErrNoDifference) || errors.Is(err, catalog.ErrParentList) {
+		// Not the child's fault: its list, or its kind of catalog. (A
+		// reader taken over may say the list failed: that costs the
+		// child a whole read.)
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
