@@ -364,6 +364,76 @@ func (l *FileList) Each(yield func(catalog.File) error) error {
 	}
 }
 
+// ListCursor goes through a list's local copy in path order, a file at a
+// time, each line checked as Each checks it; it stops (Next is false) at
+// the end or at the first line that fails, which Err says. A pass that
+// stops early checks no checksum: the copy was checked whole as it was
+// fetched, and is the mirror's own.
+type ListCursor struct {
+	l    *FileList
+	f    *os.File
+	in   *bufio.Reader
+	cur  catalog.File
+	prev string
+	n    int64
+	err  error
+}
+
+// Cursor starts a pass over the list; the caller closes it.
+func (l *FileList) Cursor() (*ListCursor, error) {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return nil, err
+	}
+	return &ListCursor{l: l, f: f, in: bufio.NewReaderSize(f, maxListLine+1)}, nil
+}
+
+// Next moves to the next file; false at the end or at an error.
+func (c *ListCursor) Next() bool {
+	if c.err != nil || c.in == nil {
+		return false
+	}
+	b, err := c.in.ReadSlice('\n')
+	switch {
+	case errors.Is(err, io.EOF) && len(b) == 0:
+		if c.n != c.l.Files {
+			c.err = fmt.Errorf("file list of %s: %d files, where %d were fetched", c.l.id, c.n, c.l.Files)
+		}
+		c.in = nil
+		return false
+	case errors.Is(err, bufio.ErrBufferFull):
+		c.err = fmt.Errorf("file list of %s: line %d: longer than %d bytes", c.l.id, c.n+2, maxListLine)
+		return false
+	case err != nil:
+		c.err = fmt.Errorf("file list of %s: line %d: %w", c.l.id, c.n+2, err)
+		return false
+	}
+	f, err := catalog.ParseListLine(string(b[:len(b)-1]))
+	if err == nil && c.n > 0 && f.Path <= c.prev {
+		err = fmt.Errorf("%s after %s, not in path order", catalog.Excerpt(f.Path), catalog.Excerpt(c.prev))
+	}
+	if err != nil {
+		c.err = fmt.Errorf("file list of %s: line %d: %w", c.l.id, c.n+2, err)
+		return false
+	}
+	c.n++
+	c.cur, c.prev = f, f.Path
+	return true
+}
+
+// File is the file Next moved to.
+func (c *ListCursor) File() catalog.File { return c.cur }
+
+// Err is why the pass stopped before the end; nil at the end.
+func (c *ListCursor) Err() error { return c.err }
+
+// Close ends the pass.
+func (c *ListCursor) Close() {
+	if c != nil {
+		c.f.Close()
+	}
+}
+
 // Remove removes the local copy.
 func (l *FileList) Remove() {
 	if l != nil {
