@@ -175,6 +175,18 @@ func (w *FileListWriter) Add(f catalog.File) error {
 	return w.write(b)
 }
 
+// AddLine writes the next file as line, a line of a list the mirror
+// wrote and read back checked (FileList.EachLine) whose file is at path:
+// paths strictly in order.
+func (w *FileListWriter) AddLine(path string, line []byte) error {
+	if w.n > 0 && path <= w.prev {
+		return fmt.Errorf("file list of %s: %s after %s, not in path order", w.id, catalog.Excerpt(path), catalog.Excerpt(w.prev))
+	}
+	w.n++
+	w.prev = path
+	return w.write(line)
+}
+
 // write writes a line to the list and its checksum.
 func (w *FileListWriter) write(b []byte) error {
 	w.sum.Write(b)
@@ -359,6 +371,54 @@ func (l *FileList) Each(yield func(catalog.File) error) error {
 		n++
 		prev = file.Path
 		if err := yield(file); err != nil {
+			return err
+		}
+	}
+}
+
+// EachLine gives the list's lines as they are, each with its path, in
+// path order, and checks the count and checksum at the end, as Each
+// does; it does not parse a line's other fields, which the mirror checked
+// as it wrote them (Add), and which the checksum holds as written: a
+// child's list copies its parent's lines so (AddLine).
+func (l *FileList) EachLine(yield func(path string, line []byte) error) error {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	in := bufio.NewReaderSize(f, maxListLine+1)
+	sum := sha256.New()
+	sum.Write(l.head)
+	var n int64
+	var prev string
+	for {
+		b, err := in.ReadSlice('\n')
+		switch {
+		case errors.Is(err, io.EOF) && len(b) == 0:
+			if n != l.Files || !bytes.Equal(sum.Sum(nil), l.sum) {
+				return fmt.Errorf("file list of %s: %d files of SHA-256 %x, where %d of %x were fetched: damaged", l.id, n, sum.Sum(nil), l.Files, l.sum)
+			}
+			return nil
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, errListEnd)
+		case errors.Is(err, bufio.ErrBufferFull):
+			return fmt.Errorf("file list of %s: line %d: longer than %d bytes", l.id, n+2, maxListLine)
+		case err != nil:
+			return err
+		}
+		sum.Write(b)
+		field, _, ok := bytes.Cut(b, []byte("\t"))
+		path := string(field)
+		if ok && strings.HasPrefix(path, `"`) {
+			path, err = strconv.Unquote(path)
+		}
+		if !ok || err != nil || n > 0 && path <= prev {
+			return fmt.Errorf("file list of %s: line %d: not a file's line in path order: %s", l.id, n+2, catalog.Excerpt(string(b)))
+		}
+		n++
+		prev = path
+		if err := yield(path, b); err != nil {
 			return err
 		}
 	}

@@ -161,18 +161,19 @@ func (c *catalogReader) childList(ctx context.Context, id string, main *versionC
 
 // mergeList writes to w the parent's list less the removed entries (by
 // their place in it, in order), with the added files (in path order)
-// merged in.
+// merged in. The parent's lines are copied as they are (EachLine): they
+// were checked as the mirror wrote them, and their checksum holds.
 func mergeList(w *sink.FileListWriter, parent *sink.FileList, removed []int64, added []catalog.File) error {
 	i, j := 0, 0
 	var at int64 = -1
-	err := parent.Each(func(f catalog.File) error {
+	err := parent.EachLine(func(path string, line []byte) error {
 		at++
-		for ; j < len(added) && added[j].Path < f.Path; j++ {
+		for ; j < len(added) && added[j].Path < path; j++ {
 			if err := w.Add(added[j]); err != nil {
 				return err
 			}
 		}
-		if j < len(added) && added[j].Path == f.Path {
+		if j < len(added) && added[j].Path == path {
 			return nil // the new file of that path replaces it
 		}
 		for i < len(removed) && removed[i] < at {
@@ -181,7 +182,7 @@ func mergeList(w *sink.FileListWriter, parent *sink.FileList, removed []int64, a
 		if i < len(removed) && removed[i] == at {
 			return nil
 		}
-		return w.Add(f)
+		return w.AddLine(path, line)
 	})
 	if err != nil {
 		return err
