@@ -69,7 +69,7 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 		return nil, false, ctx.Err()
 	}
 	start := time.Now()
-	d, err := c.pool.Diff(ctx, fetched.Path, catalogName, pf.Path, parentName, nil)
+	d, err := c.src.Catalogs().Diff(ctx, c.pool, fetched, catalogName, pf, parentName)
 	<-c.slots.catalog
 	c.log.Debug("catalog compared with its parent's", zap.String("catalog", catalogName), zap.String("parent", parentName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	if errors.Is(err, catalog.ErrNoDifference) {
