@@ -148,6 +148,7 @@ func RunSinks(ctx context.Context, job Job, sinks []string, log *zap.Logger, pro
 	upstream := source.New(src, policy.AsTrust(), log)
 	if len(sinks) > 1 {
 		upstream.Fanout().Share()
+		defer upstream.Fanout().Close()
 	}
 	for i, addr := range sinks {
 		if i > 0 {

@@ -258,7 +258,13 @@ type FileList struct {
 	Files int64
 	head  []byte // the header line, the start of the checksum
 	sum   []byte // the SHA-256 of the header and the file lines
+	lines []byte // the SHA-256 of the file lines alone
 }
+
+// EntriesSHA256 is the hex SHA-256 of the list's file lines alone: two
+// mirrors' lists of the same files have the same, whatever their epochs
+// (a difference from either is the same).
+func (l *FileList) EntriesSHA256() string { return hex.EncodeToString(l.lines) }
 
 // maxPlainFileList bounds a list's local copy, uncompressed: some 30
 // million lines of the longest path most catalogs hold.
@@ -536,6 +542,7 @@ func (l *FileList) scan(r io.Reader, epoch string, out io.Writer) (int64, error)
 		return 0, fmt.Errorf("a list of another epoch (%s, the mirror's is %s): written before a prune removed data files", catalog.Excerpt(strings.TrimPrefix(fields[2], "epoch=")), epoch)
 	}
 	l.head = append([]byte(nil), head...)
+	lines := sha256.New()
 	var n int64
 	for {
 		b, err := line()
@@ -550,6 +557,7 @@ func (l *FileList) scan(r io.Reader, epoch string, out io.Writer) (int64, error)
 			break
 		}
 		sum.Write(b)
+		lines.Write(b)
 		if _, err := out.Write(b); err != nil {
 			return n, err
 		}
@@ -561,6 +569,6 @@ func (l *FileList) scan(r io.Reader, epoch string, out io.Writer) (int64, error)
 		}
 		return n, err
 	}
-	l.sum = sum.Sum(nil)
+	l.sum, l.lines = sum.Sum(nil), lines.Sum(nil)
 	return n, nil
 }

@@ -43,6 +43,7 @@ type share struct {
 	expired map[string]bool             // version → marked expired (a store that cannot list)
 	earlier []backend.Reader            // earlier sinks of the run, in order (AddPeer)
 	refused sync.Map                    // name → true: a peer's copy failed its check; upstream only
+	reads   reads                       // catalogs read, for every sink (sharedreads.go)
 }
 
 // Fanout is the Source as one run to several sinks reads it: what it
@@ -65,6 +66,10 @@ func (f Fanout) Share() {
 	sh.files = map[string]map[string]int64{}
 	sh.expired = map[string]bool{}
 }
+
+// Close removes what the Source kept for the sinks (the catalogs read),
+// once the run's last sink is done.
+func (f Fanout) Close() error { return f.s.shared.closeReads() }
 
 // NextSink starts the run of the next sink of a fan-out: from now on the
 // settings, refs, version listing, records and signatures already read

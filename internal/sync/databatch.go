@@ -176,7 +176,7 @@ func (c *catalogReader) readSinkSorted(ctx context.Context, id, file string) (*c
 		return nil, err
 	}
 	defer fetched.Remove()
-	return c.pool.ReadSorted(ctx, fetched.Path, name)
+	return c.src.Catalogs().ReadSorted(ctx, c.pool, fetched, name)
 }
 
 // readSinkFile reads one catalog of a version in the sink, every file

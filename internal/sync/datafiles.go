@@ -287,7 +287,7 @@ func (c *catalogReader) readFetched(ctx context.Context, id, file string, fetche
 		return nil, ctx.Err()
 	}
 	start := time.Now()
-	files, err := c.pool.ReadSorted(ctx, fetched.Path, catalogName)
+	files, err := c.src.Catalogs().ReadSorted(ctx, c.pool, fetched, catalogName)
 	<-c.slots.catalog
 	c.log.Debug("catalog read", zap.String("catalog", catalogName), zap.Duration("took", time.Since(start)), zap.Error(err))
 	c.mu.Lock()
