@@ -80,7 +80,12 @@ func (st State) FileListEpoch(ctx context.Context) (string, error) {
 	}
 	epoch := newEpoch()
 	if s.b.Properties().ConditionalWrite && raw == nil {
-		err = s.replace(ctx, backend.ReservedPrefix+fileListEpochFile, []byte(epoch+"\n"), "")
+		// As replace writes, but not counted as a file copied: it is
+		// the mirror's state, which a local sink writes uncounted.
+		name := backend.ReservedPrefix + fileListEpochFile
+		if err = backend.ReplaceIfUnchanged(ctx, s.b, name, []byte(epoch+"\n"), ""); backend.IsPreconditionFailed(err) {
+			err = fenced(name, err)
+		}
 	} else {
 		err = lock.WriteState(ctx, s.b, fileListEpochFile, []byte(epoch+"\n"))
 	}
