@@ -108,7 +108,8 @@ type SinkRun struct {
 // RunSinks is Run for a mirror of several sinks (job.Sink is not used):
 // the upstream is opened once and the sinks run one after another on one
 // source.Source, which serves each later sink what it read and judged for
-// the first (refs, records, signatures) and reads the immutable files a
+// the first (refs, records, signatures, the catalogs' files: reading the
+// catalogs was most of a sink's own cost) and reads the immutable files a
 // later sink copies from an earlier sink of the run that holds them,
 // before the upstream (see internal/source's fanout.go). One after
 // another, rather than a stream split to several writers: each sink keeps

@@ -22,6 +22,8 @@ import (
 // the upstream again, so that every sink is given the same upstream. An
 // immutable file (a data file, a version's file) is read from an earlier
 // sink of the run that holds it (Fanout().AddPeer) before the upstream.
+// A catalog's bytes are read by a confined reader once in the run
+// (sharedreads.go).
 //
 // A peer's bytes are untrusted as the upstream's are, and pass the same
 // checks: a data file's size against its catalog's, a catalog's sha256

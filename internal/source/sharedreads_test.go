@@ -100,6 +100,13 @@ func TestAFanOutReadsACatalogOnce(t *testing.T) {
 	if _, err := src.Catalogs().ReadSorted(ctx, pool, other, parent); err == nil {
 		t.Error("a catalog of other bytes was served a kept read")
 	}
+	// Other bytes under the child's name (an earlier sink's copy that is
+	// not the upstream's) are read, never served the child's files.
+	tampered := fetch(parent)
+	os.Remove(tampered.Path)
+	if _, err := src.Catalogs().ReadSorted(ctx, pool, tampered, child); err == nil {
+		t.Error("other bytes under the same name were served a kept read")
+	}
 	// The same bytes under another name are read: a refusal names the
 	// catalog it read.
 	renamed := fetch(child)
