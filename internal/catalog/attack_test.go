@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -111,6 +112,8 @@ func attack(kind, arg string) error {
 		return fmt.Errorf("capabilities effective %#x %#x permitted %#x %#x, bounding %d", data[0].Effective, data[1].Effective, data[0].Permitted, data[1].Permitted, bounding)
 	case "lie-next":
 		testLie = true
+	case "lie-diff":
+		testLieDiff = true
 	case "spin-idle":
 		for i := range 2 {
 			go func() {
@@ -758,5 +761,77 @@ func TestLandlockIsCountedAtTheABIAReaderNeeds(t *testing.T) {
 func TestReaderCommandInC(t *testing.T) {
 	if got := readerCommandInC(); got != readerCommand {
 		t.Errorf("caps_linux.go's reader argument is %q, child.go's %q", got, readerCommand)
+	}
+}
+
+// mergedList is a child's list as the mirror makes it from its parent's
+// and its difference: the parent's less the removed, plus the new.
+func mergedList(t *testing.T, parent ParentList, d *Difference) ParentList {
+	t.Helper()
+	byPath := map[string]File{}
+	entries := listFiles(t, parent)
+	for _, f := range entries {
+		byPath[f.Path] = f
+	}
+	for _, at := range d.Removed {
+		delete(byPath, entries[at].Path)
+	}
+	for _, f := range d.Files {
+		byPath[f.Path] = f
+	}
+	var files []File
+	for _, f := range byPath {
+		files = append(files, f)
+	}
+	return listOf(t, files)
+}
+
+// A planted parent (its catalog takes over any reader that opens it, and
+// makes it leave every new file out of the difference it answers) costs
+// no later version: a child's difference is taken by a reader of the
+// child's catalog alone, against the list of the files the mirror
+// confirmed for the parent. The honest child's list comes out as its
+// whole read, and so does its own child's. The same attack, where the
+// planted catalog is the one the difference's reader opens, leaves the
+// new files out: it costs that version (issue 40: at most the one).
+//
+// Checked against the difference before the lists (one reader given the
+// child's and the parent's catalogs, the hook called on each it opened):
+// the child came out without its new files, and this test failed.
+func TestAPlantedParentCostsNoLaterVersion(t *testing.T) {
+	cats := chain(t, "0.3")
+	planted := changed(t, cats[1], "UPDATE ducklake_metadata SET value = value || 'fdl-attack=lie-diff,/' WHERE key = 'data_path'")
+	child, grandchild := cats[2], cats[3]
+	pool := newTestPool(t, Limits{})
+	// The planted version, read whole (its own reader: whatever it says
+	// is what the mirror confirmed), published with its list.
+	p, err := pool.Read(context.Background(), fetchInto(t, pool, planted).Path, parentName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := listOf(t, p.Files)
+	w := wholeReads{}
+	for _, v := range []string{child, grandchild} {
+		d, err := pool.Diff(context.Background(), fetchInto(t, pool, v).Path, catalogName, list, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Files) == 0 {
+			t.Errorf("%s: no new file in the difference", filepath.Base(filepath.Dir(filepath.Dir(v))))
+		}
+		list = mergedList(t, list, d)
+		want := listOf(t, w.read(t, v, catalogName).Files)
+		if got := listFiles(t, list); !reflect.DeepEqual(got, listFiles(t, want)) {
+			t.Fatalf("a version after the planted one has the list\n%v\nits whole read\n%v", got, listFiles(t, want))
+		}
+	}
+	// The attack is live: the planted catalog's own difference, from
+	// its parent's list, leaves its new files out (that version's cost).
+	d, err := pool.Diff(context.Background(), fetchInto(t, pool, planted).Path, catalogName, w.list(t, cats[0]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Files) != 0 || len(w.setDifference(t, cats[1], cats[0])) == 0 {
+		t.Fatalf("the planted catalog's reader left no file out: %v", d.Files)
 	}
 }

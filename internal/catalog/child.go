@@ -51,11 +51,6 @@ func ReaderMain(args []string) int {
 // open because it is the descriptor's file.
 const readerRoot = "/proc/self/fd/3"
 
-// readerParent is a difference's reader's second file: descriptor 4, the
-// parent's catalog (diff.go). A reader started without one has no rule
-// for it.
-const readerParent = "/proc/self/fd/4"
-
 // Exit codes of a reader, besides 0 (the mirror closed the pipe) and
 // the Go runtime's 2 (a crash).
 const (
@@ -81,6 +76,11 @@ var testMarker func(dataPath string) error
 // one catalog could do to the next it read.
 var testLie bool
 
+// testLieDiff, set by a test's attack only, makes the reader leave every
+// new file out of the difference it answers: what a reader taken over by
+// a catalog it opened for that difference could do.
+var testLieDiff bool
+
 // errTestAnswered is a test behaviour that wrote its own answer.
 var errTestAnswered = errors.New("answered by the test behaviour")
 
@@ -93,7 +93,6 @@ type readerArgs struct {
 	noSeccomp    bool
 	keepFDs      bool // tests only: inherited descriptors left open
 	keepCaps     bool // tests only: capabilities left as they are
-	parent       bool // descriptor 4 is a parent's catalog, read-only too
 	// The limits of its catalogs' DuckDB, which it starts before its
 	// request comes, and how many catalogs it reads (0: unsaid).
 	memoryLimit int64
@@ -114,9 +113,6 @@ func (a readerArgs) argv() []string {
 	}
 	if a.noSeccomp {
 		v = append(v, "seccomp=off")
-	}
-	if a.parent {
-		v = append(v, "parent=4")
 	}
 	if a.memoryLimit > 0 && a.threads > 0 {
 		v = append(v, "mem="+strconv.FormatInt(a.memoryLimit, 10), "threads="+strconv.Itoa(a.threads))
@@ -153,10 +149,6 @@ func parseReaderArgs(args []string) (readerArgs, error) {
 			a.keepCaps = v == "keep"
 		case "seccomp":
 			a.noSeccomp = v == "off"
-		case "parent":
-			if a.parent = v == "4"; !a.parent {
-				err = errors.New("not descriptor 4")
-			}
 		case "mem":
 			a.memoryLimit, err = strconv.ParseInt(v, 10, 64)
 		case "threads":
@@ -193,13 +185,6 @@ func readerMain(args []string) int {
 	if err != nil || !strings.HasPrefix(root, "/") {
 		fmt.Fprintf(os.Stderr, "catalog reader: descriptor 3: %v\n", err)
 		return exitUsage
-	}
-	var parentRoot string
-	if a.parent {
-		if parentRoot, err = os.Readlink(readerParent); err != nil || !strings.HasPrefix(parentRoot, "/") {
-			fmt.Fprintf(os.Stderr, "catalog reader: descriptor 4: %v\n", err)
-			return exitUsage
-		}
 	}
 	layers, err := confine(a)
 	if err != nil {
@@ -249,20 +234,8 @@ func readerMain(args []string) int {
 			}
 		}
 		if q.diff {
-			// Two descriptors, or two files of the folder: not both.
-			child, parent := root, parentRoot
-			if q.file != "" {
-				child, parent = root+"/"+q.file, root+"/"+q.parentFile
-			}
-			if a.parent == (q.file != "") {
-				fmt.Fprintf(os.Stderr, "catalog reader: a difference of files %q and %q asked of a reader of descriptors 3 and 4 (%v)\n", q.file, q.parentFile, a.parent)
-				return exitProtocol
-			}
-			var dp *dbPool
-			if q.file != "" {
-				dp = pool
-			}
-			if err := answerDifference(out, child, parent, q, dp); err != nil {
+			// The catalog and the parent's list, files of the folder.
+			if err := answerDifference(out, root+"/"+q.file, root+"/"+q.list, q, pool); err != nil {
 				fmt.Fprintf(os.Stderr, "catalog reader: answering: %v\n", err)
 				return exitProtocol
 			}
@@ -296,10 +269,9 @@ func readerMain(args []string) int {
 // started now, before its request comes: the reader is confined already,
 // and has read no byte of a catalog. A reader of a folder (Pool) may open
 // the files in it; a reader of one catalog, that file (and its WAL name,
-// which DuckDB probes). nil where the arguments say no limits, or for a
-// difference of descriptors 3 and 4 (Diff), which starts its own.
+// which DuckDB probes). nil where the arguments say no limits.
 func aheadPool(a readerArgs, root string) *dbPool {
-	if a.memoryLimit <= 0 || a.threads <= 0 || a.parent {
+	if a.memoryLimit <= 0 || a.threads <= 0 {
 		return nil
 	}
 	p := &dbPool{dir: root, lim: Limits{MemoryLimit: a.memoryLimit, Threads: a.threads}.WithDefaults(), size: 1, oneShot: a.reads == 1}
@@ -318,12 +290,10 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 		return q, fmt.Errorf("request of protocol %d, this reader speaks %d", v, protocolVersion)
 	}
 	q.name = in.str()
+	q.file = in.str()
 	if q.diff = typ == frameDiff; q.diff {
-		q.parentName = in.str()
-		q.file = in.str()
-		q.parentFile = in.str()
-	} else {
-		q.file = in.str()
+		q.list = in.str()
+		q.parentRows = int64(in.u64())
 	}
 	q.lim.MaxFiles = int64(in.u64())
 	q.lim.Timeout = time.Duration(in.u64()) * time.Millisecond
@@ -333,13 +303,16 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 	if err := in.done(); err != nil {
 		return q, err
 	}
-	for _, f := range []string{q.file, q.parentFile} {
+	for _, f := range []string{q.file, q.list} {
 		if f != "" && (strings.ContainsAny(f, "/\x00") || f == "." || f == "..") {
 			return q, fmt.Errorf("request names %q, not a file of the folder", f)
 		}
 	}
-	if q.diff && (q.file == "") != (q.parentFile == "") {
-		return q, fmt.Errorf("a difference of %q and %q: both files or neither", q.file, q.parentFile)
+	if q.diff && (q.file == "" || q.list == "" || q.file == q.list) {
+		return q, fmt.Errorf("a difference of catalog %q and list %q: two files of the folder are due", q.file, q.list)
+	}
+	if q.parentRows < 0 {
+		return q, fmt.Errorf("a difference against a list of %d entries", q.parentRows)
 	}
 	return q, nil
 }
@@ -348,10 +321,15 @@ func parseRequest(in *frameReader, typ byte) (request, error) {
 func answer(out *frameWriter, err error) error {
 	out.begin(frameRefusal)
 	var le *LimitError
+	var lr listRefusal
 	if errors.As(err, &le) {
 		out.u8(refusalLimit)
 		out.str(le.Key)
 		out.str(truncate(le.Detail, maxMessage))
+	} else if errors.As(err, &lr) {
+		out.u8(refusalList)
+		out.str("")
+		out.str(truncate(lr.Error(), maxMessage))
 	} else {
 		out.u8(refusalPlain)
 		out.str("")

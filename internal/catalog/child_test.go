@@ -130,11 +130,15 @@ func lie(kind string) {
 		meta(1)
 		file("a.parquet", -5)
 		end(1, 0)
-	case "diff-count", "diff-same", "diff-short":
-		// A difference whose counts do not add up: the child's files
-		// less those in the parent are not the files announced, more
-		// files in both than the parent has, fewer files than announced.
-		counts := map[string][5]uint64{"diff-count": {10, 10, 8, 0, 1}, "diff-same": {10, 5, 11, 0, 1}, "diff-short": {10, 10, 8, 0, 2}}[kind]
+	case "diff-count", "diff-same", "diff-short", "diff-list", "diff-kept", "diff-removed":
+		// A difference whose counts do not add up (given a list of 8):
+		// the child's files less those in the list are not the files
+		// announced, more files in both than the child has, fewer files
+		// than announced, a list of 9, entries of the list neither in
+		// the child nor removed, a removed entry that does not come.
+		// Counts: child, list, same, folded, removed, files.
+		counts := map[string][6]uint64{"diff-count": {10, 8, 8, 0, 0, 1}, "diff-same": {10, 8, 11, 0, 0, 1}, "diff-short": {10, 8, 8, 0, 0, 2},
+			"diff-list": {10, 9, 8, 0, 0, 2}, "diff-kept": {10, 8, 7, 0, 0, 3}, "diff-removed": {10, 8, 8, 0, 1, 2}}[kind]
 		out.begin(frameDiffMeta)
 		out.str("0.3")
 		out.str("/data/")
@@ -145,7 +149,7 @@ func lie(kind string) {
 		file("a.parquet", 10)
 		if kind != "diff-short" {
 			file("b.parquet", 10)
-			end(counts[4], 20)
+			end(counts[5], 20)
 		} else {
 			end(1, 10)
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,94 +16,128 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 )
 
-// A difference is a child version's catalog read against its parent's:
-// every DuckLake catalog lists every file of its version, current and
+// A difference is a child version's catalog read against its parent's
+// confirmed list: the files the mirror itself confirmed present when it
+// published the parent (path below the data path, size, footer size,
+// kind; one per path, in path order), kept as the mirror's state. Every
+// DuckLake catalog lists every file of its version, current and
 // historical, so a child's lists its parent's files again, and reading
 // it whole costs what the repository holds, not what the version adds.
-// The parent's catalog is the one the mirror published (verified then);
-// the child's is the upstream's, which may change any old row. So every
-// row of the child is still read and compared, by DuckDB in the reader:
-// each file row of both catalogs is resolved to its path below the data
-// path (as resolve does: data path, schema path, table path, each where
-// relative), and the child's rows that have no row of the parent with the
-// same path, size, footer size and kind come out, one per path (the
-// first, as read keeps it), in path order. A changed old row is a file
-// the parent does not have, so it comes out as a new one. None of the
-// comparison happens in the mirror, which holds nothing per file.
 //
-// Rows are compared before they are made one per path, so that DuckDB
-// holds the parent's rows (the join's hash table) and the rows that come
-// out, never the child's: at 300,000 files the first way (each catalog's
-// paths grouped first) passed the default memory limit of 128 MiB. For a
-// catalog with a row per path, as DuckLake writes them, the difference is
-// the set difference of the two catalogs read whole. Where a path has
-// several rows, one equal to the parent's keeps none of the others out
-// (it may come out as read would not keep it: one more file checked),
-// and one that differs from the parent's in size comes out and meets the
-// parent's file in the mirror, which refuses it as of another size: a
-// row is never kept out that read would have needed.
+// The reader is given the child's catalog and the list, never the
+// parent's catalog: a parent's catalog that took its own reader over
+// (and so was published) may take over any reader that opens it, and
+// then say anything of the child. The list is the mirror's own record of
+// files it checked, so whatever a child's reader says against it costs
+// that child only. The list is a file of the mirror's (listfile.go),
+// linked into the reader's folder beside the catalog: the reader may
+// read it (Landlock allows it read_file below its folder, nothing more;
+// it can write no byte), and DuckDB reads it as it is, with its CSV
+// reader, before the catalog is attached. Nothing of it is taken from
+// the reader's answer but what the answer says of the child, and the
+// mirror reads its own copy again, checked, to make the child's list.
+//
+// Every file row of the child is resolved to its path below the data
+// path (as resolve does: data path, schema path, table path, each where
+// relative) and compared, by DuckDB in the reader, with the list (one
+// join, holding the list's keys as its hash table): the child's rows with
+// no entry of the same path, size, footer size and kind come out, one per
+// path (the first, as read keeps it), in path order (the new files); and
+// so do the list's entries no row of the child equals (the removed
+// ones). A changed old row is a file the parent does not have, so it
+// comes out as a new one (and the old entry as removed). None of the
+// comparison happens in the mirror, which holds nothing per file but
+// what comes out.
 
-// Difference is a child catalog's files that are not in its parent's.
+// Difference is a child catalog's files that are not in its parent's
+// list, and the list's that are not in the child.
 type Difference struct {
 	DuckLakeVersion string // the child's
 	DataPath        string // the child's, as stored
-	// Files are the child's files not in the parent (path, size,
-	// footer, kind), sorted by Path; empty when Diff streamed them.
+	// Files are the child's files not in the list (path, size, footer,
+	// kind), sorted by Path; empty when Diff streamed them.
 	Files []File
-	// ChildRows and ParentRows are the file rows (ducklake_data_file and
-	// ducklake_delete_file) of each catalog; of the child's, SameRows have
-	// an equal row in the parent, FoldedRows came out on a path another
-	// row came out on first, and the rest are Files. The reader says them
-	// first, and the mirror checks they add up and that the files that
-	// come are the rest, so that a difference cut short is refused as a
+	// Removed are the list's entries that no row of the child equals,
+	// each by its place in the list (from 0), in order.
+	Removed []int64
+	// ChildRows are the child's file rows (ducklake_data_file and
+	// ducklake_delete_file) and ParentRows the list's entries; of the
+	// child's rows, SameRows equal an entry of the list, FoldedRows came
+	// out on a path another row came out on first, and the rest are
+	// Files; RemovedRows of the list's entries are Removed. The reader
+	// says them first, and the mirror checks they add up and that what
+	// comes is the rest, so that a difference cut short is refused as a
 	// read cut short is.
-	ChildRows, ParentRows, SameRows, FoldedRows int64
+	ChildRows, ParentRows, SameRows, FoldedRows, RemovedRows int64
 }
 
-// ErrNoDifference is a pair of catalogs Diff does not compare: one of
-// them is a SQLite database (metadata.db), which the reader's DuckDB
-// cannot attach beside the other (it loads no extension), or the
-// parent's catalog is not one the reader can read. The caller reads the
-// child whole instead.
-var ErrNoDifference = errors.New("a difference is taken between two DuckDB catalogs only")
+// ParentList is a parent's confirmed list as the mirror gives it to a
+// difference: the file at Path, of Rows entries, one line each in path
+// order, one per path (AppendListLine), which the mirror checked as it
+// made it.
+type ParentList struct {
+	Rows int64
+	Path string
+}
+
+// ErrNoDifference is a catalog Diff does not compare: a SQLite database
+// (metadata.db), which the reader's DuckDB cannot attach (it loads no
+// extension). The caller reads the child whole instead.
+var ErrNoDifference = errors.New("a difference is taken of a DuckDB catalog only")
+
+// ErrParentList is a parent's list that a difference could not read as
+// the mirror said it is (missing, of another length, a line that does
+// not parse). The caller reads the child whole instead: the list is the
+// mirror's, not the child's. A reader taken over may say it of a good
+// list; it then costs the child a whole read, in a reader of its own.
+var ErrParentList = errors.New("the parent's list is unusable")
+
+// listName is the list's name in a difference's reader's folder; the
+// catalog's is its own, a version's catalog name (never this one).
+const listName = "parent-list.tsv"
 
 // Diff reads the catalog at file (named name in the repository, the
-// upstream's child version) against parentFile (parentName, the parent's
-// catalog as the mirror published it) in a reader of its own, confined to
-// those two files, and returns the child's files the parent does not
-// have. Each, once checked, goes to each (if not nil) in path order
-// instead of into Files. Errors as Read's: a *LimitError, a *ReaderError,
-// or the catalog's refusal; ErrNoDifference where either is not a DuckDB
-// database.
-func Diff(ctx context.Context, file, name, parentFile, parentName string, lim Limits, each func(File) error) (*Difference, error) {
+// upstream's child version) against parent (the list of the parent's
+// files the mirror confirmed) in a reader of its own, confined to a
+// folder of its own that holds the catalog and the list, and returns the
+// child's files the list lacks, and the list's the child no longer has.
+// Each new file, once checked, goes to each (if not nil) in path order
+// instead of into Files. Errors as Read's: a *LimitError, a
+// *ReaderError, or the catalog's refusal; ErrNoDifference where it is not
+// a DuckDB database; ErrParentList where the list is not what it says.
+func Diff(ctx context.Context, file, name string, parent ParentList, lim Limits, each func(File) error) (*Difference, error) {
 	if name == "" {
 		name = file
 	}
-	if parentName == "" {
-		parentName = parentFile
-	}
 	lim = lim.WithDefaults()
-	var fds []*os.File
-	defer func() {
-		for _, f := range fds {
-			f.Close()
-		}
-	}()
-	for _, p := range []struct{ file, name string }{{file, name}, {parentFile, parentName}} {
-		f, err := os.Open(p.file)
-		if err != nil {
-			return nil, fmt.Errorf("catalog %s: %w", p.name, err)
-		}
-		fds = append(fds, f)
-		if err := notSQLite(p.file, p.name); err != nil {
-			return nil, err
-		}
+	if err := notSQLite(file, name); err != nil {
+		return nil, err
 	}
-	p, err := startReader(ctx, fds[0], lim, 1, fds[1])
+	dir, err := os.MkdirTemp("", "catalog-diff-")
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: a folder for its reader: %w", name, err)
+	}
+	defer os.RemoveAll(dir)
+	base := filepath.Base(file)
+	if base == listName {
+		base = "catalog"
+	}
+	if err := linkOrCopy(file, filepath.Join(dir, base)); err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", name, err)
+	}
+	if err := linkOrCopy(parent.Path, filepath.Join(dir, listName)); err != nil {
+		return nil, fmt.Errorf("catalog %s: %w: %w", name, ErrParentList, err)
+	}
+	fd, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("catalog %s: %w", name, err)
+	}
+	p, err := startReader(ctx, fd, lim, 1)
+	fd.Close()
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	d, err := p.readDifference(ctx, request{name: name, parentName: parentName, lim: lim}, each)
+	d, err := p.readDifference(ctx, request{name: name, file: base, lim: lim}, parent, each)
 	if err != nil {
 		return nil, err
 	}
@@ -110,39 +145,59 @@ func Diff(ctx context.Context, file, name, parentFile, parentName string, lim Li
 	return d, nil
 }
 
-// Diff is Diff (the function) with one of the pool's readers, where both
-// catalogs are in the pool's folder (as Fetch puts them); else with a
-// reader of its own.
-func (p *Pool) Diff(ctx context.Context, file, name, parentFile, parentName string, each func(File) error) (*Difference, error) {
-	if filepath.Dir(file) != p.dir || filepath.Dir(parentFile) != p.dir {
-		return Diff(ctx, file, name, parentFile, parentName, p.lim, each)
+// Diff is Diff (the function) with one of the pool's readers, where the
+// catalog is in the pool's folder (as Fetch puts it); else with a reader
+// of its own.
+func (p *Pool) Diff(ctx context.Context, file, name string, parent ParentList, each func(File) error) (*Difference, error) {
+	if filepath.Dir(file) != p.dir || filepath.Base(file) == listName {
+		return Diff(ctx, file, name, parent, p.lim, each)
 	}
-	for _, c := range []struct{ file, name string }{{file, name}, {parentFile, parentName}} {
-		if err := notSQLite(c.file, c.name); err != nil {
-			return nil, err
-		}
+	if err := notSQLite(file, name); err != nil {
+		return nil, err
 	}
-	p.taken(parentFile)
 	r, err := p.get(ctx, file)
 	if err != nil {
 		return nil, rename(err, name)
 	}
-	// The two catalogs in the reader's folder, for its one request.
-	childBase, err := r.link(file)
-	var parentBase string
-	if err == nil {
-		parentBase, err = r.link(parentFile)
-	}
+	// The catalog and the list in the reader's folder, for its one
+	// request.
+	base, err := r.link(file)
 	if err != nil {
 		p.done(r, false)
 		return nil, fmt.Errorf("catalog %s: %w", name, err)
 	}
-	d, err := r.proc.readDifference(ctx, request{name: name, parentName: parentName, file: childBase, parentFile: parentBase, lim: p.lim}, each)
+	if err := linkOrCopy(parent.Path, filepath.Join(r.dir, listName)); err != nil {
+		p.done(r, false)
+		return nil, fmt.Errorf("catalog %s: %w: %w", name, ErrParentList, err)
+	}
+	d, err := r.proc.readDifference(ctx, request{name: name, file: base, lim: p.lim}, parent, each)
 	p.done(r, err == nil)
 	if err != nil {
 		return nil, err
 	}
 	return d, nil
+}
+
+// linkOrCopy makes to the file from: a hard link where it can (the
+// pool's files are on one file system), else a copy.
+func linkOrCopy(from, to string) error {
+	if err := os.Link(from, to); err == nil {
+		return nil
+	}
+	in, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // notSQLite refuses a catalog of a difference that is a SQLite database
@@ -157,10 +212,13 @@ func notSQLite(file, name string) error {
 	return nil
 }
 
-// readDifference asks the reader for a difference and checks the answer
-// as readCatalog checks a catalog.
-func (p *readerProc) readDifference(ctx context.Context, q request, each func(File) error) (*Difference, error) {
+// readDifference asks the reader for a difference of its folder's
+// catalog and list, and checks the answer as readCatalog checks a
+// catalog.
+func (p *readerProc) readDifference(ctx context.Context, q request, parent ParentList, each func(File) error) (*Difference, error) {
 	q.diff = true
+	q.parentRows = parent.Rows
+	q.list = listName
 	d := &Difference{}
 	var files []File
 	collect := each
@@ -178,51 +236,48 @@ func (p *readerProc) readDifference(ctx context.Context, q request, each func(Fi
 	return d, nil
 }
 
+// listRefusal is a reader's refusal of a difference for its list: the
+// mirror's, not the child's fault.
+type listRefusal struct{ error }
+
+func (e listRefusal) Unwrap() error { return e.error }
+
 // diffCounts checks what a reader announces of a difference: counts that
-// add up, none above the limit.
-func diffCounts(d *Difference, files uint64, lim Limits) error {
+// add up, none above the limit, the list's as the mirror sent it.
+func diffCounts(d *Difference, files, sent uint64, lim Limits) error {
 	most := uint64(lim.MaxFiles)
-	child, parent, same, folded := uint64(d.ChildRows), uint64(d.ParentRows), uint64(d.SameRows), uint64(d.FoldedRows)
+	child, parent, same, folded, removed := uint64(d.ChildRows), uint64(d.ParentRows), uint64(d.SameRows), uint64(d.FoldedRows), uint64(d.RemovedRows)
 	switch {
-	case child > most || parent > most:
-		return fmt.Errorf("%w: a difference of catalogs of %d and %d rows, more than the %d allowed", errInvalid, child, parent, most)
+	case child > most:
+		return fmt.Errorf("%w: a difference of a catalog of %d rows, more than the %d allowed", errInvalid, child, most)
+	case parent != sent:
+		return fmt.Errorf("%w: a difference against a list of %d entries, where %d were sent", errInvalid, parent, sent)
 	case same > child || folded > child || files > child || same+folded+files != child:
-		return fmt.Errorf("%w: %d files announced, where %d of the child's %d rows are in the parent and %d folded", errInvalid, files, same, child, folded)
+		return fmt.Errorf("%w: %d files announced, where %d of the child's %d rows are in the list and %d folded", errInvalid, files, same, child, folded)
+	case removed > parent || same < parent-removed:
+		// Each entry not removed is equalled by a row of the child.
+		return fmt.Errorf("%w: %d of the list's %d entries removed, where %d rows of the child are in it", errInvalid, removed, parent, same)
 	}
 	return nil
 }
 
 // The reader's side.
 
-// Names the two catalogs of a difference are attached under.
-const (
-	childAlias  = "cat"
-	parentAlias = "par"
-)
+// childAlias is the name the child's catalog is attached under.
+const childAlias = "cat"
 
-// answerDifference takes the difference of the child catalog at file
-// and the parent's at parentFile, and writes it to out: a meta frame
-// with the counts, the files, the end; or a refusal, at any point.
-func answerDifference(out *frameWriter, file, parentFile string, q request, pool *dbPool) error {
+// answerDifference takes the difference of the child catalog at file and
+// the parent's list at list, and writes it to out: a meta frame with the
+// counts, the new files, the removed entries, the end; or a refusal, at
+// any point. An error is one the reader cannot answer: a write failed.
+func answerDifference(out *frameWriter, file, list string, q request, pool *dbPool) error {
 	w := &diffWriter{out: out}
-	err := difference(context.Background(), file, parentFile, q, w, pool)
+	err := difference(context.Background(), file, list, q, w, pool)
 	var ea errAnswer
-	var pe parentError
-	switch {
-	case errors.As(err, &ea):
+	if errors.As(err, &ea) {
 		return ea.error
-	case errors.As(err, &pe):
-		// The child is not refused for its parent: the mirror reads it
-		// whole instead.
-		out.begin(frameRefusal)
-		out.u8(refusalParent)
-		out.str("")
-		out.str(truncate(err.Error(), maxMessage))
-		if err := out.end(); err != nil {
-			return err
-		}
-		return out.flush()
-	case err != nil:
+	}
+	if err != nil {
 		// Before the meta frame or among the files: the mirror takes a
 		// refusal at either.
 		return answer(out, err)
@@ -238,11 +293,6 @@ type diffWriter struct {
 }
 
 func (w *diffWriter) meta(c *Catalog, d *Difference) error {
-	if testMarker != nil {
-		if err := testMarker(c.DataPath); err != nil {
-			return err
-		}
-	}
 	w.out.begin(frameDiffMeta)
 	w.out.str(truncate(c.DuckLakeVersion, 256))
 	w.out.str(c.DataPath)
@@ -250,6 +300,7 @@ func (w *diffWriter) meta(c *Catalog, d *Difference) error {
 	w.out.u64(uint64(d.ParentRows))
 	w.out.u64(uint64(d.SameRows))
 	w.out.u64(uint64(d.FoldedRows))
+	w.out.u64(uint64(d.RemovedRows))
 	w.out.u64(uint64(d.ChildRows - d.SameRows - d.FoldedRows))
 	return w.out.end()
 }
@@ -265,6 +316,12 @@ func (w *diffWriter) file(f File) error {
 	return nil
 }
 
+func (w *diffWriter) removed(at int64) error {
+	w.out.begin(frameRemoved)
+	w.out.u64(uint64(at))
+	return w.out.end()
+}
+
 func (w *diffWriter) end() error {
 	w.out.begin(frameEnd)
 	w.out.u64(w.n)
@@ -275,37 +332,42 @@ func (w *diffWriter) end() error {
 	return w.out.flush()
 }
 
-// difference is a reader's difference of two catalogs: both attached
-// read-only to one locked-down DuckDB that may open those two files and
-// no other, each checked as read checks one (base tables only, no
-// generated column, rows within the limits, a data path), their file
-// rows resolved and compared by DuckDB, and the files of the child not
-// in the parent written to w in path order.
-func difference(ctx context.Context, file, parentFile string, q request, w *diffWriter, pool *dbPool) (err error) {
+// Temporary tables of a difference.
+const (
+	listTable  = "fdl_list" // the parent's list: each entry's place, key and size
+	childBases = "fdl_child_bases"
+	unmatched  = "fdl_unmatched" // the child's rows and the list's entries with no equal on the other side
+)
+
+// difference is a reader's difference of a catalog and a list: the list
+// loaded into a locked-down DuckDB first, before the catalog is opened;
+// the catalog attached read-only to that DuckDB, which may open the
+// files of the reader's folder and no other, checked as read checks one
+// (base tables only, no generated column, rows within the limits, a data
+// path), its file rows resolved and compared with the list by DuckDB,
+// and the files of the child not in the list, then the list's entries
+// the child lacks, written to w in path order. An errAnswer is one the
+// reader cannot answer.
+func difference(ctx context.Context, file, list string, q request, w *diffWriter, pool *dbPool) (err error) {
 	lim := q.lim.WithDefaults()
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
 	defer cancel()
 	child := &reader{ctx: ctx, name: q.name, lim: lim, file: file, alias: childAlias}
-	parent := &reader{ctx: ctx, name: q.parentName, lim: lim, file: parentFile, alias: parentAlias}
 	defer func() {
 		if err != nil {
-			err = child.diffError(err, parent)
+			err = child.diffError(err)
 		}
 	}()
-	for _, r := range []*reader{child, parent} {
-		if sqlite, err := isSQLite(r.file); err != nil {
-			return r.errf("%v", strings.ReplaceAll(err.Error(), r.file, r.name))
-		} else if sqlite {
-			return r.errf("a SQLite database: %v", ErrNoDifference)
-		}
+	if q.parentRows > lim.MaxFiles {
+		return &LimitError{Catalog: q.name, Key: KeyMaxFiles, Detail: fmt.Sprintf("its parent's list has %d files, more than the %d allowed", q.parentRows, lim.MaxFiles)}
 	}
 	var inst *instance
 	if pool != nil {
-		// A pooled reader's one request, its DuckDB started ahead
-		// (dbPool), which may open the files of its folder: these two.
+		// The reader's DuckDB started ahead (dbPool), which may open
+		// the files of its folder.
 		inst, err = pool.get(ctx)
 	} else {
-		allow := []string{sqlString(file), sqlString(file + ".wal"), sqlString(parentFile), sqlString(parentFile + ".wal")}
+		allow := []string{sqlString(file), sqlString(file + ".wal"), sqlString(list)}
 		inst, err = startDuckDB(ctx, lim, "SET allowed_paths=["+strings.Join(allow, ", ")+"]")
 	}
 	if err != nil {
@@ -314,68 +376,75 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 	if pool == nil || !pool.oneShot {
 		defer inst.close()
 	}
-	// Both attached, the objects of both listed at once.
-	for _, r := range []*reader{child, parent} {
-		r.db, r.conn = inst.db, inst.conn
-		if err := r.attach(r.file); err != nil {
-			return asParents(r, parent, err)
-		}
+	if err := loadList(ctx, inst.conn, list, q.parentRows); err != nil {
+		return err
 	}
-	found, err := findObjects(ctx, inst.conn, []string{childAlias, parentAlias})
+	if sqlite, err := isSQLite(file); err != nil {
+		return child.errf("%v", strings.ReplaceAll(err.Error(), file, q.name))
+	} else if sqlite {
+		return child.errf("a SQLite database: %v", ErrNoDifference)
+	}
+	child.db, child.conn = inst.db, inst.conn
+	if err := child.attach(child.file); err != nil {
+		return err
+	}
+	found, err := findObjects(ctx, inst.conn, []string{childAlias})
 	if err != nil {
 		return child.errf("listing the catalog's objects: %w", err)
 	}
-	metas := make([]*Catalog, 2)
-	for i, r := range []*reader{child, parent} {
-		err := r.objectError(found[r.attachedAs()])
-		if err == nil {
-			err = prepareDiff(r, &metas[i])
-		}
-		if err != nil {
-			return asParents(r, parent, err)
-		}
+	var meta *Catalog
+	if err := child.objectError(found[child.attachedAs()]); err != nil {
+		return err
 	}
-	if err := child.compare(parent, metas[0].DataPath, metas[1].DataPath); err != nil {
+	if err := prepareDiff(child, &meta); err != nil {
+		return err
+	}
+	if err := child.compare(meta.DataPath); err != nil {
 		return err
 	}
 	if err := child.checkResolved(); err != nil {
 		return err
 	}
-	var out, files int64
+	var out, files, removed int64
 	if err := inst.conn.QueryRowContext(ctx, "SELECT coalesce(sum(nrows), 0), count(*) FROM "+diffTable).Scan(&out, &files); err != nil {
-		return child.errf("comparing with %s: %w", parent.name, err)
+		return child.errf("comparing with its parent's list: %w", err)
+	}
+	if err := inst.conn.QueryRowContext(ctx, "SELECT count(*) FROM "+unmatched+" WHERE ord IS NULL").Scan(&removed); err != nil {
+		return child.errf("comparing with its parent's list: %w", err)
 	}
 	if out > child.fileRows {
 		return child.errf("more rows out of the comparison (%d) than the catalog has (%d): it changed while read", out, child.fileRows)
 	}
-	d := &Difference{ChildRows: child.fileRows, ParentRows: parent.fileRows, SameRows: child.fileRows - out, FoldedRows: out - files}
-	if err := w.meta(metas[0], d); err != nil {
+	d := &Difference{ChildRows: child.fileRows, ParentRows: q.parentRows, SameRows: child.fileRows - out, FoldedRows: out - files, RemovedRows: removed}
+	if testLieDiff {
+		// A reader taken over (tests only): every new file left out,
+		// counted among those in the list.
+		d.SameRows += files
+	}
+	if err := w.meta(meta, d); err != nil {
 		return errAnswer{err}
 	}
-	rows, err := inst.conn.QueryContext(ctx, "SELECT rel, size, footer, del, puffin FROM "+diffTable+" ORDER BY rel")
+	if !testLieDiff {
+		if err := child.writeFiles(w, meta.DataPath); err != nil {
+			return err
+		}
+	}
+	rows, err := inst.conn.QueryContext(ctx, "SELECT lord FROM "+unmatched+" WHERE ord IS NULL ORDER BY lord")
 	if err != nil {
-		return child.errf("comparing with %s: %w", parent.name, err)
+		return child.errf("comparing with its parent's list: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var f File
-		if err := rows.Scan(&f.Path, &f.Size, &f.Footer, &f.Delete, &f.Puffin); err != nil {
-			return child.errf("comparing with %s: %w", parent.name, err)
+		var at int64
+		if err := rows.Scan(&at); err != nil {
+			return child.errf("comparing with its parent's list: %w", err)
 		}
-		// As resolve checks each path it makes; a file of both catalogs
-		// passed this when the parent was read.
-		if len(f.Path) > MaxPathBytes {
-			return child.errf("file %s: its path below the data path is longer than %d bytes, the object stores' key limit", Excerpt(f.Path), MaxPathBytes)
-		}
-		if backend.CheckName(f.Path) != nil {
-			return child.errf("file %s: path is not a clean relative path below the data path (no \"..\", \".\" or empty segments)", Excerpt(metas[0].DataPath+f.Path))
-		}
-		if err := w.file(f); err != nil {
+		if err := w.removed(at); err != nil {
 			return errAnswer{err}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return child.errf("comparing with %s: %w", parent.name, err)
+		return child.errf("comparing with its parent's list: %w", err)
 	}
 	if err := w.end(); err != nil {
 		return errAnswer{err}
@@ -383,7 +452,92 @@ func difference(ctx context.Context, file, parentFile string, q request, w *diff
 	return nil
 }
 
-// prepareDiff checks one attached catalog of a difference as read checks
+// writeFiles writes the new files of a difference (diffTable), in path
+// order, each checked as resolve checks a path it makes.
+func (r *reader) writeFiles(w *diffWriter, dataPath string) error {
+	rows, err := r.conn.QueryContext(r.ctx, "SELECT rel, size, footer, del, puffin FROM "+diffTable+" ORDER BY rel")
+	if err != nil {
+		return r.errf("comparing with its parent's list: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var f File
+		if err := rows.Scan(&f.Path, &f.Size, &f.Footer, &f.Delete, &f.Puffin); err != nil {
+			return r.errf("comparing with its parent's list: %w", err)
+		}
+		if len(f.Path) > MaxPathBytes {
+			return r.errf("file %s: its path below the data path is longer than %d bytes, the object stores' key limit", Excerpt(f.Path), MaxPathBytes)
+		}
+		if backend.CheckName(f.Path) != nil {
+			return r.errf("file %s: path is not a clean relative path below the data path (no \"..\", \".\" or empty segments)", Excerpt(dataPath+f.Path))
+		}
+		if err := w.file(f); err != nil {
+			return errAnswer{err}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r.errf("comparing with its parent's list: %w", err)
+	}
+	return nil
+}
+
+// loadList puts the list at path in listTable of conn's DuckDB: each
+// entry's key (lkey, as rowKey makes a row's) and its size, not its
+// path, so that a list of a million files holds 16 bytes each, not a
+// path each (DuckDB has no disk to spill to, and a memory limit of 128
+// MiB by default); an entry's place in the list is its rowid (the table
+// is made in the file's order, as DuckDB keeps insertion order). DuckDB
+// reads the file itself (its CSV reader, one pass, the columns' types
+// given). A list that does not read, or not of the rows the mirror said,
+// is a listRefusal.
+func loadList(ctx context.Context, conn *sql.Conn, path string, rows int64) error {
+	// Its buffer of 1 MiB, not DuckDB's 32 (max_line_size's 16 times),
+	// which would take a quarter of the reader's memory limit; a line is
+	// at most some 10 KiB (a quoted path of MaxPathBytes).
+	csv := fmt.Sprintf("read_csv(%s, delim='\\t', quote='', escape='', header=false, auto_detect=false, max_line_size=%d, buffer_size=%d, "+
+		"columns={'path': 'VARCHAR', 'size': 'BIGINT', 'footer': 'BIGINT', 'flags': 'UTINYINT'})", sqlString(path), 64<<10, 1<<20)
+	q := fmt.Sprintf("CREATE TEMP TABLE %s AS SELECT %s AS lkey, size AS lsize FROM %s", listTable, listKey("path", "size", "footer", "flags"), csv)
+	if _, err := conn.ExecContext(ctx, q); err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		return listRefusal{fmt.Errorf("reading its parent's list: %w", err)}
+	}
+	var n int64
+	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM "+listTable).Scan(&n); err != nil {
+		return fmt.Errorf("reading its parent's list: %w", err)
+	}
+	if n != rows {
+		return listRefusal{fmt.Errorf("its parent's list has %d entries, where the mirror said %d", n, rows)}
+	}
+	return nil
+}
+
+// listKey is the key of a file by its path, size, footer size and
+// flags (fileDelete, filePuffin; UTINYINT), as DuckDB hashes them: a row
+// of the child and an entry of the list are the same file where their
+// keys and sizes are equal. The key is the reader's DuckDB's own hash,
+// made on both sides in one process, so it need match nothing outside;
+// 64 bits and the size, against a list and a child of a million files
+// each, leave honest files about one chance in 10^7 of a false match
+// among files of one size. A match a hostile child makes is a lie about
+// itself, which costs the child, as its reader's lies do; and a hostile
+// parent that plants an entry equal to a future file of the child must
+// know that file's path, size and footer, with which it could plant the
+// file itself, hash or none.
+func listKey(path, size, footer, flags string) string {
+	return fmt.Sprintf("hash(%s, %s, %s, %s)", path, size, footer, flags)
+}
+
+// rowKey is a child's resolved row x's key (listKey), NULL where it has
+// no path below the data path, or one that begins with '"', which the
+// list writes quoted (listfile.go) and so never as it is.
+func rowKey(x string) string {
+	return fmt.Sprintf("CASE WHEN %[1]s.rel IS NULL OR starts_with(%[1]s.rel, '\"') THEN NULL ELSE %[2]s END", x,
+		listKey(x+".rel", x+".size", x+".footer", fmt.Sprintf("CAST(CASE WHEN %[1]s.del THEN %[2]d ELSE 0 END + CASE WHEN %[1]s.puffin THEN %[3]d ELSE 0 END AS UTINYINT)", x, fileDelete, filePuffin)))
+}
+
+// prepareDiff checks the attached catalog of a difference as read checks
 // one: no generated column, rows within the limits, a data path, ids on
 // its schemas and tables.
 func prepareDiff(r *reader, meta **Catalog) error {
@@ -402,84 +556,42 @@ func prepareDiff(r *reader, meta **Catalog) error {
 	if err := r.metadata(*meta); err != nil {
 		return err
 	}
+	if testMarker != nil {
+		// Each catalog a difference's reader opens (tests only).
+		if err := testMarker((*meta).DataPath); err != nil {
+			return err
+		}
+	}
 	return r.checkPlaceIDs()
 }
 
-// asParents is err as difference returns it: against the child, or, where
-// r is the parent, nothing against the child (parentError).
-func asParents(r, parent *reader, err error) error {
-	if r == parent {
-		return parentError{err}
-	}
-	return err
-}
-
-// Most file rows of a child are its parent's, stored in the same order:
-// DuckLake appends a version's rows and ends old ones by setting their
-// end snapshot, which is not compared. So the rows are first paired by
-// position (DuckDB's POSITIONAL JOIN: both tables scanned side by side,
-// no hash table of either), and a child row equal, as stored, to its
-// partner (table, snapshot, path, relative, size, footer, format), whose
-// table and snapshot resolve to the same base in both catalogs and whose
-// resolved path passes read's checks, is the parent's file: resolving it
-// would give the parent's row. Only the rest are resolved, and compared
-// with the parent's rows of the same size and footer size (resolved for
-// that), as a whole comparison would compare them. A hostile child that
-// shifts, reorders or rewrites rows loses the pairing for those rows and
-// pays for the comparison they need, never less.
-
-// Temporary tables of a difference.
-const (
-	childBases  = "fdl_child_bases"
-	parentBases = "fdl_parent_bases"
-	unpaired    = "fdl_unpaired"
-)
-
-// compare fills diffTable: the child's file rows (r) with no equal row
-// in parent, grouped by path, as checkResolved and the files read them.
-func (r *reader) compare(parent *reader, dataPath, parentDataPath string) error {
+// compare fills unmatched and diffTable: each file row of the catalog
+// (r) resolved and joined with the list's entries by their keys and
+// sizes (rowKey, listKey: everything the mirror is told of a file; one
+// hash join, the list its table where it is the smaller); the rows and
+// entries without an equal kept (unmatched), and the rows grouped by
+// path (diffTable), as
+// checkResolved and the files read them. Rows are compared before they
+// are made one per path, so that DuckDB holds the list and what comes
+// out, never the child's rows grouped: at 300,000 files grouping them
+// first passed the default memory limit of 128 MiB.
+func (r *reader) compare(dataPath string) error {
+	rows := resolvedSQL(r.rawSQL(0)+" UNION ALL "+r.rawSQL(1), childBases, dataPath)
 	steps := []string{
 		"CREATE TEMP TABLE " + childBases + " AS " + r.basesSQL(dataPath),
-		"CREATE TEMP TABLE " + parentBases + " AS " + parent.basesSQL(parentDataPath),
-	}
-	// A pair is the same file only where both data paths are the same: a
-	// relative path is below its data path, an absolute one is cut by it.
-	same := "false"
-	if dataPath == parentDataPath {
-		limit := len(dataPath) + MaxPathBytes
-		same = fmt.Sprintf(`x.prid IS NOT NULL AND x.tid = x.ptid AND x.b IS NOT DISTINCT FROM x.pb AND x.path = x.ppath AND x.relative = x.prelative
-		AND x.size = x.psize AND x.footer = x.pfooter AND x.fmt IS NOT DISTINCT FROM x.pfmt AND x.path <> ''
-		AND CASE WHEN x.relative THEN ok.blen + strlen(x.path) <= %[1]d ELSE strlen(x.path) <= %[1]d AND starts_with(x.path, %[2]s) END`,
-			limit, sqlString(dataPath))
-	}
-	// The join's two sides are the tables' columns as stored, and each is
-	// made what rawSQL makes it above the join: with an expression on a
-	// side, DuckDB collects the whole of that side (the parent's rows,
-	// paths and all) before pairing, 100 to 130 bytes a row; with the
-	// tables alone it scans both side by side and holds a few blocks.
-	pairs := func(kind int) string {
-		return fmt.Sprintf(`SELECT %d AS kind, %s, %s
-	FROM (%s) c POSITIONAL JOIN (%s) p`, kind, r.rowColumns(kind, "c", ""), parent.rowColumns(kind, "p", "p"), r.storedSQL(kind), parent.storedSQL(kind))
-	}
-	steps = append(steps, fmt.Sprintf(`CREATE TEMP TABLE %[1]s AS
-WITH ok AS (
-	SELECT c.tid, c.b, strlen(c.base) AS blen FROM %[2]s c JOIN %[3]s p ON c.tid = p.tid AND c.b IS NOT DISTINCT FROM p.b AND c.base = p.base
-	WHERE starts_with(c.base, %[4]s))
-SELECT x.kind, x.rid, x.tid, x.b, x.path, x.relative, x.size, x.footer, x.fmt
-FROM (%[5]s UNION ALL %[6]s) x LEFT JOIN ok ON x.relative AND ok.tid = x.tid AND ok.b IS NOT DISTINCT FROM x.b
-WHERE x.rid IS NOT NULL AND NOT coalesce(%[7]s, false)`,
-		unpaired, childBases, parentBases, sqlString(dataPath), pairs(0), pairs(1), same))
-	candidates := fmt.Sprintf(`SELECT p.* FROM (%s UNION ALL %s) p SEMI JOIN (SELECT DISTINCT size, footer FROM %s) u ON p.size = u.size AND p.footer = u.footer`,
-		parent.rawSQL(0), parent.rawSQL(1), unpaired)
-	steps = append(steps, fmt.Sprintf(`CREATE TEMP TABLE %s AS
+		fmt.Sprintf(`CREATE TEMP TABLE %s AS
+SELECT c.*, p.lord FROM (SELECT r.*, %s AS ckey FROM (%s) r) c FULL OUTER JOIN (SELECT rowid AS lord, lkey, lsize FROM %s) p ON c.ckey = p.lkey AND c.size = p.lsize
+WHERE c.ord IS NULL OR p.lord IS NULL`, unmatched, rowKey("r"), rows, listTable),
+		fmt.Sprintf(`CREATE TEMP TABLE %s AS
 SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
 	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
 	arg_min({'err': err, 'del': del, 'path': left(path, 200), 'len': strlen(path)}, ord) FILTER (WHERE err IS NOT NULL) AS bad
-FROM (%s) c ANTI JOIN (%s) p ON %s
-GROUP BY rel`, diffTable, resolvedSQL("SELECT * FROM "+unpaired, childBases, dataPath), resolvedSQL(candidates, parentBases, parentDataPath), sameFile))
+FROM %s WHERE ord IS NOT NULL
+GROUP BY rel`, diffTable, unmatched),
+	}
 	for _, q := range steps {
 		if _, err := r.conn.ExecContext(r.ctx, q); err != nil {
-			return r.errf("comparing with %s: %w", parent.name, err)
+			return r.errf("comparing with its parent's list: %w", err)
 		}
 	}
 	return nil
@@ -489,41 +601,31 @@ GROUP BY rel`, diffTable, resolvedSQL("SELECT * FROM "+unpaired, childBases, dat
 // to answer to.
 type errAnswer struct{ error }
 
-// parentError is the parent's catalog failing a check a read makes:
-// nothing against the child.
-type parentError struct{ error }
-
-func (e parentError) Unwrap() error { return e.error }
-
 // diffError is what difference refuses the child for, as read says it:
 // a limit where one was passed, each catalog named as the repository
 // names it.
-func (r *reader) diffError(err error, parent *reader) error {
+func (r *reader) diffError(err error) error {
 	var ea errAnswer
 	if errors.As(err, &ea) {
 		return err
 	}
 	if r.ctx.Err() != nil {
-		return &LimitError{Catalog: r.name, Key: KeyTimeout, Detail: fmt.Sprintf("comparing it with %s took longer than %s", parent.name, r.lim.Timeout)}
+		return &LimitError{Catalog: r.name, Key: KeyTimeout, Detail: fmt.Sprintf("comparing it with its parent's list took longer than %s", r.lim.Timeout)}
 	}
 	var de *duckdb.Error
 	if errors.As(err, &de) && de.Type == duckdb.ErrorTypeOutOfMemory {
-		return &LimitError{Catalog: r.name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("comparing it with %s needs more than DuckDB's memory limit of %s", parent.name, FormatBytes(r.lim.MemoryLimit))}
+		return &LimitError{Catalog: r.name, Key: KeyMemoryLimit, Detail: fmt.Sprintf("comparing it with its parent's list needs more than DuckDB's memory limit of %s", FormatBytes(r.lim.MemoryLimit))}
 	}
 	var le *LimitError
 	if errors.As(err, &le) {
 		return err
 	}
-	msg := strings.ReplaceAll(strings.ReplaceAll(err.Error(), r.file, r.name), parent.file, parent.name)
+	msg := strings.ReplaceAll(err.Error(), r.file, r.name)
 	return &renamed{msg: msg, err: err}
 }
 
 // diffTable is the temporary table of the files of a difference.
 const diffTable = "fdl_difference"
-
-// sameFile is when a file of the child (c) is one of the parent (p):
-// everything the mirror is told of a file is equal.
-const sameFile = "c.rel = p.rel AND c.size = p.size AND c.footer = p.footer AND c.del = p.del AND c.puffin = p.puffin"
 
 // checkPlaceIDs refuses what places refuses: a schema or table row
 // without an id.

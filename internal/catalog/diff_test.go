@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -88,11 +89,77 @@ func (w wholeReads) setDifference(t *testing.T, child, parent string) []File {
 	return out
 }
 
-// checkDiff takes the difference of child and parent and checks it is
-// the set difference of two whole reads, counts and all.
+// listOf is a list of files as the mirror gives a difference: a file in
+// a folder of t's, in path order, one per path.
+func listOf(t testing.TB, files []File) ParentList {
+	t.Helper()
+	sorted := append([]File(nil), files...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
+	var b []byte
+	var n int64
+	for i, f := range sorted {
+		if i == 0 || sorted[i-1].Path != f.Path {
+			b = AppendListLine(b, f)
+			n++
+		}
+	}
+	p := filepath.Join(t.TempDir(), "list.tsv")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return ParentList{Rows: n, Path: p}
+}
+
+// list is the parent's confirmed list as the mirror would hold it: the
+// files of its catalog read whole.
+func (w wholeReads) list(t *testing.T, parent string) ParentList {
+	t.Helper()
+	return listOf(t, w.read(t, parent, parentName).Files)
+}
+
+// listFiles is a list's entries, in its order.
+func listFiles(t *testing.T, l ParentList) []File {
+	t.Helper()
+	raw, err := os.ReadFile(l.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []File
+	for _, line := range strings.SplitAfter(string(raw), "\n") {
+		if line == "" {
+			continue
+		}
+		f, err := ParseListLine(strings.TrimSuffix(line, "\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// removedFrom is what a difference must say removed: the paths of the
+// parent's files, read whole, that the child's, read whole, does not
+// list exactly so.
+func (w wholeReads) removedFrom(t *testing.T, child, parent string) []string {
+	t.Helper()
+	return pathsOf(w.setDifference(t, parent, child))
+}
+
+func pathsOf(files []File) []string {
+	var out []string
+	for _, f := range files {
+		out = append(out, f.Path)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// checkDiff takes the difference of child and parent's list and checks
+// it is the set difference of two whole reads, both ways, counts and all.
 func (w wholeReads) checkDiff(t *testing.T, child, parent string) *Difference {
 	t.Helper()
-	d, err := Diff(context.Background(), child, catalogName, parent, parentName, Limits{}, nil)
+	d, err := Diff(context.Background(), child, catalogName, w.list(t, parent), Limits{}, nil)
 	if err != nil {
 		t.Fatalf("Diff: %v", err)
 	}
@@ -100,11 +167,20 @@ func (w wholeReads) checkDiff(t *testing.T, child, parent string) *Difference {
 	if !reflect.DeepEqual(d.Files, want) && len(d.Files)+len(want) > 0 {
 		t.Fatalf("the difference is\n%v\nthe set difference of two reads\n%v", d.Files, want)
 	}
+	entries := listFiles(t, w.list(t, parent))
+	var removed []string
+	for _, at := range d.Removed {
+		removed = append(removed, entries[at].Path)
+	}
+	if gone := w.removedFrom(t, child, parent); !reflect.DeepEqual(removed, gone) && len(removed)+len(gone) > 0 {
+		t.Fatalf("removed\n%v\nthe parent's files the child's read lacks\n%v", removed, gone)
+	}
 	c, p := w.read(t, child, catalogName), w.read(t, parent, parentName)
 	// The generator's catalogs have a row per file.
-	if d.ChildRows != int64(len(c.Files)) || d.ParentRows != int64(len(p.Files)) || d.SameRows != int64(len(c.Files)-len(want)) || d.FoldedRows != 0 {
-		t.Errorf("counts %d, %d, %d, %d; the reads have %d and %d files, %d of the child's in the parent",
-			d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows, len(c.Files), len(p.Files), len(c.Files)-len(want))
+	if d.ChildRows != int64(len(c.Files)) || d.ParentRows != int64(len(p.Files)) || d.SameRows != int64(len(c.Files)-len(want)) || d.FoldedRows != 0 ||
+		d.RemovedRows != int64(len(d.Removed)) {
+		t.Errorf("counts %d, %d, %d, %d, %d; the reads have %d and %d files, %d of the child's in the parent",
+			d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows, d.RemovedRows, len(c.Files), len(p.Files), len(c.Files)-len(want))
 	}
 	if d.DataPath != c.DataPath || d.DuckLakeVersion != c.DuckLakeVersion {
 		t.Errorf("data path %q, version %q; the read says %q, %q", d.DataPath, d.DuckLakeVersion, c.DataPath, c.DuckLakeVersion)
@@ -236,7 +312,7 @@ func TestDiffRefusesWhatReadRefuses(t *testing.T) {
 			if _, err := Read(context.Background(), hostile, catalogName, tc.lim); err == nil {
 				t.Fatalf("Read reads it")
 			}
-			d, err := Diff(context.Background(), hostile, catalogName, parent, parentName, tc.lim, nil)
+			d, err := Diff(context.Background(), hostile, catalogName, (wholeReads{}).list(t, parent), tc.lim, nil)
 			var re *ReaderError
 			if d != nil || err == nil || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) || !strings.Contains(err.Error(), catalogName) || strings.Contains(err.Error(), hostile) {
 				t.Fatalf("Diff: %v, %v; want a refusal of %s saying %q", d, err, catalogName, tc.says)
@@ -260,7 +336,7 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Diff(context.Background(), hostile, catalogName, parent, parentName, Limits{}, nil)
+	d, err := Diff(context.Background(), hostile, catalogName, listOf(t, p.Files), Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,18 +355,39 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 	}
 }
 
-// A parent's catalog the reader cannot read refuses nothing of the child:
-// the difference is not taken (ErrNoDifference), and the child is read
-// whole by the caller.
-func TestDiffOfAnUnreadableParentIsNoDifference(t *testing.T) {
+// A parent's list that is not what the mirror says (missing, a line
+// that does not parse, not of the length it said) refuses nothing of the
+// child: the error is ErrParentList, not a refusal nor a reader's
+// failure, and the caller reads the child whole.
+func TestDiffOfAListThatFailsRefusesNothing(t *testing.T) {
 	cats := chain(t, "0.1")
-	garbage := filepath.Join(t.TempDir(), "ducklake.duckdb")
-	if err := os.WriteFile(garbage, []byte("garbage, not a catalog"), 0o644); err != nil {
+	good := (wholeReads{}).list(t, cats[0])
+	raw, err := os.ReadFile(good.Path)
+	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := Diff(context.Background(), cats[1], catalogName, garbage, parentName, Limits{}, nil)
-	if d != nil || !errors.Is(err, ErrNoDifference) || !strings.Contains(err.Error(), parentName) {
-		t.Fatalf("%v, %v; want ErrNoDifference naming %s", d, err, parentName)
+	lines := strings.SplitAfter(string(raw), "\n")
+	damaged := filepath.Join(t.TempDir(), "damaged.tsv")
+	if err := os.WriteFile(damaged, []byte(lines[0]+lines[1]+"x.parquet\tten\t-1\t0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		list ParentList
+		says string
+	}{
+		{"missing", ParentList{Rows: good.Rows, Path: filepath.Join(t.TempDir(), "none.tsv")}, "no such file"},
+		{"a line that does not parse", ParentList{Rows: 3, Path: damaged}, "reading its parent's list"},
+		{"shorter than it said", ParentList{Rows: good.Rows + 1, Path: good.Path}, fmt.Sprintf("%d entries, where the mirror said %d", good.Rows, good.Rows+1)},
+		{"longer than it said", ParentList{Rows: good.Rows - 1, Path: good.Path}, fmt.Sprintf("%d entries, where the mirror said %d", good.Rows, good.Rows-1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := Diff(context.Background(), cats[1], catalogName, tc.list, Limits{}, nil)
+			var re *ReaderError
+			if d != nil || !errors.Is(err, ErrParentList) || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("%v, %v; want the list's error saying %q", d, err, tc.says)
+			}
+		})
 	}
 }
 
@@ -298,7 +395,7 @@ func TestDiffOfAnUnreadableParentIsNoDifference(t *testing.T) {
 func TestDiffStreamsItsFiles(t *testing.T) {
 	cats := chain(t, "0.3")
 	var got []File
-	d, err := Diff(context.Background(), cats[3], catalogName, cats[0], parentName, Limits{}, func(f File) error {
+	d, err := Diff(context.Background(), cats[3], catalogName, (wholeReads{}).list(t, cats[0]), Limits{}, func(f File) error {
 		got = append(got, f)
 		return nil
 	})
@@ -310,24 +407,32 @@ func TestDiffStreamsItsFiles(t *testing.T) {
 	}
 }
 
-// diffMisbehaving asks a difference's reader to misbehave first.
-func diffMisbehaving(t *testing.T, child, parent, behaviour string) (*Difference, error) {
+// diffMisbehaving asks a difference's reader to misbehave first, given a
+// list of eight files.
+func diffMisbehaving(t *testing.T, child, behaviour string) (*Difference, error) {
 	t.Helper()
 	lim := Limits{}.WithDefaults()
-	var fds []*os.File
-	for _, p := range []string{child, parent} {
-		f, err := os.Open(p)
-		if err != nil {
+	var eight []File
+	for i := range 8 {
+		eight = append(eight, File{Path: fmt.Sprintf("p%d.parquet", i), Size: 10, Footer: -1})
+	}
+	list := listOf(t, eight)
+	dir := t.TempDir()
+	for from, to := range map[string]string{child: "child.duckdb", list.Path: listName} {
+		if err := linkOrCopy(from, filepath.Join(dir, to)); err != nil {
 			t.Fatal(err)
 		}
-		defer f.Close()
-		fds = append(fds, f)
 	}
-	proc, err := startReader(context.Background(), fds[0], lim, 1, fds[1])
+	f, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := proc.readDifference(context.Background(), request{name: catalogName, parentName: parentName, lim: lim, test: behaviour}, nil)
+	defer f.Close()
+	proc, err := startReader(context.Background(), f, lim, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := proc.readDifference(context.Background(), request{name: catalogName, file: "child.duckdb", lim: lim, test: behaviour}, list, nil)
 	if err == nil {
 		proc.close()
 	}
@@ -335,17 +440,23 @@ func diffMisbehaving(t *testing.T, child, parent, behaviour string) (*Difference
 }
 
 // A reader whose difference does not add up (the files announced are not
-// the child's less those in both, more in both than the parent has, the
-// files cut short) has the child refused as a protocol failure.
+// the child's less those in the list, more in the list than the child
+// has, the files cut short, a list of another length than was sent,
+// entries of the list neither removed nor in the child, removed entries
+// announced that do not come) has the child refused as a protocol
+// failure.
 func TestTheMirrorChecksTheCountsOfADifference(t *testing.T) {
 	cats := chain(t, "0.1")
 	for _, tc := range []struct{ lie, says string }{
-		{"diff-count", "1 files announced, where 8 of the child's 10 rows are in the parent and 0 folded"},
+		{"diff-count", "1 files announced, where 8 of the child's 10 rows are in the list and 0 folded"},
 		{"diff-same", "where 11 of the child's 10 rows"},
 		{"diff-short", "the end says 1 files"},
+		{"diff-list", "a list of 9 entries, where 8 were sent"},
+		{"diff-kept", "0 of the list's 8 entries removed, where 7 rows of the child are in it"},
+		{"diff-removed", "1 removed entries announced, 0 came"},
 	} {
 		t.Run(tc.lie, func(t *testing.T) {
-			d, err := diffMisbehaving(t, cats[1], cats[0], "lie:"+tc.lie)
+			d, err := diffMisbehaving(t, cats[1], "lie:"+tc.lie)
 			var re *ReaderError
 			if d != nil || !errors.As(err, &re) || re.Cause != CauseProtocol || !strings.Contains(err.Error(), tc.says) {
 				t.Fatalf("%v, %v; want a protocol failure saying %q", d, err, tc.says)
@@ -354,17 +465,18 @@ func TestTheMirrorChecksTheCountsOfADifference(t *testing.T) {
 	}
 }
 
-// A difference's reader may open its two catalogs and nothing else: not
-// /etc/passwd, not a catalog beside its child in the same folder.
-func TestADifferenceReaderOpensItsTwoCatalogsOnly(t *testing.T) {
+// A difference's reader may open its child's catalog and nothing else:
+// not /etc/passwd, not a catalog beside its child in the same folder, not
+// its parent's catalog (a planted one could take the reader over).
+func TestADifferenceReaderOpensItsCatalogOnly(t *testing.T) {
 	requireBothLayers(t)
 	cats := chain(t, "0.1")
-	for _, other := range []string{"/etc/passwd", cats[2]} {
-		d, err := diffMisbehaving(t, cats[1], cats[0], "open:"+other)
+	for _, other := range []string{"/etc/passwd", cats[2], cats[0]} {
+		d, err := diffMisbehaving(t, cats[1], "open:"+other)
 		if d != nil || err == nil || !strings.Contains(err.Error(), "permission denied") {
 			t.Fatalf("a difference's reader opening %s: %v, %v; want permission denied", other, d, err)
 		}
 	}
-	// Its second descriptor it may read: the difference is taken.
+	// Its own catalog it may read: the difference is taken.
 	(wholeReads{}).checkDiff(t, cats[1], cats[0])
 }

@@ -183,7 +183,7 @@ func TestReadNeverRunsTheCatalogsMacros(t *testing.T) {
 	if got, err := pool.Read(context.Background(), copyInto(t, hostile, pool.Dir()), catalogName); err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("pooled: %+v, %v", got, err)
 	}
-	d, err := Diff(context.Background(), hostile, catalogName, clean, parentName, Limits{}, nil)
+	d, err := Diff(context.Background(), hostile, catalogName, listOf(t, want.Files), Limits{}, nil)
 	if err != nil || len(d.Files) != 0 || d.SameRows != d.ChildRows {
 		t.Fatalf("against itself without macros: %+v, %v", d, err)
 	}

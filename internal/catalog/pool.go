@@ -20,14 +20,14 @@ import (
 // A reader is started ahead for each catalog fetched to be read, up to
 // the pool's size at once: as a read takes its reader, the next
 // catalog's starts, so that every read finds one ready (or on its way),
-// not only the first ones; a catalog fetched to join another's request
-// (the parent of a difference, FetchBeside) starts none.
+// not only the first ones.
 //
 // One catalog per reader: a reader started ahead has a folder of its own
-// in the pool's (0700), empty until a read links the catalog into it, or
-// a difference's two catalogs, which come in one request. A reader taken
-// over by one catalog therefore never sees another one (a later version,
-// a parent for a difference) and can lie about none but its own. Once it
+// in the pool's (0700), empty until a read links the catalog into it (a
+// difference's too: its parent comes as the mirror's list, never as a
+// catalog). A reader taken over by one catalog therefore never sees
+// another one (a later version, a parent) and can lie about none but its
+// own. Once it
 // has answered it is ended; one left waiting for its request longer than
 // a catalog's timeout is ended too, and its CPU limit is one catalog's.
 type Pool struct {
@@ -102,12 +102,6 @@ func (p *Pool) Fetch(ctx context.Context, r backend.Reader, name string) (*Fetch
 	}
 	p.mu.Unlock()
 	return f, err
-}
-
-// FetchBeside is Fetch for a catalog that comes in another's request (a
-// difference's parent): it starts no reader of its own.
-func (p *Pool) FetchBeside(ctx context.Context, r backend.Reader, name string) (*Fetched, error) {
-	return Fetch(ctx, r, name, p.dir, p.lim.MaxSize)
 }
 
 // taken says the catalog at file no longer waits for a reader: its read

@@ -254,20 +254,21 @@ func TestPoolStartsAReaderWhileACatalogIsFetched(t *testing.T) {
 	}
 }
 
-// A pool takes a difference of two catalogs fetched into it with one of
-// its readers, the two in one request, and ends the reader: the same
+// A pool takes a difference of a catalog fetched into it and its parent's
+// list with one of its readers, and ends the reader: the same
 // difference as a reader of its own takes. A child the difference
 // refuses ends that reader, and the pool's next read starts another.
 func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 	cats := chain(t, "0.3")
 	pool := newTestPool(t, Limits{})
-	parent, child := fetchInto(t, pool, cats[2]), fetchInto(t, pool, cats[3])
-	want, err := Diff(context.Background(), cats[3], catalogName, cats[2], parentName, Limits{}, nil)
+	parent := (wholeReads{}).list(t, cats[2])
+	child := fetchInto(t, pool, cats[3])
+	want, err := Diff(context.Background(), cats[3], catalogName, parent, Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := readersStarted.Load()
-	got, err := pool.Diff(context.Background(), child.Path, catalogName, parent.Path, parentName, nil)
+	got, err := pool.Diff(context.Background(), child.Path, catalogName, parent, nil)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("pooled difference %+v, %v; alone %+v", got, err, want)
 	}
@@ -287,7 +288,7 @@ func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 	pool.mu.Lock()
 	first := pool.idle[0].proc
 	pool.mu.Unlock()
-	d, err := pool.Diff(context.Background(), hostile.Path, catalogName, parent.Path, parentName, nil)
+	d, err := pool.Diff(context.Background(), hostile.Path, catalogName, parent, nil)
 	if d != nil || err == nil || !strings.Contains(err.Error(), "outside the catalog's data path") || !strings.Contains(err.Error(), catalogName) {
 		t.Fatalf("a hostile child: %v, %v", d, err)
 	}
@@ -301,7 +302,7 @@ func TestPoolTakesADifferenceWithItsReader(t *testing.T) {
 		t.Fatalf("a read after the refusal: %v, %v", c, err)
 	}
 	// Catalogs outside the pool's folder: a reader of their own.
-	if d, err := pool.Diff(context.Background(), cats[3], catalogName, cats[2], parentName, nil); err != nil || !reflect.DeepEqual(d, want) {
+	if d, err := pool.Diff(context.Background(), cats[3], catalogName, parent, nil); err != nil || !reflect.DeepEqual(d, want) {
 		t.Fatalf("outside the folder: %+v, %v", d, err)
 	}
 }

@@ -25,23 +25,27 @@ import (
 //	reader → mirror  meta     'm' ducklakeVersion(s) dataPath(s) rows(8)
 //	reader → mirror  file     'f' path(s) size(8) footer(8) flags(1)    one per file row, as read
 //	reader → mirror  end      'e' files(8) bytes(8)
-//	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end
+//	reader → mirror  refusal  'x' kind(1) key(s) message(s)             instead of meta, a file or end (kind 2: a difference's list)
 //
-//	mirror → reader  diff     'd' version(1) name(s) parentName(s) file(s) parentFile(s) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
-//	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) files(8)
-//	                 then file frames and end, as for a catalog
+//	mirror → reader  diff     'd' version(1) name(s) file(s) list(s) parentRows(8) maxFiles(8) timeoutMs(8) memory(8) threads(4) test(s)
+//	reader → mirror  diffmeta 'n' ducklakeVersion(s) dataPath(s) childRows(8) parentRows(8) sameRows(8) foldedRows(8) removedRows(8) files(8)
+//	                 then file frames (the new files), removed frames, end
+//	reader → mirror  removed  'g' entry(8)                              one per entry of the list the child lacks (its place in the list)
 //
 // A catalog's file rows stream as the reader reads them, each checked as
 // it comes (name, size), a path as often as rows repeat it: the reader
 // holds none of them, and the mirror sorts them (sort.go). A difference's
 // files stream in path order, one per path, checked for order too. A
 // refusal may come among the files of either. A diff asks for the files of the child
-// catalog (descriptor 3) that are not in the parent's (descriptor 4, see
-// diff.go); the reader says how many file rows each catalog has, how many
-// of the child's are in the parent or folded into another of the same
-// path, and the files that come must be the rest.
+// catalog (file, in the reader's folder) that are not in the parent's
+// list (list, a file of the same folder; see diff.go and listfile.go),
+// and the list's entries the child lacks; the reader says how many file rows the child
+// has, how many entries the list has, how many of the child's rows are
+// in the list or folded into another of the same path (the files that
+// come must be the rest), and how many entries are removed (as many
+// removed frames come, each an entry's place in the list, in its order).
 const (
-	protocolVersion = 5
+	protocolVersion = 7
 	// maxFrame bounds every frame: the largest is a refusal (its
 	// message cut to maxMessage) or a meta frame (its data path at most
 	// maxDataPath).
@@ -65,13 +69,14 @@ const (
 	frameRefusal  = 'x'
 	frameDiff     = 'd'
 	frameDiffMeta = 'n'
+	frameRemoved  = 'g'
 
 	fileDelete = 1 << 0
 	filePuffin = 1 << 1
 
-	refusalPlain  = 0
-	refusalLimit  = 1
-	refusalParent = 2 // a difference's parent catalog, not the child, failed
+	refusalPlain = 0
+	refusalLimit = 1
+	refusalList  = 2
 )
 
 // errFrame is a frame that breaks the protocol.
@@ -209,11 +214,11 @@ type request struct {
 	file string
 	lim  Limits
 	// diff asks for a difference (a diff frame): the files of the
-	// catalog at descriptor 3 not in parentName's, at descriptor 4; or,
-	// of a reader of a folder, of file not in parentFile's.
+	// catalog (file, of a reader of a folder) not in the parent's list of
+	// parentRows entries, list (a file of the same folder).
 	diff       bool
-	parentName string
-	parentFile string
+	list       string
+	parentRows int64
 	// test asks a test binary's reader to misbehave (child_test.go); a
 	// reader without test behaviours refuses a request that names one.
 	test string
@@ -224,9 +229,9 @@ func writeRequest(w *frameWriter, q request) error {
 		w.begin(frameDiff)
 		w.u8(protocolVersion)
 		w.str(q.name)
-		w.str(q.parentName)
 		w.str(q.file)
-		w.str(q.parentFile)
+		w.str(q.list)
+		w.u64(uint64(q.parentRows))
 	} else {
 		w.begin(frameRequest)
 		w.u8(protocolVersion)

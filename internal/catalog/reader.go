@@ -276,14 +276,12 @@ type readerProc struct {
 }
 
 // startReader starts a reader of root (a catalog, or a folder of them)
-// that may read up to reads catalogs, and waits for its hello. A parent
-// catalog, where one is given, is the reader's second file, for a
-// difference (diff.go).
-func startReader(ctx context.Context, root *os.File, lim Limits, reads int, parent ...*os.File) (*readerProc, error) {
+// that may read up to reads catalogs, and waits for its hello.
+func startReader(ctx context.Context, root *os.File, lim Limits, reads int) (*readerProc, error) {
 	nonDumpable.Do(func() { _ = makeNonDumpable() })
 	readersStarted.Add(1)
 	a := readerArgs{addressSpace: readerAddressSpace(lim), cpuSeconds: readerCPU(lim, reads), landlockABI: maxLandlockABI, noSeccomp: knobs.noSeccomp,
-		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps, parent: len(parent) > 0,
+		keepFDs: knobs.keepFDs, keepCaps: knobs.keepCaps,
 		memoryLimit: lim.MemoryLimit, threads: lim.Threads, reads: reads, nproc: readerNproc()}
 	if knobs.landlockABI > 0 {
 		a.landlockABI = knobs.landlockABI
@@ -309,7 +307,7 @@ func startReader(ctx context.Context, root *os.File, lim Limits, reads int, pare
 		cmd.SysProcAttr = readerProcAttr()
 		cmd.WaitDelay = readerGrace
 	}
-	cmd.ExtraFiles = append([]*os.File{root}, parent[:min(len(parent), 1)]...)
+	cmd.ExtraFiles = []*os.File{root}
 	// No Pdeathsig: it fires when the OS thread that started the reader
 	// exits, which the Go runtime may do under a live mirror. A reader
 	// outlives a killed mirror by one read at most: its stdin ends, and
@@ -679,7 +677,7 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 	}
 	c = &Catalog{DuckLakeVersion: in.str(), DataPath: in.str()}
 	if q.diff {
-		d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows = int64(in.u64()), int64(in.u64()), int64(in.u64()), int64(in.u64())
+		d.ChildRows, d.ParentRows, d.SameRows, d.FoldedRows, d.RemovedRows = int64(in.u64()), int64(in.u64()), int64(in.u64()), int64(in.u64()), int64(in.u64())
 	}
 	count := in.u64()
 	if err := in.done(); err != nil {
@@ -698,11 +696,11 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 		return nil, nil, fmt.Errorf("%w: %d files, more than the %d allowed", errInvalid, count, q.lim.MaxFiles)
 	}
 	if q.diff {
-		if err := diffCounts(d, count, q.lim); err != nil {
+		if err := diffCounts(d, count, uint64(q.parentRows), q.lim); err != nil {
 			return nil, nil, err
 		}
 	}
-	var n, total uint64
+	var n, total, removed uint64
 	var prev string
 	for {
 		typ, err := in.next()
@@ -716,6 +714,25 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 			// A difference is refused where it goes wrong, among its
 			// files as well as before them.
 			return p.refusal(q)
+		}
+		if typ == frameRemoved && q.diff {
+			// After the new files, the list's entries by their place in
+			// it, in its order, as many as announced.
+			at := int64(in.u64())
+			if err := in.done(); err != nil {
+				return nil, nil, err
+			}
+			if n != count {
+				return nil, nil, fmt.Errorf("%w: a removed entry after %d of the %d files announced", errInvalid, n, count)
+			}
+			if removed++; removed > uint64(d.RemovedRows) {
+				return nil, nil, fmt.Errorf("%w: more removed entries than the %d announced", errInvalid, d.RemovedRows)
+			}
+			if at < 0 || at >= q.parentRows || len(d.Removed) > 0 && at <= d.Removed[len(d.Removed)-1] {
+				return nil, nil, fmt.Errorf("%w: removed entry %d of a list of %d, after %v", errInvalid, at, q.parentRows, d.Removed[max(0, len(d.Removed)-1):])
+			}
+			d.Removed = append(d.Removed, at)
+			continue
 		}
 		if typ != frameFile {
 			return nil, nil, fmt.Errorf("%w: frame %q among the files", errFrame, typ)
@@ -749,6 +766,9 @@ func (p *readerProc) answer(q request, each func(File) error, d *Difference) (c 
 	if err := in.done(); err != nil {
 		return nil, nil, err
 	}
+	if q.diff && removed != uint64(d.RemovedRows) {
+		return nil, nil, fmt.Errorf("%w: %d removed entries announced, %d came", errInvalid, d.RemovedRows, removed)
+	}
 	if endCount != n || n != count || endTotal != total {
 		return nil, nil, fmt.Errorf("%w: the end says %d files of %d bytes, %d were announced, %d of %d bytes came", errInvalid, endCount, endTotal, count, n, total)
 	}
@@ -775,10 +795,11 @@ func (p *readerProc) refusal(q request) (c *Catalog, refusal error, err error) {
 			return nil, nil, fmt.Errorf("%w: a refusal on limit %s", errInvalid, Excerpt(key))
 		}
 		return nil, &LimitError{Catalog: q.name, Key: key, Detail: msg}, nil
-	case refusalParent:
-		if q.diff {
-			return nil, fmt.Errorf("catalog %s: %w: %s", q.parentName, ErrNoDifference, msg), nil
+	case refusalList:
+		if !q.diff {
+			return nil, nil, fmt.Errorf("%w: a refusal of a list where no difference was asked", errInvalid)
 		}
+		return nil, fmt.Errorf("catalog %s: %w: %s", q.name, ErrParentList, msg), nil
 	case refusalPlain:
 		if !strings.HasPrefix(msg, "catalog "+q.name+": ") {
 			msg = "catalog " + q.name + ": " + msg

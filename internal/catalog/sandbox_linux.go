@@ -24,8 +24,8 @@ import (
 // confine applies a reader's layers to the whole process, every thread
 // of it (the Go runtime has several by now), before it reads a byte of a
 // catalog:
-//   - nothing inherited: every inherited descriptor but 0-2, the catalog
-//     (3) and a parent's (4) closed (the mirror may hold descriptors
+//   - nothing inherited: every inherited descriptor but 0-2 and the
+//     catalog (3) closed (the mirror may hold descriptors
 //     without CLOEXEC, a socket among them: through one a reader could
 //     write past its socket ban);
 //   - rlimits: address space, CPU time, 64 open files, files of 0 bytes
@@ -35,8 +35,7 @@ import (
 //     count of its own);
 //   - no capability, none in the bounding set (a mirror run as root);
 //   - no_new_privs;
-//   - Landlock: no file but its root (descriptor 3) and, for a
-//     difference, the parent's catalog (descriptor 4), read-only, and the
+//   - Landlock: no file but its root (descriptor 3), read-only, and the
 //     few DuckDB reads as it starts (its cgroup's limits, the CPUs); no TCP
 //     bind or connect; no signal or abstract socket out of its domain;
 //   - seccomp (seccompPolicy): the calls that reach past the process
@@ -48,7 +47,7 @@ import (
 func confine(a readerArgs) (Layers, error) {
 	var l Layers
 	if !a.keepFDs {
-		if err := closeInherited(a.parent); err != nil {
+		if err := closeInherited(); err != nil {
 			return l, err
 		}
 	}
@@ -92,12 +91,8 @@ func confine(a readerArgs) (Layers, error) {
 			// which ABI that was. No rule for TCP ports: none may be
 			// bound or connected to where the ABI has network rules (4+).
 			read := landlock.AccessFSSet(ll.AccessFSReadFile)
-			files := []string{readerRoot}
-			if a.parent {
-				files = append(files, readerParent)
-			}
 			rules := []landlock.Rule{
-				landlock.PathAccess(read, files...),
+				landlock.PathAccess(read, readerRoot),
 				// DuckDB sizes its memory and threads from these as it
 				// starts (and crashes where it cannot open the first).
 				landlock.PathAccess(read, "/proc/self/cgroup", "/sys/fs/cgroup", "/sys/devices/system/cpu").IgnoreIfMissing(),
@@ -134,18 +129,15 @@ const readerMaxFiles = 64
 // the uid).
 const readerThreads = 512
 
-// closeInherited closes every descriptor above 2 but the catalog (3)
-// and, for a difference, the parent's (4), that the reader inherited:
+// closeInherited closes every descriptor above 3 (the catalog) that the
+// reader inherited:
 // those without FD_CLOEXEC, which alone outlive an exec. Not a blanket
 // close_range: by now the Go runtime (its epoll and eventfd) and the
 // inits of the binary's packages may hold descriptors of their own,
 // all opened with CLOEXEC as Go opens every descriptor, and closing
 // the runtime's crashes it.
-func closeInherited(parent bool) error {
-	first := 4
-	if parent {
-		first = 5
-	}
+func closeInherited() error {
+	const first = 4
 	ents, err := os.ReadDir("/proc/self/fd")
 	if err != nil {
 		return fmt.Errorf("closing inherited descriptors: %w", err)

@@ -241,7 +241,16 @@ func (p *pruner) execute(ctx context.Context, pl *plan) error {
 			return nil
 		},
 		// Step 3: data files that no remaining complete version needs.
+		// First, durably, a new epoch for the versions' file lists (see
+		// sink.FileListWriter): a list says what the mirror had when it
+		// was written, and the lists are not read to plan this, so none
+		// written before counts once a data file may be gone.
 		func() error {
+			if len(pl.dataFiles) > 0 {
+				if err := p.sink.State().NewFileListEpoch(ctx); err != nil {
+					return err
+				}
+			}
 			for _, name := range pl.dataFiles {
 				if err := p.remove(dctx, name); err != nil {
 					return err
@@ -617,6 +626,10 @@ func (p *pruner) removeVersion(ctx context.Context, v *versionPlan) error {
 		if err := p.remove(ctx, name); err != nil {
 			return err
 		}
+	}
+	// Its file list, which only a difference of a child of it reads.
+	if err := p.sink.State().RemoveFileList(ctx, v.id); err != nil {
+		return fmt.Errorf("sink %s: removing the file list of %s: %w", p.sink.Location(), v.id, err)
 	}
 	p.report.VersionsRemoved = append(p.report.VersionsRemoved, RemovedVersion{Version: v.id, Reason: v.reason, Complete: v.complete})
 	p.log.Info("version removed", zap.String("version", v.id), zap.String("reason", v.reason))

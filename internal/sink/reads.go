@@ -7,8 +7,8 @@ import (
 )
 
 // The mirror's files read back by a run beside its inventory: catalogs
-// of versions complete in the mirror (a parent's, for a difference or
-// for the data files it holds), a catalog an interrupted run left, and
+// of versions complete in the mirror (a parent's, for the data files it
+// holds), a catalog an interrupted run left, and
 // the mirror's state files. They are the mirror's own bytes, but were
 // the upstream's once: a catalog is read under the same limits.
 
@@ -17,12 +17,6 @@ import (
 // while it comes.
 func (v Versions) FetchCatalog(ctx context.Context, pool *catalog.Pool, name string) (*catalog.Fetched, error) {
 	return pool.Fetch(ctx, v.s.b, name)
-}
-
-// FetchCatalogBeside is FetchCatalog for a catalog read in another's
-// request (a difference's parent), which starts no reader of its own.
-func (v Versions) FetchCatalogBeside(ctx context.Context, pool *catalog.Pool, name string) (*catalog.Fetched, error) {
-	return pool.FetchBeside(ctx, v.s.b, name)
 }
 
 // FetchFile copies the mirror's file name to a local temporary file in

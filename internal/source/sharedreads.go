@@ -26,7 +26,7 @@ import (
 // A read is named by the sha256 of the bytes read (the copy's, as
 // catalog.Fetch hashed it on the way to the disk), the catalog's name in
 // the repository (which a refusal names) and, for a difference, the
-// parent's name and sha256: the same bytes under the same name read by
+// sha256 of the parent's list's entries: the same bytes under the same name read by
 // the same reader under the same limits (a run's) give the same files.
 // Only a read that succeeded is kept; an error, a refusal among them, is
 // the asking sink's own, and the next sink reads again.
@@ -93,17 +93,19 @@ func (c Catalogs) ReadSorted(ctx context.Context, pool *catalog.Pool, fetched *c
 }
 
 // Diff reads the fetched catalog (name) as its difference from the
-// parent's (parentName) with one of pool's readers (catalog.Pool.Diff,
-// its files in Files); in a fan-out's run, the first difference of these
-// two catalogs' bytes is kept and every later one takes it.
-func (c Catalogs) Diff(ctx context.Context, pool *catalog.Pool, fetched *catalog.Fetched, name string, parent *catalog.Fetched, parentName string) (*catalog.Difference, error) {
+// parent's list (catalog.Pool.Diff, its files in Files), whose entries'
+// sha256 is listSum; in a fan-out's run, the first difference of these
+// catalog bytes from a list of these entries is kept and every later one
+// takes it (the difference depends on nothing else: each sink's list of
+// the same entries gives the same).
+func (c Catalogs) Diff(ctx context.Context, pool *catalog.Pool, fetched *catalog.Fetched, name string, parent catalog.ParentList, listSum string) (*catalog.Difference, error) {
 	read := func() (*catalog.Difference, error) {
-		return pool.Diff(ctx, fetched.Path, name, parent.Path, parentName, nil)
+		return pool.Diff(ctx, fetched.Path, name, parent, nil)
 	}
 	sh := &c.s.shared
 	var key string
-	if parent.SHA256 != "" {
-		key = readKey("diff", name, fetched.SHA256, parentName, parent.SHA256)
+	if listSum != "" {
+		key = readKey("diff", name, fetched.SHA256, "list", listSum)
 	}
 	f, leader := sh.flight(key)
 	if f == nil {

@@ -2,6 +2,8 @@ package source_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -113,15 +115,31 @@ func TestAFanOutReadsACatalogOnce(t *testing.T) {
 		t.Error("a catalog under another name was served a kept read")
 	}
 
-	// A difference, likewise.
-	d, err := src.Catalogs().Diff(ctx, pool, fetch(child), child, fetch(parent), parent)
+	// A difference, likewise: the child against a list of the parent's
+	// files, shared by the sum of its entries.
+	ps, err := pool.ReadSorted(ctx, fetch(parent).Path, parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parentFiles := filesOf(t, ps)
+	ps.Close()
+	var lines []byte
+	for _, f := range parentFiles {
+		lines = catalog.AppendListLine(lines, f)
+	}
+	listPath := filepath.Join(t.TempDir(), "list.tsv")
+	if err := os.WriteFile(listPath, lines, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	list := catalog.ParentList{Rows: int64(len(parentFiles)), Path: listPath}
+	sum := fmt.Sprintf("%x", sha256.Sum256(lines))
+	d, err := src.Catalogs().Diff(ctx, pool, fetch(child), child, list, sum)
 	if err != nil {
 		t.Fatalf("difference: %v", err)
 	}
-	c, p := fetch(child), fetch(parent)
+	c := fetch(child)
 	os.Remove(c.Path)
-	os.Remove(p.Path)
-	d2, err := src.Catalogs().Diff(ctx, pool, c, child, p, parent)
+	d2, err := src.Catalogs().Diff(ctx, pool, c, child, list, sum)
 	if err != nil {
 		t.Fatalf("a later difference of the same bytes was read again: %v", err)
 	}

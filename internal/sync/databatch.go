@@ -55,18 +55,29 @@ var sourcePassFiles int64 = 100_000
 const maxSettledCalls = 1 << 16
 
 // knownFromParents returns the data files the sink certainly holds when
-// every parent of a version is complete there: the files their catalogs
-// list, read back from the sink (a version is published only once all its
-// files are there; the engine already trusts that by never walking below
-// a complete version). Checking a new version against them, and the few
-// files they lack one by one, costs a request per parent, where a listing
-// of data_dir costs a page per thousand files of the whole repository, and
-// a stat of each on a disk. These sink catalogs are not upstream catalogs
-// and are not counted in Report.CatalogsRead. nil when a parent is not
-// complete in the sink or its catalog cannot be read: every file is then
-// checked against the listing. The caller closes it.
+// every parent of a version is complete there: the files their lists
+// name (the files the mirror confirmed as it published each, see
+// sink.FileListWriter), fetched from the mirror. Checking a new version
+// against them, and the few files they lack one by one, costs a request
+// per parent, where a listing of data_dir costs a page per thousand files
+// of the whole repository, and a stat of each on a disk.
+//
+// Never the parents' catalogs: a parent's catalog that took its own
+// reader over (a planted one, published because that reader lied) would
+// take over the reader that reads it again here, and could name the
+// version's new files as the parent's; a parent published in this run
+// vouches for its files unchecked, so the version would be published
+// without them. A list names only what the mirror confirmed, so a
+// planted parent costs itself only. nil when a parent is not complete in
+// the sink or has no usable list (written before lists were kept, a dry
+// run's, of another epoch, damaged): every file is then checked against
+// the listing. The caller closes it.
 func (c *catalogReader) knownFromParents(ctx context.Context, parents []string) *parentFiles {
 	if len(parents) == 0 {
+		return nil
+	}
+	epoch := c.listEpoch(ctx)
+	if epoch == "" {
 		return nil
 	}
 	known := &parentFiles{}
@@ -78,21 +89,14 @@ func (c *catalogReader) knownFromParents(ctx context.Context, parents []string) 
 			known.close()
 			return nil
 		}
-		select {
-		case c.slots.catalog <- struct{}{}:
-		case <-ctx.Done():
-			known.close()
-			return nil
-		}
-		files, err := c.readSinkCatalog(ctx, p)
-		<-c.slots.catalog
-		if err != nil {
-			c.log.Info("parent's catalog unreadable in the sink; checking every data file against a listing",
+		list, err := c.sink.State().FetchFileList(ctx, p, epoch, c.pool.Dir())
+		if err != nil || list == nil {
+			c.log.Info("parent has no usable file list in the mirror; checking every data file against a listing",
 				zap.String("version", p), zap.Error(err))
 			known.close()
 			return nil
 		}
-		known.parents = append(known.parents, &parentList{files: files, now: now})
+		known.parents = append(known.parents, &parentList{list: list, now: now})
 	}
 	known.rewind()
 	return known
@@ -105,26 +109,30 @@ type parentFiles struct {
 	parents []*parentList
 }
 
-// parentList is one parent's catalog from the sink.
+// parentList is one parent's list from the mirror.
 type parentList struct {
-	files *catalog.Sorted
+	list *sink.FileList
 	// now: published by this run, every file of it copied or confirmed
 	// by it, so not confirmed again.
 	now    bool
-	cursor *catalog.Cursor
+	cursor *sink.ListCursor
 	cur    catalog.File
 	more   bool
 }
 
-// rewind starts the parents' lists again from their first file.
+// rewind starts the parents' lists again from their first file; one
+// that cannot be read again says nothing (its files are checked).
 func (k *parentFiles) rewind() {
 	if k == nil {
 		return
 	}
 	for _, p := range k.parents {
-		p.cursor = p.files.Cursor()
-		p.more = p.cursor.Next()
-		p.cur = p.cursor.File()
+		p.cursor.Close()
+		c, err := p.list.Cursor()
+		p.cursor, p.more = c, err == nil && c.Next()
+		if p.more {
+			p.cur = c.File()
+		}
 	}
 }
 
@@ -138,8 +146,9 @@ func (k *parentFiles) has(path string, size int64) (listed, now bool) {
 	}
 	for _, p := range k.parents {
 		for p.more && p.cur.Path < path {
-			p.more = p.cursor.Next()
-			p.cur = p.cursor.File()
+			if p.more = p.cursor.Next(); p.more {
+				p.cur = p.cursor.File()
+			}
 		}
 		if p.more && p.cur.Path == path && p.cur.Size == size {
 			listed = true
@@ -154,18 +163,9 @@ func (k *parentFiles) close() {
 		return
 	}
 	for _, p := range k.parents {
-		p.files.Close()
+		p.cursor.Close()
+		p.list.Remove()
 	}
-}
-
-// readSinkCatalog reads the main catalog of a version complete in the
-// sink (repo.FindMainCatalog: ducklake.duckdb, or metadata.db where it
-// has none).
-func (c *catalogReader) readSinkCatalog(ctx context.Context, id string) (*catalog.Sorted, error) {
-	_, files, err := repo.FindMainCatalog(func(file string) (*catalog.Sorted, error) {
-		return c.readSinkSorted(ctx, id, file)
-	})
-	return files, err
 }
 
 // readSinkSorted reads one catalog of a version in the sink.

@@ -13,6 +13,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // copyVersion is the heavy part of mirroring a version, a few versions at
@@ -63,6 +64,7 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	if err != nil {
 		return 0, err
 	}
+	defer main.parentList.Remove()
 	alternates, err := e.catalogs.readAlternates(ctx, id, files)
 	defer func() {
 		for _, a := range alternates {
@@ -73,8 +75,10 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 		return 0, err
 	}
 	if dataFiles, err = e.copyDataFiles(ctx, id, rec.Parents, main, alternates); err != nil {
+		main.confirmed.Discard()
 		return 0, err
 	}
+	n.list = main.confirmed
 	// The file lists are done with: the next version takes the slot
 	// (and reads its catalog) while this one writes its folder.
 	main.cat = nil
@@ -84,6 +88,8 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	releaseSlot()
 	e.log.Debug("data files in the sink", zap.String("version", id), zap.Int("data_files", dataFiles))
 	if err := e.publish.writeVersionFiles(ctx, id, files, main, alternates); err != nil {
+		n.list.Discard()
+		n.list = nil
 		return 0, err
 	}
 	e.log.Debug("version folder written", zap.String("version", id))
@@ -147,6 +153,9 @@ func (e *engine) copyDataFiles(ctx context.Context, id string, parents []string,
 	if err := e.transfer.mirrorDataFiles(ctx, id, files, known); err != nil {
 		return 0, err
 	}
+	// Every file of the main catalog is confirmed in the mirror: its
+	// list, written as the version is published (difference.go).
+	main.confirmed = e.catalogs.childList(ctx, id, main)
 	for _, a := range alternates {
 		// Each catalog's files in path order: the parents' lists are
 		// gone through again from their start.
@@ -172,6 +181,12 @@ type versionCatalog struct {
 	// parent's in the mirror (difference.go): cat lists only the files
 	// the parent does not.
 	difference *catalog.Difference
+	// parentList is the parent's list a difference was taken against,
+	// a local copy (merged into confirmed, then removed).
+	parentList *sink.FileList
+	// confirmed is the main catalog's file list, once its files are
+	// confirmed in the mirror; nil where none is kept.
+	confirmed *sink.FileListWriter
 }
 
 // list is the catalog's files in path order.

@@ -9,28 +9,41 @@ import (
 
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // A version whose one parent is already published in the mirror has its
-// main catalog read as a difference from the parent's (catalog.Diff): the
-// reader compares the two catalogs, row by row, and says only the files
-// of the child the parent does not list at the same size, footer size and
-// kind. The parent's catalog is the mirror's own, verified when it was
-// published, and the parent's files are in the mirror (a version is
-// published only once every file is there): the child's other files are
-// there already, and are not looked up again. A child that changes an
-// old row has that row come out as a new file, checked against the mirror
-// and copied or refused like any other. So a version that adds one file
-// costs one file (and the comparison), whatever the repository holds, and
-// the mirror holds no list of its files.
+// main catalog read as a difference from the parent's file list
+// (catalog.Diff): the list of the data files the mirror confirmed present
+// when it published the parent (sink.FileListWriter), which the mirror
+// keeps for each version it publishes. The reader holds only the child's
+// catalog and the list, never the parent's catalog: a parent whose
+// catalog took its own reader over (a planted catalog, published because
+// that reader lied) would take the child's over too, and could leave the
+// child's new files out. The list is the mirror's own record of what it
+// checked, so whatever a reader says against it costs the one version it
+// reads.
+//
+// The reader says the child's files the list lacks (at the same size,
+// footer size and kind), which are checked against the mirror and copied
+// or refused like any other, and the list's files the child no longer
+// has. The other files of the child are the list's, in the mirror, and
+// are not looked up again. So a version that adds one file costs one
+// file (and the comparison), whatever the repository holds. The child's
+// own list is the parent's less the removed, plus the new (confirmed by
+// their copy), merged in path order as they stream (childList), and
+// written as the child is published. A child's reader that lies costs the
+// child: whatever its list says is a file the mirror confirmed, and one
+// left out of it comes out as new at the next version's difference.
 //
 // Where the difference cannot be taken (two parents or none, a parent not
-// published yet, alternate catalogs, a parent's catalog the mirror cannot
-// give or that is not a DuckDB database), the catalog is read whole, as
-// before.
+// published yet, alternate catalogs, a parent without a list of the
+// mirror's epoch or one that fails its checks, a catalog that is not a
+// DuckDB database), the catalog is read whole, and its list is the whole
+// read's files.
 
 // readMain reads a version's main catalog: as its difference from its
-// parent's where it can, else whole.
+// parent's list where it can, else whole.
 func (c *catalogReader) readMain(ctx context.Context, id, mainFile string, fetched *catalog.Fetched, parents []string, files map[string]int64) (*versionCatalog, error) {
 	if vc, ok, err := c.readDifference(ctx, id, mainFile, fetched, parents, files); ok || err != nil {
 		return vc, err
@@ -39,7 +52,7 @@ func (c *catalogReader) readMain(ctx context.Context, id, mainFile string, fetch
 }
 
 // readDifference reads a version's main catalog as its difference from
-// its parent's in the mirror; ok is false where it cannot be taken.
+// its parent's list in the mirror; ok is false where it cannot be taken.
 func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string, fetched *catalog.Fetched, parents []string, files map[string]int64) (vc *versionCatalog, ok bool, err error) {
 	if len(parents) != 1 || len(repo.AlternateCatalogs(files)) > 0 {
 		return nil, false, nil
@@ -51,17 +64,25 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 	if !published {
 		return nil, false, nil
 	}
-	parentName := repo.VersionFile(p, repo.CatalogFile)
-	pf, err := c.sink.Versions().FetchCatalogBeside(ctx, c.pool, parentName)
-	if err != nil {
+	epoch := c.listEpoch(ctx)
+	if epoch == "" {
+		return nil, false, nil
+	}
+	list, err := c.sink.State().FetchFileList(ctx, p, epoch, c.pool.Dir())
+	if err != nil || list == nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
-		c.log.Info("parent's catalog not readable in the mirror; reading the version's catalog whole",
+		c.log.Info("parent has no usable file list in the mirror; reading the version's catalog whole",
 			zap.String("version", id), zap.String("parent", p), zap.Error(err))
 		return nil, false, nil
 	}
-	defer pf.Remove()
+	keep := false
+	defer func() {
+		if !keep {
+			list.Remove()
+		}
+	}()
 	catalogName := repo.VersionFile(id, mainFile)
 	select {
 	case c.slots.catalog <- struct{}{}:
@@ -69,10 +90,18 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 		return nil, false, ctx.Err()
 	}
 	start := time.Now()
-	d, err := c.src.Catalogs().Diff(ctx, c.pool, fetched, catalogName, pf, parentName)
+	d, err := c.src.Catalogs().Diff(ctx, c.pool, fetched, catalogName, catalog.ParentList{Rows: list.Files, Path: list.Path()}, list.EntriesSHA256())
 	<-c.slots.catalog
-	c.log.Debug("catalog compared with its parent's", zap.String("catalog", catalogName), zap.String("parent", parentName), zap.Duration("took", time.Since(start)), zap.Error(err))
-	if errors.Is(err, catalog.ErrNoDifference) {
+	c.log.Debug("catalog compared with its parent's list", zap.String("catalog", catalogName), zap.String("parent", p), zap.Duration("took", time.Since(start)), zap.Error(err))
+	if errors.Is(err, catalog.ErrNoDifference) || errors.Is(err, catalog.ErrParentList) {
+		// Not the child's fault: its list, or its kind of catalog. (A
+		// reader taken over may say the list failed: that costs the
+		// child a whole read.)
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		c.log.Info("no difference taken; reading the version's catalog whole",
+			zap.String("version", id), zap.String("parent", p), zap.Error(err))
 		return nil, false, nil
 	}
 	c.mu.Lock()
@@ -82,5 +111,86 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 		return nil, false, c.catalogRefusal(ctx, id, catalogName, err)
 	}
 	cat := &catalog.Catalog{DuckLakeVersion: d.DuckLakeVersion, DataPath: d.DataPath, Files: d.Files}
-	return &versionCatalog{file: mainFile, name: catalogName, fetched: fetched, cat: cat, difference: d}, true, nil
+	keep = true
+	return &versionCatalog{file: mainFile, name: catalogName, fetched: fetched, cat: cat, difference: d, parentList: list}, true, nil
+}
+
+// listEpoch is the epoch of the mirror's file lists, read (or made) once
+// a run; "" where it cannot be had: no list is then read or written.
+func (c *catalogReader) listEpoch(ctx context.Context) string {
+	c.epochOnce.Do(func() {
+		e, err := c.sink.State().FileListEpoch(ctx)
+		if err != nil {
+			c.log.Warn("the mirror's file lists unusable this run; every catalog read whole", zap.Error(err))
+			return
+		}
+		c.epoch = e
+	})
+	return c.epoch
+}
+
+// childList is version id's file list, written into a local file once
+// its main catalog's files are confirmed in the mirror: for a difference,
+// the parent's list less the removed plus the new, merged in path order
+// (a new file of a path the list has replaces its entry); for a catalog
+// read whole, its files. nil where none is kept (a dry run, no epoch, a
+// list that failed: the next version reads its catalog whole).
+func (c *catalogReader) childList(ctx context.Context, id string, main *versionCatalog) *sink.FileListWriter {
+	if c.opts.DryRun {
+		return nil
+	}
+	epoch := c.listEpoch(ctx)
+	if epoch == "" {
+		return nil
+	}
+	w, err := sink.NewFileListWriter(c.pool.Dir(), id, epoch)
+	if err == nil {
+		if d := main.difference; d != nil {
+			err = mergeList(w, main.parentList, d.Removed, main.cat.Files)
+		} else {
+			err = main.list().Each(w.Add)
+		}
+	}
+	if err != nil {
+		w.Discard()
+		c.log.Warn("version's file list not kept; its child's catalog will be read whole", zap.String("version", id), zap.Error(err))
+		return nil
+	}
+	return w
+}
+
+// mergeList writes to w the parent's list less the removed entries (by
+// their place in it, in order), with the added files (in path order)
+// merged in. The parent's lines are copied as they are (EachLine): they
+// were checked as the mirror wrote them, and their checksum holds.
+func mergeList(w *sink.FileListWriter, parent *sink.FileList, removed []int64, added []catalog.File) error {
+	i, j := 0, 0
+	var at int64 = -1
+	err := parent.EachLine(func(path string, line []byte) error {
+		at++
+		for ; j < len(added) && added[j].Path < path; j++ {
+			if err := w.Add(added[j]); err != nil {
+				return err
+			}
+		}
+		if j < len(added) && added[j].Path == path {
+			return nil // the new file of that path replaces it
+		}
+		for i < len(removed) && removed[i] < at {
+			i++
+		}
+		if i < len(removed) && removed[i] == at {
+			return nil
+		}
+		return w.AddLine(path, line)
+	})
+	if err != nil {
+		return err
+	}
+	for ; j < len(added); j++ {
+		if err := w.Add(added[j]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

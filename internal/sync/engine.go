@@ -107,6 +107,9 @@ type catalogReader struct {
 	pool     *catalog.Pool // fetches and reads catalogs, upstream's and the sink's
 	slots    slots
 	transfer *transfer // its retries
+	// epoch is the mirror's file lists' epoch, read once (listEpoch).
+	epochOnce sync.Once
+	epoch     string
 }
 
 // publisher writes what the run mirrored, in order: a version's folder,

@@ -14,6 +14,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/generate"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	fdlsync "github.com/fdl-mirror/fdl-mirror/internal/sync"
 )
 
@@ -194,9 +195,9 @@ func TestIncrementalRunRefusesANewFileOfAnotherSizeInTheSink(t *testing.T) {
 	}
 }
 
-// With no parent's catalog to go by, every file of the new version is
-// checked in the mirror: on a disk by a stat each, never a listing (a
-// listing there stats every file of data_dir anyway).
+// With no parent's file list nor catalog to go by, every file of the new
+// version is checked in the mirror: on a disk by a stat each, never a
+// listing (a listing there stats every file of data_dir anyway).
 func TestIncrementalRunChecksEveryFileWhenTheParentsCatalogIsUnreadable(t *testing.T) {
 	up, mirror, added := grown(t)
 	refs, _, err := repo.ReadRefs(context.Background(), mustOpen(t, mirror))
@@ -205,6 +206,9 @@ func TestIncrementalRunChecksEveryFileWhenTheParentsCatalogIsUnreadable(t *testi
 	}
 	parent := refs["refs/heads/main"]
 	if err := os.WriteFile(filepath.Join(mirror, repo.VersionFile(parent, repo.CatalogFile)), []byte("garbage"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(mirror, backend.ReservedPrefix+sink.FileListsDir+parent+".tsv.gz")); err != nil {
 		t.Fatal(err)
 	}
 	rep, rec := syncInto(t, up, mirror)

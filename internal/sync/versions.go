@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
 
 // versionJob is a version to mirror, found by walking the refs'
@@ -21,6 +22,9 @@ type versionJob struct {
 	err    error         // why it cannot be mirrored, found while walking
 	wait   []*versionJob // parents being mirrored in this run
 	done   chan struct{} // closed when published or refused
+	// list is its main catalog's file list, to be written as it is
+	// published (difference.go); nil where none is kept.
+	list *sink.FileListWriter
 }
 
 // mirrorVersions mirrors every version the refs name and their ancestors
@@ -131,6 +135,7 @@ func (e *engine) mirrorVersion(ctx context.Context, n *versionJob) error {
 	if err != nil {
 		return err
 	}
+	defer n.list.Discard()
 	id := n.id
 	for _, p := range n.wait {
 		select {
@@ -145,6 +150,16 @@ func (e *engine) mirrorVersion(ctx context.Context, n *versionJob) error {
 	// no later run would look for.
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if n.list != nil {
+		// Before version.json: a child that finds the version published
+		// finds its list. One not written costs the child a whole read.
+		if err := e.sink.State().WriteFileList(ctx, n.list); err != nil {
+			e.log.Warn("version's file list not written; its child's catalog will be read whole", zap.String("version", id), zap.Error(err))
+			if err := e.sink.State().RemoveFileList(ctx, id); err != nil {
+				e.log.Warn("an earlier file list of the version not removed", zap.String("version", id), zap.Error(err))
+			}
+		}
 	}
 	if err := e.publish.publishVersion(ctx, id, n.raw, n.sig); err != nil {
 		return err

@@ -171,6 +171,12 @@ func SetAside(ctx context.Context, b backend.Reader, name string) (string, error
 
 // WriteState replaces a state file, atomically.
 func WriteState(ctx context.Context, b backend.Backend, name string, data []byte) error {
+	return WriteStateFrom(ctx, b, name, bytes.NewReader(data), int64(len(data)))
+}
+
+// WriteStateFrom replaces a state file, atomically, with the size bytes
+// r gives: a long one (a version's file list) is streamed, never held.
+func WriteStateFrom(ctx context.Context, b backend.Backend, name string, r io.Reader, size int64) error {
 	if l, ok := writableFolder(b); ok {
 		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -183,7 +189,10 @@ func WriteState(ctx context.Context, b backend.Backend, name string, data []byte
 		if err != nil {
 			return err
 		}
-		_, err = f.Write(data)
+		n, err := io.Copy(f, r)
+		if err == nil && n != size {
+			err = fmt.Errorf("%d bytes, where %d were said", n, size)
+		}
 		if err == nil {
 			err = f.Sync()
 		}
@@ -191,6 +200,7 @@ func WriteState(ctx context.Context, b backend.Backend, name string, data []byte
 			err = cerr
 		}
 		if err != nil {
+			os.Remove(tmp)
 			return fmt.Errorf("%s: %w", tmp, err)
 		}
 		if err := os.Rename(tmp, p); err != nil {
@@ -198,7 +208,37 @@ func WriteState(ctx context.Context, b backend.Backend, name string, data []byte
 		}
 		return syncFolder(filepath.Dir(p))
 	}
-	return b.Put(ctx, backend.ReservedPrefix+name, bytes.NewReader(data), int64(len(data)))
+	return b.Put(ctx, backend.ReservedPrefix+name, r, size)
+}
+
+// OpenState opens a state file to be streamed, as ReadState reads it (a
+// local one opened with O_NOFOLLOW and O_NONBLOCK, a regular file only);
+// nil when there is none. The caller bounds what it reads.
+func OpenState(ctx context.Context, b backend.Reader, name string) (io.ReadCloser, error) {
+	if l, ok := backend.As[*local.Local](b); ok {
+		p := filepath.Join(l.Dir(), filepath.FromSlash(backend.ReservedPrefix+name))
+		f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, &UnusableStateError{Path: p, Err: err}
+		}
+		st, err := f.Stat()
+		if err == nil && !st.Mode().IsRegular() {
+			err = fmt.Errorf("not a regular file (%s)", st.Mode().Type())
+		}
+		if err != nil {
+			f.Close()
+			return nil, &UnusableStateError{Path: p, Err: err}
+		}
+		return f, nil
+	}
+	rc, err := b.Open(ctx, backend.ReservedPrefix+name)
+	if backend.IsNotExist(err) {
+		return nil, nil
+	}
+	return rc, err
 }
 
 // RemoveState removes a state file, durably; removing an absent one is

@@ -1,0 +1,579 @@
+package sink
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
+	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/repo"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
+)
+
+// A version's file list is the mirror's record of the data files it
+// confirmed present when it published the version (those its main
+// catalog names: path below the data path, size, footer size, kind; one
+// per path, in path order). A child's difference is read against it
+// (internal/sync), never against the parent's catalog, which may have
+// taken its own reader over: what the list says the mirror checked.
+//
+// A list is a state file, FileListsDir/<version>.tsv.gz: gzip'd lines, a
+// header (format, version, epoch), one line per file (catalog.
+// AppendListLine: path, size, footer size, flags; the path as it is, or
+// quoted as Go quotes it where it must be), and an end line with the
+// count of files and the SHA-256 of every line before it, so that a list
+// cut short or damaged is found, and read as none (the child is then read
+// whole). It is written and read as a stream, never held.
+//
+// A list must never name a file the mirror no longer has. Only a prune
+// removes data files, and before it removes any it gives the lists a new
+// epoch (NewFileListEpoch): a list of another epoch than the mirror's is
+// read as none. The epoch is random, not counted, so that an epoch file
+// lost and made again never matches the lists written before.
+
+// FileListsDir is the folder of the file lists, under .fdl-mirror/.
+const FileListsDir = "file-lists/"
+
+// fileListEpochFile holds the lists' epoch.
+const fileListEpochFile = FileListsDir + "epoch"
+
+const fileListFormat = "fdl-mirror file list 1"
+
+// maxFileList bounds a list's copy fetched from the mirror, compressed;
+// its lines are bounded as they are read (maxListLine).
+const maxFileList = 1 << 30
+
+// maxListLine bounds a line: a path of catalog.MaxPathBytes quoted (at
+// most 10 bytes for each of its bytes), and the numbers.
+const maxListLine = 10*catalog.MaxPathBytes + 128
+
+func fileListName(id string) string { return FileListsDir + id + ".tsv.gz" }
+
+// FileListEpoch returns the lists' epoch; where the mirror has none (or
+// an unusable one), a run that writes makes one (created only where there
+// is none, as a fenced write on a store that can condition it), so that
+// no list written before counts; a dry run returns "".
+func (st State) FileListEpoch(ctx context.Context) (string, error) {
+	s := st.s
+	raw, err := lock.ReadStateOrSetAside(ctx, s.b, fileListEpochFile, 256, !s.opts.DryRun, s.log)
+	if err != nil {
+		return "", s.errorf("%s%s: %w", backend.ReservedPrefix, fileListEpochFile, err)
+	}
+	if e := strings.TrimSpace(string(raw)); checkEpoch(e) == nil {
+		return e, nil
+	}
+	if s.opts.DryRun {
+		// A dry run writes none, and reads no list without one.
+		return "", nil
+	}
+	epoch := newEpoch()
+	if s.b.Properties().ConditionalWrite && raw == nil {
+		// As replace writes, but not counted as a file copied: it is
+		// the mirror's state, which a local sink writes uncounted.
+		name := backend.ReservedPrefix + fileListEpochFile
+		if err = backend.ReplaceIfUnchanged(ctx, s.b, name, []byte(epoch+"\n"), ""); backend.IsPreconditionFailed(err) {
+			err = fenced(name, err)
+		}
+	} else {
+		err = lock.WriteState(ctx, s.b, fileListEpochFile, []byte(epoch+"\n"))
+	}
+	if err != nil {
+		return "", s.errorf("writing %s%s: %w", backend.ReservedPrefix, fileListEpochFile, err)
+	}
+	return epoch, nil
+}
+
+// NewFileListEpoch gives the lists a new epoch: every list written
+// before is read as none from now on. A prune calls it, durably, before
+// it removes a data file.
+func (st State) NewFileListEpoch(ctx context.Context) error {
+	s := st.s
+	if err := lock.WriteState(ctx, s.b, fileListEpochFile, []byte(newEpoch()+"\n")); err != nil {
+		return s.errorf("writing %s%s: %w", backend.ReservedPrefix, fileListEpochFile, err)
+	}
+	return nil
+}
+
+func newEpoch() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func checkEpoch(e string) error {
+	if b, err := hex.DecodeString(e); err != nil || len(b) != 16 {
+		return fmt.Errorf("epoch %s is not 32 hex digits", catalog.Excerpt(e))
+	}
+	return nil
+}
+
+// RemoveFileList removes a version's list (a prune's removed version).
+func (st State) RemoveFileList(ctx context.Context, id string) error {
+	if err := lock.RemoveState(ctx, st.s.b, fileListName(id)); err != nil && !backend.IsNotExist(err) {
+		return err
+	}
+	return nil
+}
+
+// FileListWriter writes a version's list into a local file, in path
+// order, to be written to the mirror at the version's publish
+// (WriteFileList).
+type FileListWriter struct {
+	id, epoch string
+	f         *os.File
+	gz        *gzip.Writer
+	out       *bufio.Writer // to gz
+	sum       hash.Hash
+	line      []byte
+	n         int64
+	prev      string
+	closed    bool
+}
+
+// NewFileListWriter starts version id's list of the given epoch in dir.
+func NewFileListWriter(dir, id, epoch string) (*FileListWriter, error) {
+	if err := repo.CheckVersionID(id); err != nil {
+		return nil, err
+	}
+	if err := checkEpoch(epoch); err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp(dir, "file-list-*.tsv.gz")
+	if err != nil {
+		return nil, err
+	}
+	// BestSpeed: a list of 300,000 files is written at every version
+	// published; its size matters less than its time.
+	gz, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
+	w := &FileListWriter{id: id, epoch: epoch, f: f, gz: gz, out: bufio.NewWriterSize(gz, 64<<10), sum: sha256.New()}
+	if err := w.write(fmt.Appendf(nil, "%s\tversion=%s\tepoch=%s\n", fileListFormat, id, epoch)); err != nil {
+		w.Discard()
+		return nil, err
+	}
+	return w, nil
+}
+
+// Add writes the next file: paths strictly in order.
+func (w *FileListWriter) Add(f catalog.File) error {
+	if w.n > 0 && f.Path <= w.prev {
+		return fmt.Errorf("file list of %s: %s after %s, not in path order", w.id, catalog.Excerpt(f.Path), catalog.Excerpt(w.prev))
+	}
+	if err := catalog.CheckListFile(f); err != nil {
+		return fmt.Errorf("file list of %s: %w", w.id, err)
+	}
+	w.n++
+	w.prev = f.Path
+	b := catalog.AppendListLine(w.line[:0], f)
+	w.line = b
+	return w.write(b)
+}
+
+// AddLine writes the next file as line, a line of a list the mirror
+// wrote and read back checked (FileList.EachLine) whose file is at path:
+// paths strictly in order.
+func (w *FileListWriter) AddLine(path string, line []byte) error {
+	if w.n > 0 && path <= w.prev {
+		return fmt.Errorf("file list of %s: %s after %s, not in path order", w.id, catalog.Excerpt(path), catalog.Excerpt(w.prev))
+	}
+	w.n++
+	w.prev = path
+	return w.write(line)
+}
+
+// write writes a line to the list and its checksum.
+func (w *FileListWriter) write(b []byte) error {
+	w.sum.Write(b)
+	_, err := w.out.Write(b)
+	return err
+}
+
+// Files is how many files were added.
+func (w *FileListWriter) Files() int64 { return w.n }
+
+// Discard removes the local file; the list is not written.
+func (w *FileListWriter) Discard() {
+	if w == nil || w.closed {
+		return
+	}
+	w.closed = true
+	w.f.Close()
+	os.Remove(w.f.Name())
+}
+
+// finish writes the end line and closes the local file.
+func (w *FileListWriter) finish() (int64, error) {
+	fmt.Fprintf(w.out, "end\t%d\t%s\n", w.n, hex.EncodeToString(w.sum.Sum(nil)))
+	err := w.out.Flush()
+	if cerr := w.gz.Close(); err == nil {
+		err = cerr
+	}
+	var size int64
+	if err == nil {
+		var fi os.FileInfo
+		if fi, err = w.f.Stat(); err == nil {
+			size = fi.Size()
+		}
+	}
+	if err == nil {
+		_, err = w.f.Seek(0, io.SeekStart)
+	}
+	return size, err
+}
+
+// WriteFileList writes version id's list to the mirror (a dry run
+// writes nothing), and removes the local file.
+func (st State) WriteFileList(ctx context.Context, w *FileListWriter) error {
+	s := st.s
+	defer w.Discard()
+	if s.opts.DryRun {
+		return nil
+	}
+	size, err := w.finish()
+	if err == nil {
+		err = lock.WriteStateFrom(ctx, s.b, fileListName(w.id), w.f, size)
+	}
+	if err != nil {
+		return s.errorf("writing %s%s: %w", backend.ReservedPrefix, fileListName(w.id), err)
+	}
+	return nil
+}
+
+// FileList is a version's list read back from the mirror into a local
+// copy, checked whole (format, version, epoch, count, checksum) as it is
+// fetched, and kept uncompressed, its file lines only: the file a
+// difference's reader reads as it is (catalog.ParentList), and the
+// mirror reads once more to merge the child's list (Each), which checks
+// every line (order, paths) as it gives them, and the count and checksum
+// again.
+type FileList struct {
+	id    string
+	path  string
+	Files int64
+	head  []byte // the header line, the start of the checksum
+	sum   []byte // the SHA-256 of the header and the file lines
+	lines []byte // the SHA-256 of the file lines alone
+}
+
+// EntriesSHA256 is the hex SHA-256 of the list's file lines alone: two
+// mirrors' lists of the same files have the same, whatever their epochs
+// (a difference from either is the same).
+func (l *FileList) EntriesSHA256() string { return hex.EncodeToString(l.lines) }
+
+// maxPlainFileList bounds a list's local copy, uncompressed: some 30
+// million lines of the longest path most catalogs hold.
+const maxPlainFileList = 4 << 30
+
+// FetchFileList fetches version id's list into dir and checks it; nil
+// where the mirror has none. A list of another epoch, or one that fails
+// a check, is an error: the caller reads the child whole.
+func (st State) FetchFileList(ctx context.Context, id, epoch, dir string) (*FileList, error) {
+	s := st.s
+	name := fileListName(id)
+	rc, err := lock.OpenState(ctx, s.b, name)
+	if err != nil || rc == nil {
+		return nil, err
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(dir, "file-list-*.tsv")
+	if err != nil {
+		return nil, err
+	}
+	l := &FileList{id: id, path: f.Name()}
+	err = l.fetch(rc, f, epoch)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		l.Remove()
+		return nil, fmt.Errorf("%s%s: %w", backend.ReservedPrefix, name, err)
+	}
+	return l, nil
+}
+
+// fetch reads the compressed list from rc and writes its file lines to
+// f uncompressed, checking its lines as they pass (header, count,
+// checksum: not each line's fields, which Each checks as it gives them).
+func (l *FileList) fetch(rc io.Reader, f *os.File, epoch string) error {
+	compressed := &countingReader{r: io.LimitReader(rc, maxFileList+1)}
+	gz, err := gzip.NewReader(bufio.NewReaderSize(compressed, 64<<10))
+	if err != nil {
+		return err
+	}
+	gz.Multistream(false)
+	plain := &countingReader{r: io.LimitReader(gz, maxPlainFileList+1)}
+	out := bufio.NewWriterSize(f, 64<<10)
+	l.Files, err = l.scan(plain, epoch, out)
+	if err == nil {
+		err = out.Flush()
+	}
+	switch {
+	case compressed.n > maxFileList:
+		return fmt.Errorf("larger than %d bytes", maxFileList)
+	case plain.n > maxPlainFileList:
+		return fmt.Errorf("larger than %d bytes uncompressed", maxPlainFileList)
+	}
+	return err
+}
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Path is the local copy: the list's file lines (catalog.ParentList).
+func (l *FileList) Path() string { return l.path }
+
+// Each gives the list's files in path order, checked again as they are
+// read from the local copy (each line, the count, the checksum); it
+// stops at yield's first error.
+func (l *FileList) Each(yield func(catalog.File) error) error {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	in := bufio.NewReaderSize(f, maxListLine+1)
+	sum := sha256.New()
+	sum.Write(l.head)
+	var n int64
+	var prev string
+	for {
+		b, err := in.ReadSlice('\n')
+		switch {
+		case errors.Is(err, io.EOF) && len(b) == 0:
+			if n != l.Files || !bytes.Equal(sum.Sum(nil), l.sum) {
+				return fmt.Errorf("file list of %s: %d files of SHA-256 %x, where %d of %x were fetched: damaged", l.id, n, sum.Sum(nil), l.Files, l.sum)
+			}
+			return nil
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, errListEnd)
+		case errors.Is(err, bufio.ErrBufferFull):
+			return fmt.Errorf("file list of %s: line %d: longer than %d bytes", l.id, n+2, maxListLine)
+		case err != nil:
+			return err
+		}
+		sum.Write(b)
+		file, err := catalog.ParseListLine(string(b[:len(b)-1]))
+		if err != nil {
+			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, err)
+		}
+		if n > 0 && file.Path <= prev {
+			return fmt.Errorf("file list of %s: line %d: %s after %s, not in path order", l.id, n+2, catalog.Excerpt(file.Path), catalog.Excerpt(prev))
+		}
+		n++
+		prev = file.Path
+		if err := yield(file); err != nil {
+			return err
+		}
+	}
+}
+
+// EachLine gives the list's lines as they are, each with its path, in
+// path order, and checks the count and checksum at the end, as Each
+// does; it does not parse a line's other fields, which the mirror checked
+// as it wrote them (Add), and which the checksum holds as written: a
+// child's list copies its parent's lines so (AddLine).
+func (l *FileList) EachLine(yield func(path string, line []byte) error) error {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	in := bufio.NewReaderSize(f, maxListLine+1)
+	sum := sha256.New()
+	sum.Write(l.head)
+	var n int64
+	var prev string
+	for {
+		b, err := in.ReadSlice('\n')
+		switch {
+		case errors.Is(err, io.EOF) && len(b) == 0:
+			if n != l.Files || !bytes.Equal(sum.Sum(nil), l.sum) {
+				return fmt.Errorf("file list of %s: %d files of SHA-256 %x, where %d of %x were fetched: damaged", l.id, n, sum.Sum(nil), l.Files, l.sum)
+			}
+			return nil
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, errListEnd)
+		case errors.Is(err, bufio.ErrBufferFull):
+			return fmt.Errorf("file list of %s: line %d: longer than %d bytes", l.id, n+2, maxListLine)
+		case err != nil:
+			return err
+		}
+		sum.Write(b)
+		field, _, ok := bytes.Cut(b, []byte("\t"))
+		path := string(field)
+		if ok && strings.HasPrefix(path, `"`) {
+			path, err = strconv.Unquote(path)
+		}
+		if !ok || err != nil || n > 0 && path <= prev {
+			return fmt.Errorf("file list of %s: line %d: not a file's line in path order: %s", l.id, n+2, catalog.Excerpt(string(b)))
+		}
+		n++
+		prev = path
+		if err := yield(path, b); err != nil {
+			return err
+		}
+	}
+}
+
+// ListCursor goes through a list's local copy in path order, a file at a
+// time, each line checked as Each checks it; it stops (Next is false) at
+// the end or at the first line that fails, which Err says. A pass that
+// stops early checks no checksum: the copy was checked whole as it was
+// fetched, and is the mirror's own.
+type ListCursor struct {
+	l    *FileList
+	f    *os.File
+	in   *bufio.Reader
+	cur  catalog.File
+	prev string
+	n    int64
+	err  error
+}
+
+// Cursor starts a pass over the list; the caller closes it.
+func (l *FileList) Cursor() (*ListCursor, error) {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return nil, err
+	}
+	return &ListCursor{l: l, f: f, in: bufio.NewReaderSize(f, maxListLine+1)}, nil
+}
+
+// Next moves to the next file; false at the end or at an error.
+func (c *ListCursor) Next() bool {
+	if c.err != nil || c.in == nil {
+		return false
+	}
+	b, err := c.in.ReadSlice('\n')
+	switch {
+	case errors.Is(err, io.EOF) && len(b) == 0:
+		if c.n != c.l.Files {
+			c.err = fmt.Errorf("file list of %s: %d files, where %d were fetched", c.l.id, c.n, c.l.Files)
+		}
+		c.in = nil
+		return false
+	case errors.Is(err, bufio.ErrBufferFull):
+		c.err = fmt.Errorf("file list of %s: line %d: longer than %d bytes", c.l.id, c.n+2, maxListLine)
+		return false
+	case err != nil:
+		c.err = fmt.Errorf("file list of %s: line %d: %w", c.l.id, c.n+2, err)
+		return false
+	}
+	f, err := catalog.ParseListLine(string(b[:len(b)-1]))
+	if err == nil && c.n > 0 && f.Path <= c.prev {
+		err = fmt.Errorf("%s after %s, not in path order", catalog.Excerpt(f.Path), catalog.Excerpt(c.prev))
+	}
+	if err != nil {
+		c.err = fmt.Errorf("file list of %s: line %d: %w", c.l.id, c.n+2, err)
+		return false
+	}
+	c.n++
+	c.cur, c.prev = f, f.Path
+	return true
+}
+
+// File is the file Next moved to.
+func (c *ListCursor) File() catalog.File { return c.cur }
+
+// Err is why the pass stopped before the end; nil at the end.
+func (c *ListCursor) Err() error { return c.err }
+
+// Close ends the pass.
+func (c *ListCursor) Close() {
+	if c != nil {
+		c.f.Close()
+	}
+}
+
+// Remove removes the local copy.
+func (l *FileList) Remove() {
+	if l != nil {
+		os.Remove(l.path)
+	}
+}
+
+// errListEnd is a list that ends before its end line.
+var errListEnd = errors.New("the list ends before its end line: cut short")
+
+// scan reads a list, uncompressed, from r: its header (of epoch, where
+// not empty), its file lines (counted, and written to out as they are),
+// its end line, and nothing after; it keeps the header and the checksum
+// for Each.
+func (l *FileList) scan(r io.Reader, epoch string, out io.Writer) (int64, error) {
+	in := bufio.NewReaderSize(r, maxListLine+1)
+	sum := sha256.New()
+	line := func() ([]byte, error) {
+		b, err := in.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+			return nil, fmt.Errorf("a line longer than %d bytes", maxListLine)
+		case errors.Is(err, io.EOF):
+			return nil, errListEnd
+		case err != nil:
+			return nil, err
+		}
+		return b, nil
+	}
+	head, err := line()
+	if err != nil {
+		return 0, err
+	}
+	sum.Write(head)
+	fields := strings.Split(strings.TrimSuffix(string(head), "\n"), "\t")
+	if len(fields) != 3 || fields[0] != fileListFormat || fields[1] != "version="+l.id {
+		return 0, fmt.Errorf("not the file list of version %s: %s", l.id, catalog.Excerpt(string(head)))
+	}
+	if epoch != "" && fields[2] != "epoch="+epoch {
+		return 0, fmt.Errorf("a list of another epoch (%s, the mirror's is %s): written before a prune removed data files", catalog.Excerpt(strings.TrimPrefix(fields[2], "epoch=")), epoch)
+	}
+	l.head = append([]byte(nil), head...)
+	lines := sha256.New()
+	var n int64
+	for {
+		b, err := line()
+		if err != nil {
+			return n, err
+		}
+		if rest, ok := bytes.CutPrefix(b, []byte("end\t")); ok {
+			count, hexSum, _ := strings.Cut(strings.TrimSuffix(string(rest), "\n"), "\t")
+			if count != strconv.FormatInt(n, 10) || hexSum != hex.EncodeToString(sum.Sum(nil)) {
+				return n, fmt.Errorf("its end line says %s; %d files came, of SHA-256 %x: damaged", catalog.Excerpt(string(rest)), n, sum.Sum(nil))
+			}
+			break
+		}
+		sum.Write(b)
+		lines.Write(b)
+		if _, err := out.Write(b); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if _, err := in.ReadByte(); !errors.Is(err, io.EOF) {
+		if err == nil {
+			err = errors.New("bytes after its end line")
+		}
+		return n, err
+	}
+	l.sum, l.lines = sum.Sum(nil), lines.Sum(nil)
+	return n, nil
+}
