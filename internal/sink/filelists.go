@@ -346,32 +346,8 @@ func (l *FileList) Path() string { return l.path }
 // read from the local copy (each line, the count, the checksum); it
 // stops at yield's first error.
 func (l *FileList) Each(yield func(catalog.File) error) error {
-	f, err := os.Open(l.path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	in := bufio.NewReaderSize(f, maxListLine+1)
-	sum := sha256.New()
-	sum.Write(l.head)
-	var n int64
 	var prev string
-	for {
-		b, err := in.ReadSlice('\n')
-		switch {
-		case errors.Is(err, io.EOF) && len(b) == 0:
-			if n != l.Files || !bytes.Equal(sum.Sum(nil), l.sum) {
-				return fmt.Errorf("file list of %s: %d files of SHA-256 %x, where %d of %x were fetched: damaged", l.id, n, sum.Sum(nil), l.Files, l.sum)
-			}
-			return nil
-		case errors.Is(err, io.EOF):
-			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, errListEnd)
-		case errors.Is(err, bufio.ErrBufferFull):
-			return fmt.Errorf("file list of %s: line %d: longer than %d bytes", l.id, n+2, maxListLine)
-		case err != nil:
-			return err
-		}
-		sum.Write(b)
+	return l.eachRawLine(func(n int64, b []byte) error {
 		file, err := catalog.ParseListLine(string(b[:len(b)-1]))
 		if err != nil {
 			return fmt.Errorf("file list of %s: line %d: %w", l.id, n+2, err)
@@ -379,12 +355,9 @@ func (l *FileList) Each(yield func(catalog.File) error) error {
 		if n > 0 && file.Path <= prev {
 			return fmt.Errorf("file list of %s: line %d: %s after %s, not in path order", l.id, n+2, catalog.Excerpt(file.Path), catalog.Excerpt(prev))
 		}
-		n++
 		prev = file.Path
-		if err := yield(file); err != nil {
-			return err
-		}
-	}
+		return yield(file)
+	})
 }
 
 // EachLine gives the list's lines as they are, each with its path, in
@@ -393,6 +366,27 @@ func (l *FileList) Each(yield func(catalog.File) error) error {
 // as it wrote them (Add), and which the checksum holds as written: a
 // child's list copies its parent's lines so (AddLine).
 func (l *FileList) EachLine(yield func(path string, line []byte) error) error {
+	var prev string
+	return l.eachRawLine(func(n int64, b []byte) error {
+		field, _, ok := bytes.Cut(b, []byte("\t"))
+		path := string(field)
+		var err error
+		if ok && strings.HasPrefix(path, `"`) {
+			path, err = strconv.Unquote(path)
+		}
+		if !ok || err != nil || n > 0 && path <= prev {
+			return fmt.Errorf("file list of %s: line %d: not a file's line in path order: %s", l.id, n+2, catalog.Excerpt(string(b)))
+		}
+		prev = path
+		return yield(path, b)
+	})
+}
+
+// eachRawLine gives the local copy's file lines (each with its newline, and
+// its index), bounded in length, and checks at the end that they are as
+// many as fetched and of the fetched checksum: what Each and EachLine
+// share. It stops at yield's first error.
+func (l *FileList) eachRawLine(yield func(n int64, line []byte) error) error {
 	f, err := os.Open(l.path)
 	if err != nil {
 		return err
@@ -401,9 +395,7 @@ func (l *FileList) EachLine(yield func(path string, line []byte) error) error {
 	in := bufio.NewReaderSize(f, maxListLine+1)
 	sum := sha256.New()
 	sum.Write(l.head)
-	var n int64
-	var prev string
-	for {
+	for n := int64(0); ; n++ {
 		b, err := in.ReadSlice('\n')
 		switch {
 		case errors.Is(err, io.EOF) && len(b) == 0:
@@ -419,17 +411,7 @@ func (l *FileList) EachLine(yield func(path string, line []byte) error) error {
 			return err
 		}
 		sum.Write(b)
-		field, _, ok := bytes.Cut(b, []byte("\t"))
-		path := string(field)
-		if ok && strings.HasPrefix(path, `"`) {
-			path, err = strconv.Unquote(path)
-		}
-		if !ok || err != nil || n > 0 && path <= prev {
-			return fmt.Errorf("file list of %s: line %d: not a file's line in path order: %s", l.id, n+2, catalog.Excerpt(string(b)))
-		}
-		n++
-		prev = path
-		if err := yield(path, b); err != nil {
+		if err := yield(n, b); err != nil {
 			return err
 		}
 	}
