@@ -328,13 +328,29 @@ type FileList struct {
 	Files int64
 	head  []byte // the header line, the start of the checksum
 	sum   []byte // the SHA-256 of the header and the file lines
-	lines []byte // the SHA-256 of the file lines alone
+	lines []byte // the SHA-256 of the file lines alone, once asked (EntriesSHA256)
 }
 
 // EntriesSHA256 is the hex SHA-256 of the list's file lines alone: two
 // mirrors' lists of the same files have the same, whatever their epochs
-// (a difference from either is the same).
-func (l *FileList) EntriesSHA256() string { return hex.EncodeToString(l.lines) }
+// (a difference from either is the same). It hashes the local copy (its
+// file lines, as they were checked), once, when first asked: only a
+// fan-out asks, before a reader has the copy; "" where it cannot be read.
+func (l *FileList) EntriesSHA256() string {
+	if l.lines == nil {
+		f, err := os.Open(l.path)
+		if err != nil {
+			return ""
+		}
+		defer f.Close()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return ""
+		}
+		l.lines = h.Sum(nil)
+	}
+	return hex.EncodeToString(l.lines)
+}
 
 // maxPlainFileList bounds a list's local copy, uncompressed: some 30
 // million lines of the longest path most catalogs hold.
@@ -591,10 +607,9 @@ func (l *FileList) scan(r io.Reader, epoch string, f io.Writer) (int64, error) {
 		return 0, fmt.Errorf("a list of another epoch (%s, the mirror's is %s): written before a prune removed data files", catalog.Excerpt(strings.TrimPrefix(fields[2], "epoch=")), epoch)
 	}
 	l.head = append([]byte(nil), head...)
-	lines := sha256.New()
 	// The file lines are hashed as they are written out, 64 KiB at a
 	// time: a million lines hashed one by one took twice as long.
-	out := bufio.NewWriterSize(io.MultiWriter(f, sum, lines), 64<<10)
+	out := bufio.NewWriterSize(io.MultiWriter(f, sum), 64<<10)
 	var n int64
 	for {
 		b, err := line()
@@ -622,6 +637,6 @@ func (l *FileList) scan(r io.Reader, epoch string, f io.Writer) (int64, error) {
 		}
 		return n, err
 	}
-	l.sum, l.lines = sum.Sum(nil), lines.Sum(nil)
+	l.sum = sum.Sum(nil)
 	return n, nil
 }

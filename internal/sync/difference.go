@@ -154,7 +154,7 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 		return nil, false, ctx.Err()
 	}
 	start := time.Now()
-	d, err := c.src.Catalogs().Diff(ctx, c.pool, fetched, catalogName, catalog.ParentList{Rows: list.Files, Path: list.Path()}, list.EntriesSHA256())
+	d, err := c.src.Catalogs().Diff(ctx, c.pool, fetched, catalogName, catalog.ParentList{Rows: list.Files, Path: list.Path()}, list.EntriesSHA256)
 	<-c.slots.catalog
 	c.log.Debug("catalog compared with its parent's list", zap.String("catalog", catalogName), zap.String("parent", p), zap.Duration("took", time.Since(start)), zap.Error(err))
 	if errors.Is(err, catalog.ErrNoDifference) || errors.Is(err, catalog.ErrParentList) {
