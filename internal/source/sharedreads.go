@@ -94,18 +94,21 @@ func (c Catalogs) ReadSorted(ctx context.Context, pool *catalog.Pool, fetched *c
 
 // Diff reads the fetched catalog (name) as its difference from the
 // parent's list (catalog.Pool.Diff, its files in Files), whose entries'
-// sha256 is listSum; in a fan-out's run, the first difference of these
+// sha256 listSum says (asked for only in a fan-out's run, before the
+// read: a run to one sink hashes no list again); in a fan-out's run, the first difference of these
 // catalog bytes from a list of these entries is kept and every later one
 // takes it (the difference depends on nothing else: each sink's list of
 // the same entries gives the same).
-func (c Catalogs) Diff(ctx context.Context, pool *catalog.Pool, fetched *catalog.Fetched, name string, parent catalog.ParentList, listSum string) (*catalog.Difference, error) {
+func (c Catalogs) Diff(ctx context.Context, pool *catalog.Pool, fetched *catalog.Fetched, name string, parent catalog.ParentList, listSum func() string) (*catalog.Difference, error) {
 	read := func() (*catalog.Difference, error) {
 		return pool.Diff(ctx, fetched.Path, name, parent, nil)
 	}
 	sh := &c.s.shared
 	var key string
-	if listSum != "" {
-		key = readKey("diff", name, fetched.SHA256, "list", listSum)
+	if sh.sharing() {
+		if sum := listSum(); sum != "" {
+			key = readKey("diff", name, fetched.SHA256, "list", sum)
+		}
 	}
 	f, leader := sh.flight(key)
 	if f == nil {
@@ -141,6 +144,13 @@ func readKey(kind string, parts ...string) string {
 // flight is the read of key: leader true where the caller is the first
 // to ask and makes it (then closes f.done); nil where nothing is shared
 // (no fan-out, no key).
+// sharing says whether reads are kept for later sinks (a fan-out's run).
+func (sh *share) sharing() bool {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.on
+}
+
 func (sh *share) flight(key string) (f *sharedRead, leader bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

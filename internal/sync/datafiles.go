@@ -40,6 +40,8 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 	// Every catalog is read before any data file is copied: a bad one
 	// refuses the version without a byte of it written.
 	mainFile := repo.MainCatalog(files)
+	ahead := e.catalogs.fetchListAhead(ctx, rec.Parents, files)
+	defer ahead.discard()
 	fetched, err := e.catalogs.fetchAhead(ctx, id, mainFile, files, rec.SHA256)
 	if err != nil {
 		return 0, err
@@ -60,7 +62,7 @@ func (e *engine) copyVersion(ctx context.Context, n *versionJob) (dataFiles int,
 		}
 		defer fetched.Remove()
 	}
-	main, err := e.catalogs.readMain(ctx, id, mainFile, fetched, rec.Parents, files)
+	main, err := e.catalogs.readMain(ctx, id, mainFile, fetched, rec.Parents, files, ahead)
 	if err != nil {
 		return 0, err
 	}
