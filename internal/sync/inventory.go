@@ -61,7 +61,9 @@ func (e *engine) refsMovedUpstream(ctx context.Context) bool {
 	if e.src.Settings().ID == "" {
 		return false
 	}
-	// The state lists every ref refs.json would: it bounds refs.json.
+	// Read up to twice the state's size (16 MiB at least): the state names
+	// each ref it saw, with more than refs.json gives for it. A larger
+	// refs.json (many refs new since) is no hint.
 	refs, ok := e.src.RefsHint(ctx, max(repo.MaxRefsJSON, 2*int64(len(st.raw))))
 	if !ok || !upstreamStateStale(st.loaded, st.raw == nil, e.planner.selectRefs(refs, "").selected) {
 		return false
