@@ -40,6 +40,25 @@ func (s *Source) ReadRefs(ctx context.Context, seen func(ref string) (version st
 	return out
 }
 
+// RefsHint is upstream's refs as its refs.json gives them, read in one
+// request and not judged further: a hint, for a run that decides from it
+// whether to take the mirror's lock before it reads both sides. Nothing
+// is mirrored from it; the refs a run mirrors are those ReadRefs reads.
+// ok is false where refs.json is absent, larger than limit or malformed.
+// A fan-out's later sink gets the refs as the first sink read them, and
+// no request.
+func (s *Source) RefsHint(ctx context.Context, limit int64) (refs repo.Refs, ok bool) {
+	if out, ok := s.shared.rememberedRefs(); ok {
+		return out.Refs, !out.Unread
+	}
+	raw, err := backend.ReadAll(ctx, s.r, repo.RefsFile, limit)
+	if err != nil {
+		return nil, false
+	}
+	refs, _, err = repo.ParseRefsJSON(raw)
+	return refs, err == nil
+}
+
 // ReadRefsWithoutHead is ReadRefs for a reader that follows no HEAD
 // (status, prune): the same refs, refused for the same rules; HEAD is
 // not read.

@@ -222,11 +222,20 @@ func (e *engine) run(ctx context.Context) error {
 		return &FatalError{err}
 	}
 	refusedBefore := len(e.report.Refused)
-	upstream, head, inv, err := e.readBothSides(ctx)
-	if err != nil {
-		return err
+	// A run whose upstream's refs.json says refs moved has something to
+	// write: it takes the lock first, and reads both sides once, under it.
+	lockFirst := e.opts.Lock != nil && e.refsMovedUpstream(ctx)
+	var upstream repo.Refs
+	var head string
+	var inv *sink.Inventory
+	if !lockFirst {
+		var err error
+		// refsMovedUpstream loaded the upstream state where there is a lock.
+		if upstream, head, inv, err = e.readBothSides(ctx, e.opts.Lock != nil); err != nil {
+			return err
+		}
 	}
-	if e.opts.Lock != nil && e.hasWork(inv, upstream, head) {
+	if e.opts.Lock != nil && (lockFirst || e.hasWork(inv, upstream, head)) {
 		// Only a run with something to write takes the mirror's lock: a
 		// run with nothing new reads and leaves, and never waits.
 		locked, unlock, err := e.opts.Lock(ctx)
@@ -257,7 +266,7 @@ func (e *engine) run(ctx context.Context) error {
 		e.mu.Lock()
 		e.report.Refused = e.report.Refused[:refusedBefore]
 		e.mu.Unlock()
-		if upstream, head, inv, err = e.readBothSides(ctx); err != nil {
+		if upstream, head, inv, err = e.readBothSides(ctx, false); err != nil {
 			return err
 		}
 	}
@@ -322,9 +331,12 @@ func (e *engine) stageOne(ctx context.Context, upstream repo.Refs) error {
 // readBothSides reads upstream's refs and takes the sink's inventory at
 // once: each is listings and reads that wait on their own store (two
 // listings of 20,000 refs took 2 s each on the test gateway).
-func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *sink.Inventory, error) {
+// stateLoaded: the upstream state was read for this read already.
+func (e *engine) readBothSides(ctx context.Context, stateLoaded bool) (repo.Refs, string, *sink.Inventory, error) {
 	// The state says what the mirror last saw upstream, for upstreamRefs.
-	e.loadUpstreamState(ctx)
+	if !stateLoaded {
+		e.loadUpstreamState(ctx)
+	}
 	var inv *sink.Inventory
 	var err error
 	done := make(chan struct{})

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/repo"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 )
@@ -39,6 +40,43 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 	e.versions.pending = inv.Pending
 	e.report.Distrusted = inv.Distrusted
 	return inv, nil
+}
+
+// refsMovedUpstream says, from upstream's refs.json alone (one request;
+// neither side's refs/ listed), whether the refs this run selects differ
+// from those the mirror last saw upstream (its upstream state), in a
+// mirror of this repository. Such a run has something to write, if only
+// that state (hasWork), so it takes the lock before it reads both sides,
+// and reads them once, under the lock, instead of once before and again
+// under it (issue 43: each read of 20,000 refs is a listing of each
+// side). It loads the upstream state for the read that follows.
+// refs.json is only a hint: where it is absent, unreadable or says
+// nothing moved, the run reads both sides first as it always did; what
+// a run mirrors is what it reads under the lock either way. A repository
+// without id is left to that way too (its mirror's recorded source is
+// checked before any lock), as is a mirror of another repository.
+func (e *engine) refsMovedUpstream(ctx context.Context) bool {
+	e.loadUpstreamState(ctx)
+	st := e.upstream.state
+	if e.src.Settings().ID == "" {
+		return false
+	}
+	// Read up to twice the state's size (16 MiB at least): the state names
+	// each ref it saw, with more than refs.json gives for it. A larger
+	// refs.json (many refs new since) is no hint.
+	refs, ok := e.src.RefsHint(ctx, max(repo.MaxRefsJSON, 2*int64(len(st.raw))))
+	if !ok || !upstreamStateStale(st.loaded, st.raw == nil, e.planner.selectRefs(refs, "").selected) {
+		return false
+	}
+	have, err := e.sink.Holdings().ReadSettings(ctx)
+	if backend.IsNotExist(err) {
+		return true // a new mirror
+	}
+	if err != nil {
+		return false
+	}
+	mine, err := repo.ParseSettings(have)
+	return err == nil && sink.SameRepository(e.sink.Location(), e.src.Settings(), mine) == nil
 }
 
 // hasWork says whether the run would write anything (planner.hasWork).
