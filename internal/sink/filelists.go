@@ -576,7 +576,7 @@ func (l *FileList) Remove() {
 var errListEnd = errors.New("the list ends before its end line: cut short")
 
 // scan reads a list, uncompressed, from r: its header (of epoch, where
-// not empty), its file lines (counted, and written to out as they are),
+// not empty), its file lines (counted, and written to f as they are),
 // its end line, and nothing after; it keeps the header and the checksum
 // for Each.
 func (l *FileList) scan(r io.Reader, epoch string, f io.Writer) (int64, error) {

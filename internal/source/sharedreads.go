@@ -95,10 +95,10 @@ func (c Catalogs) ReadSorted(ctx context.Context, pool *catalog.Pool, fetched *c
 // Diff reads the fetched catalog (name) as its difference from the
 // parent's list (catalog.Pool.Diff, its files in Files), whose entries'
 // sha256 listSum says (asked for only in a fan-out's run, before the
-// read: a run to one sink hashes no list again); in a fan-out's run, the first difference of these
-// catalog bytes from a list of these entries is kept and every later one
-// takes it (the difference depends on nothing else: each sink's list of
-// the same entries gives the same).
+// read: a run to one sink hashes no list again); in a fan-out's run, the
+// first difference of these catalog bytes from a list of these entries
+// is kept and every later one takes it (the difference depends on
+// nothing else: each sink's list of the same entries gives the same).
 func (c Catalogs) Diff(ctx context.Context, pool *catalog.Pool, fetched *catalog.Fetched, name string, parent catalog.ParentList, listSum func() string) (*catalog.Difference, error) {
 	read := func() (*catalog.Difference, error) {
 		return pool.Diff(ctx, fetched.Path, name, parent, nil)
@@ -141,9 +141,6 @@ func readKey(kind string, parts ...string) string {
 	return key
 }
 
-// flight is the read of key: leader true where the caller is the first
-// to ask and makes it (then closes f.done); nil where nothing is shared
-// (no fan-out, no key).
 // sharing says whether reads are kept for later sinks (a fan-out's run).
 func (sh *share) sharing() bool {
 	sh.mu.Lock()
@@ -151,6 +148,9 @@ func (sh *share) sharing() bool {
 	return sh.on
 }
 
+// flight is the read of key: leader true where the caller is the first
+// to ask and makes it (then closes f.done); nil where nothing is shared
+// (no fan-out, no key).
 func (sh *share) flight(key string) (f *sharedRead, leader bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
