@@ -222,6 +222,9 @@ func (e *engine) run(ctx context.Context) error {
 		return &FatalError{err}
 	}
 	refusedBefore := len(e.report.Refused)
+	// The state says what the mirror last saw upstream (for upstreamRefs,
+	// and refsMovedUpstream's hint); read again under the lock.
+	e.loadUpstreamState(ctx)
 	// A run whose upstream's refs.json says refs moved has something to
 	// write: it takes the lock first, and reads both sides once, under it.
 	lockFirst := e.opts.Lock != nil && e.refsMovedUpstream(ctx)
@@ -230,8 +233,7 @@ func (e *engine) run(ctx context.Context) error {
 	var inv *sink.Inventory
 	if !lockFirst {
 		var err error
-		// refsMovedUpstream loaded the upstream state where there is a lock.
-		if upstream, head, inv, err = e.readBothSides(ctx, e.opts.Lock != nil); err != nil {
+		if upstream, head, inv, err = e.readBothSides(ctx); err != nil {
 			return err
 		}
 	}
@@ -266,7 +268,8 @@ func (e *engine) run(ctx context.Context) error {
 		e.mu.Lock()
 		e.report.Refused = e.report.Refused[:refusedBefore]
 		e.mu.Unlock()
-		if upstream, head, inv, err = e.readBothSides(ctx, false); err != nil {
+		e.loadUpstreamState(ctx)
+		if upstream, head, inv, err = e.readBothSides(ctx); err != nil {
 			return err
 		}
 	}
@@ -331,12 +334,8 @@ func (e *engine) stageOne(ctx context.Context, upstream repo.Refs) error {
 // readBothSides reads upstream's refs and takes the sink's inventory at
 // once: each is listings and reads that wait on their own store (two
 // listings of 20,000 refs took 2 s each on the test gateway).
-// stateLoaded: the upstream state was read for this read already.
-func (e *engine) readBothSides(ctx context.Context, stateLoaded bool) (repo.Refs, string, *sink.Inventory, error) {
-	// The state says what the mirror last saw upstream, for upstreamRefs.
-	if !stateLoaded {
-		e.loadUpstreamState(ctx)
-	}
+// The caller has loaded the upstream state (loadUpstreamState) first.
+func (e *engine) readBothSides(ctx context.Context) (repo.Refs, string, *sink.Inventory, error) {
 	var inv *sink.Inventory
 	var err error
 	done := make(chan struct{})

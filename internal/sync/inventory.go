@@ -49,14 +49,13 @@ func (e *engine) takeInventory(ctx context.Context) (*sink.Inventory, error) {
 // that state (hasWork), so it takes the lock before it reads both sides,
 // and reads them once, under the lock, instead of once before and again
 // under it (issue 43: each read of 20,000 refs is a listing of each
-// side). It loads the upstream state for the read that follows.
-// refs.json is only a hint: where it is absent, unreadable or says
-// nothing moved, the run reads both sides first as it always did; what
-// a run mirrors is what it reads under the lock either way. A repository
-// without id is left to that way too (its mirror's recorded source is
-// checked before any lock), as is a mirror of another repository.
+// side). The caller has loaded the upstream state. refs.json is only a
+// hint: where it is absent, unreadable or says nothing moved, the run
+// reads both sides first as it always did; what a run mirrors is what it
+// reads under the lock either way. A repository without id is left to
+// that way too (its mirror's recorded source is checked before any
+// lock), as is a mirror of another repository.
 func (e *engine) refsMovedUpstream(ctx context.Context) bool {
-	e.loadUpstreamState(ctx)
 	st := e.upstream.state
 	if e.src.Settings().ID == "" {
 		return false
@@ -75,8 +74,7 @@ func (e *engine) refsMovedUpstream(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	mine, err := repo.ParseSettings(have)
-	return err == nil && sink.SameRepository(e.sink.Location(), e.src.Settings(), mine) == nil
+	return e.sameRepository(have) == nil
 }
 
 // hasWork says whether the run would write anything (planner.hasWork).
