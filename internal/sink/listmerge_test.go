@@ -1,11 +1,9 @@
-package sink
+package sink_test
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -16,6 +14,7 @@ import (
 	"github.com/fdl-mirror/fdl-mirror/internal/backend"
 	"github.com/fdl-mirror/fdl-mirror/internal/backend/local"
 	"github.com/fdl-mirror/fdl-mirror/internal/catalog"
+	"github.com/fdl-mirror/fdl-mirror/internal/sink"
 	"github.com/fdl-mirror/fdl-mirror/internal/sink/lock"
 )
 
@@ -25,13 +24,13 @@ const (
 )
 
 // mergeSink is a sink on a folder, with its lists' epoch.
-func mergeSink(t *testing.T) (*Sink, backend.Backend, string) {
+func mergeSink(t *testing.T) (*sink.Sink, backend.Backend, string) {
 	t.Helper()
 	b, err := local.Create(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(b, Options{})
+	s := sink.New(b, sink.Options{})
 	epoch, err := s.State().FileListEpoch(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -40,35 +39,31 @@ func mergeSink(t *testing.T) (*Sink, backend.Backend, string) {
 }
 
 // listOfFiles writes version id's list of files to s and fetches it.
-func listOfFiles(t *testing.T, s *Sink, id, epoch string, files []catalog.File) *FileList {
+func listOfFiles(t *testing.T, s *sink.Sink, id, epoch string, files []catalog.File) *sink.FileList {
 	t.Helper()
-	w, err := NewFileListWriter(t.TempDir(), id, epoch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		if err := w.Add(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return writeAndFetch(t, s, w, epoch)
+	writeListOf(t, s, id, epoch, files)
+	return fetchList(t, s, id, epoch)
 }
 
-func writeAndFetch(t *testing.T, s *Sink, w *FileListWriter, epoch string) *FileList {
+func writeAndFetch(t *testing.T, s *sink.Sink, w *sink.FileListWriter, id, epoch string) *sink.FileList {
 	t.Helper()
-	ctx := context.Background()
-	if err := s.State().WriteFileList(ctx, w); err != nil {
+	if err := s.State().WriteFileList(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.State().FetchFileList(ctx, w.id, epoch, t.TempDir())
+	return fetchList(t, s, id, epoch)
+}
+
+func fetchList(t *testing.T, s *sink.Sink, id, epoch string) *sink.FileList {
+	t.Helper()
+	l, err := s.State().FetchFileList(context.Background(), id, epoch, t.TempDir())
 	if err != nil || l == nil {
-		t.Fatalf("fetching %s's list: %v", w.id, err)
+		t.Fatalf("fetching %s's list: %v", id, err)
 	}
 	t.Cleanup(l.Remove)
 	return l
 }
 
-func filesOf(t *testing.T, l *FileList) []catalog.File {
+func filesOf(t *testing.T, l *sink.FileList) []catalog.File {
 	t.Helper()
 	var got []catalog.File
 	if err := l.Each(func(f catalog.File) error { got = append(got, f); return nil }); err != nil {
@@ -116,31 +111,31 @@ func TestMergeCopiesTheMembersNoChangeFallsIn(t *testing.T) {
 		parentFiles = append(parentFiles, f)
 	}
 	parent := listOfFiles(t, s, mergeParent, epoch, parentFiles)
-	if len(parent.members) < 3 {
-		t.Fatalf("the parent's list of %d files in %d members; want 3 or more", len(parentFiles), len(parent.members))
+	ms := parent.Members()
+	if len(ms) < 3 {
+		t.Fatalf("the parent's list of %d files in %d members; want 3 or more", len(parentFiles), len(ms))
 	}
-	parentRaw := readState(t, b, fileListName(mergeParent))
-	ms := parent.members
+	parentRaw := readState(t, b, sink.FileListName(mergeParent))
 	newFile := func(path string) catalog.File {
 		return catalog.File{Path: path, Size: 42, Footer: 8}
 	}
-	firstOf := func(k int) int64 { return ms[k].lo }
+	firstOf := func(k int) int64 { return ms[k].Lo }
 	cases := []struct {
 		name    string
 		removed []int64
 		added   []catalog.File
 	}{
 		{"no change", nil, nil},
-		{"one new file in the middle", nil, []catalog.File{newFile(fmt.Sprintf("main/t/%06d.parquet", 2*int(ms[1].lo)+1))}},
+		{"one new file in the middle", nil, []catalog.File{newFile(fmt.Sprintf("main/t/%06d.parquet", 2*int(ms[1].Lo)+1))}},
 		{"one removed", []int64{firstOf(1) + 3}, nil},
-		{"a member's first path replaced", nil, []catalog.File{newFile(ms[2].first)}},
+		{"a member's first path replaced", nil, []catalog.File{newFile(ms[2].First)}},
 		{"a member's first removed", []int64{firstOf(2)}, nil},
 		{"before every path", nil, []catalog.File{newFile("a.parquet")}},
 		{"after every path", nil, []catalog.File{newFile("z.parquet")}},
 		{"the last removed", []int64{int64(len(parentFiles) - 1)}, nil},
 		{"every first line removed", func() (r []int64) {
 			for _, m := range ms {
-				r = append(r, m.lo)
+				r = append(r, m.Lo)
 			}
 			return r
 		}(), nil},
@@ -169,10 +164,9 @@ func TestMergeCopiesTheMembersNoChangeFallsIn(t *testing.T) {
 				}
 				if old {
 					// The same parent as a list of one member.
-					os.Remove(cp.gzPath)
-					cp.members, cp.gzPath = nil, ""
+					cp.AsOneMember()
 				}
-				w, err := NewFileListWriter(t.TempDir(), mergeChild, epoch)
+				w, err := sink.NewFileListWriter(t.TempDir(), mergeChild, epoch)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -180,25 +174,25 @@ func TestMergeCopiesTheMembersNoChangeFallsIn(t *testing.T) {
 					t.Fatal(err)
 				}
 				cp.Remove()
-				child := writeAndFetch(t, s, w, epoch)
+				child := writeAndFetch(t, s, w, mergeChild, epoch)
 				if got := filesOf(t, child); !reflect.DeepEqual(got, want) {
 					t.Fatalf("one member %v: the child's list has %d files, want %d", old, len(got), len(want))
 				}
-				if len(child.members) == 0 {
+				if len(child.Members()) == 0 {
 					t.Fatalf("the child's list is not in members")
 				}
 				if old {
 					continue
 				}
-				childRaw := readState(t, b, fileListName(mergeChild))
+				childRaw := readState(t, b, sink.FileListName(mergeChild))
 				for k, m := range ms {
-					untouched := !slices.ContainsFunc(tc.removed, func(at int64) bool { return at >= m.lo && at < m.hi }) &&
+					untouched := !slices.ContainsFunc(tc.removed, func(at int64) bool { return at >= m.Lo && at < m.Hi }) &&
 						!slices.ContainsFunc(tc.added, func(f catalog.File) bool {
-							return (k == 0 || f.Path >= m.first) && (k+1 == len(ms) || f.Path < ms[k+1].first)
+							return (k == 0 || f.Path >= m.First) && (k+1 == len(ms) || f.Path < ms[k+1].First)
 						})
-					copied := bytes.Contains(childRaw, parentRaw[m.compressedFrom:m.compressed])
+					copied := bytes.Contains(childRaw, parentRaw[m.CompressedFrom:m.CompressedTo])
 					if untouched != copied {
-						t.Errorf("member %d (lines %d–%d): no change in it %v, copied as it was %v", k, m.lo, m.hi, untouched, copied)
+						t.Errorf("member %d (lines %d–%d): no change in it %v, copied as it was %v", k, m.Lo, m.Hi, untouched, copied)
 					}
 				}
 			}
@@ -213,8 +207,8 @@ func TestListsNotInMembersAreReadWhole(t *testing.T) {
 	s, b, epoch := mergeSink(t)
 	files := []catalog.File{{Path: "a.parquet", Size: 1, Footer: 1}, {Path: "b.parquet", Size: 2, Footer: 1}}
 	listOfFiles(t, s, mergeParent, epoch, files)
-	name := fileListName(mergeParent)
-	text := gunzipAll(t, readState(t, b, name))
+	name := sink.FileListName(mergeParent)
+	text := gunzip(t, readState(t, b, name))
 	end := strings.Index(text, "end\t")
 	a := strings.Index(text, "a.parquet")
 	for _, tc := range []struct {
@@ -230,7 +224,7 @@ func TestListsNotInMembersAreReadWhole(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var raw []byte
 			for _, p := range tc.parts {
-				raw = append(raw, gzipOf(t, p)...)
+				raw = append(raw, gz(t, p)...)
 			}
 			if err := lock.WriteState(context.Background(), b, name, raw); err != nil {
 				t.Fatal(err)
@@ -246,8 +240,8 @@ func TestListsNotInMembersAreReadWhole(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Remove()
-			if l.members != nil || l.gzPath != "" {
-				t.Fatalf("members %v, compressed copy %q; want none", l.members, l.gzPath)
+			if l.Members() != nil || l.HasCompressedCopy() {
+				t.Fatalf("members %v, a compressed copy %v; want none", l.Members(), l.HasCompressedCopy())
 			}
 			if got := filesOf(t, l); !reflect.DeepEqual(got, files) {
 				t.Fatalf("read %v, want %v", got, files)
@@ -269,21 +263,21 @@ func TestMergeOfAChangedCopyIsNeverTrusted(t *testing.T) {
 		files = append(files, catalog.File{Path: fmt.Sprintf("main/t/%06d.parquet", i*2), Size: 1000, Footer: 10})
 	}
 	parent := listOfFiles(t, s, mergeParent, epoch, files)
-	if len(parent.members) < 2 {
-		t.Fatalf("%d members", len(parent.members))
+	if len(parent.Members()) < 2 {
+		t.Fatalf("%d members", len(parent.Members()))
 	}
-	plain, err := os.ReadFile(parent.path)
+	plain, err := os.ReadFile(parent.Path())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The size of the first file (member 0) changed in place: 9999.
 	changed := bytes.Replace(plain, []byte("\t1000\t"), []byte("\t9999\t"), 1)
-	if err := os.WriteFile(parent.path, changed, 0o600); err != nil {
+	if err := os.WriteFile(parent.Path(), changed, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	merge := func(removed []int64) (*FileList, error) {
-		w, err := NewFileListWriter(t.TempDir(), mergeChild, epoch)
+	merge := func(removed []int64) (*sink.FileList, error) {
+		w, err := sink.NewFileListWriter(t.TempDir(), mergeChild, epoch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,45 +304,7 @@ func TestMergeOfAChangedCopyIsNeverTrusted(t *testing.T) {
 	}
 
 	// Member 0 copied (the change in member 1): read as none.
-	if l, err := merge([]int64{parent.members[1].lo}); err == nil || !strings.Contains(err.Error(), "damaged") {
+	if l, err := merge([]int64{parent.Members()[1].Lo}); err == nil || !strings.Contains(err.Error(), "damaged") {
 		t.Fatalf("a child's list made from a changed copy: %v, %v; want it damaged", l, err)
 	}
-}
-
-func readState(t *testing.T, b backend.Reader, name string) []byte {
-	t.Helper()
-	rc, err := lock.OpenState(context.Background(), b, name)
-	if err != nil || rc == nil {
-		t.Fatalf("opening %s: %v", name, err)
-	}
-	defer rc.Close()
-	raw, err := io.ReadAll(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return raw
-}
-
-func gunzipAll(t *testing.T, raw []byte) string {
-	t.Helper()
-	r, err := gzip.NewReader(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, err := io.ReadAll(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(text)
-}
-
-func gzipOf(t *testing.T, text string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	w := gzip.NewWriter(&buf)
-	w.Write([]byte(text))
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
 }
