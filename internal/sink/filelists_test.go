@@ -29,7 +29,13 @@ var listFiles = []catalog.File{
 // writeList writes listVersion's list of the given files and epoch.
 func writeList(t *testing.T, s *sink.Sink, epoch string, files []catalog.File) {
 	t.Helper()
-	w, err := sink.NewFileListWriter(t.TempDir(), listVersion, epoch)
+	writeListOf(t, s, listVersion, epoch, files)
+}
+
+// writeListOf writes version id's list of the given files and epoch.
+func writeListOf(t *testing.T, s *sink.Sink, id, epoch string, files []catalog.File) {
+	t.Helper()
+	w, err := sink.NewFileListWriter(t.TempDir(), id, epoch)
 	if err != nil {
 		t.Fatal(err)
 	}

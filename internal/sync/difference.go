@@ -89,9 +89,11 @@ func (c *catalogReader) fetchListAhead(ctx context.Context, parents []string, fi
 	a := &listAhead{parent: p, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
+		start := time.Now()
 		if epoch := c.listEpoch(ctx); epoch != "" {
 			a.list, a.err = c.sink.State().FetchFileList(ctx, p, epoch, c.pool.Dir())
 		}
+		c.log.Debug("parent's list fetched", zap.String("parent", p), zap.Duration("took", time.Since(start)), zap.Error(a.err))
 	}()
 	return a
 }
@@ -210,7 +212,7 @@ func (c *catalogReader) childList(ctx context.Context, id string, main *versionC
 	w, err := sink.NewFileListWriter(c.pool.Dir(), id, epoch)
 	if err == nil {
 		if d := main.difference; d != nil {
-			err = mergeList(w, main.parentList, d.Removed, main.cat.Files)
+			err = w.Merge(main.parentList, d.Removed, main.cat.Files)
 		} else {
 			err = main.list().Each(w.Add)
 		}
@@ -221,40 +223,4 @@ func (c *catalogReader) childList(ctx context.Context, id string, main *versionC
 		return nil
 	}
 	return w
-}
-
-// mergeList writes to w the parent's list less the removed entries (by
-// their place in it, in order), with the added files (in path order)
-// merged in. The parent's lines are copied as they are (EachLine): they
-// were checked as the mirror wrote them, and their checksum holds.
-func mergeList(w *sink.FileListWriter, parent *sink.FileList, removed []int64, added []catalog.File) error {
-	i, j := 0, 0
-	var at int64 = -1
-	err := parent.EachLine(func(path string, line []byte) error {
-		at++
-		for ; j < len(added) && added[j].Path < path; j++ {
-			if err := w.Add(added[j]); err != nil {
-				return err
-			}
-		}
-		if j < len(added) && added[j].Path == path {
-			return nil // the new file of that path replaces it
-		}
-		for i < len(removed) && removed[i] < at {
-			i++
-		}
-		if i < len(removed) && removed[i] == at {
-			return nil
-		}
-		return w.AddLine(path, line)
-	})
-	if err != nil {
-		return err
-	}
-	for ; j < len(added); j++ {
-		if err := w.Add(added[j]); err != nil {
-			return err
-		}
-	}
-	return nil
 }
