@@ -714,8 +714,17 @@ func (r *reader) rowColumns(kind int, alias, prefix string) string {
 
 // basesSQL is a query of the bases of the catalog's relative rows: tid,
 // b and base, the data path joined with the schema's and table's paths
-// (NULL where the join would pass the limit).
+// (NULL where the join would pass the limit); blen, base's length in
+// bytes; and brel, base below the data path where base begins with it
+// (else NULL), so that a row of that base is resolved by one
+// concatenation, its base checked once, not for every row.
 func (r *reader) basesSQL(dataPath string) string {
+	dp := sqlString(dataPath)
+	return fmt.Sprintf("SELECT tid, b, base, strlen(base) AS blen, CASE WHEN starts_with(base, %[1]s) THEN substr(base, length(%[1]s) + 1) END AS brel FROM (%[2]s)", dp, r.joinedBasesSQL(dataPath))
+}
+
+// joinedBasesSQL is basesSQL's tid, b and base.
+func (r *reader) joinedBasesSQL(dataPath string) string {
 	limit := len(dataPath) + MaxPathBytes
 	// live says whether row x of a schema or table was live at snapshot
 	// b, as at does: NULL bounds are open, and no row is live at a NULL
@@ -763,21 +772,30 @@ LEFT JOIN sp ON sp.tid = k.tid AND sp.b IS NOT DISTINCT FROM k.b`,
 // before delete files, each table in its order, by which read keeps a
 // path's first row), err (NULL, or why read refuses the row: 1 no path,
 // 2 too long, 3 outside the data path) and rel, the path below the data
-// path (NULL where err is not).
+// path (NULL where err is not). A relative row's full path is its base
+// and its path, one where it is absolute; it is too long where that
+// passes the limit (or its base did), and outside the data path where it
+// does not begin with it, which a row of a base below the data path
+// (brel) never is: its rel is brel and its path, with no full path made.
+// The bases are joined by a hash join on tid (NULL for an absolute row,
+// which so has none) and b.
 func resolvedSQL(raw, bases, dataPath string) string {
 	limit := len(dataPath) + MaxPathBytes
 	dp := sqlString(dataPath)
-	return fmt.Sprintf(`WITH resolved AS (
-	SELECT f.kind, f.rid, f.path, f.size, f.footer, coalesce(lower(f.fmt) = 'puffin', false) AS puffin,
-		CASE WHEN f.path IS NULL OR f.path = '' THEN NULL
-			WHEN NOT f.relative THEN CASE WHEN strlen(f.path) > %[3]d THEN NULL ELSE f.path END
-			WHEN bs.base IS NULL OR strlen(bs.base) + strlen(f.path) > %[3]d THEN NULL
-			ELSE bs.base || f.path END AS fullpath
-	FROM (%[1]s) f LEFT JOIN %[2]s bs ON f.relative AND bs.tid = f.tid AND bs.b IS NOT DISTINCT FROM f.b)
-SELECT size, footer, kind = 1 AS del, puffin, path, kind * 4611686018427387904 + rid AS ord,
-	CASE WHEN path IS NULL OR path = '' THEN 1 WHEN fullpath IS NULL THEN 2 WHEN NOT starts_with(fullpath, %[4]s) THEN 3 END AS err,
-	CASE WHEN fullpath IS NOT NULL AND starts_with(fullpath, %[4]s) THEN substr(fullpath, length(%[4]s) + 1) END AS rel
-FROM resolved`, raw, bases, limit, dp)
+	return fmt.Sprintf(`WITH checked AS (
+	SELECT f.kind, f.rid, f.path, f.size, f.footer, f.relative, coalesce(lower(f.fmt) = 'puffin', false) AS puffin, bs.base, bs.brel,
+		CASE WHEN f.path IS NULL OR f.path = '' THEN 1
+			WHEN f.relative THEN CASE WHEN bs.base IS NULL OR bs.blen + strlen(f.path) > %[3]d THEN 2
+				WHEN bs.brel IS NULL AND NOT starts_with(bs.base || f.path, %[4]s) THEN 3 END
+			WHEN strlen(f.path) > %[3]d THEN 2
+			WHEN NOT starts_with(f.path, %[4]s) THEN 3 END AS err
+	FROM (%[1]s) f LEFT JOIN %[2]s bs ON bs.tid = CASE WHEN f.relative THEN f.tid END AND bs.b IS NOT DISTINCT FROM f.b)
+SELECT size, footer, kind = 1 AS del, puffin, path, kind * 4611686018427387904 + rid AS ord, err,
+	CASE WHEN err IS NOT NULL THEN NULL
+		WHEN NOT relative THEN substr(path, length(%[4]s) + 1)
+		WHEN brel IS NOT NULL THEN brel || path
+		ELSE substr(base || path, length(%[4]s) + 1) END AS rel
+FROM checked`, raw, bases, limit, dp)
 }
 
 // checkResolved refuses a catalog as read would for its rows: one
