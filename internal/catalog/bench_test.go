@@ -132,6 +132,7 @@ func BenchmarkDiff(b *testing.B) {
 	}
 	list := listOf(b, p.Files)
 	var files int
+	readerPeakRSS.Store(0)
 	for b.Loop() {
 		d, err := Diff(context.Background(), child, "", list, Limits{}, nil)
 		if err != nil {
@@ -140,4 +141,6 @@ func BenchmarkDiff(b *testing.B) {
 		files = len(d.Files)
 	}
 	b.ReportMetric(float64(files), "files")
+	// The largest of its readers' peak resident sets (VmHWM).
+	b.ReportMetric(float64(readerPeakRSS.Load())/(1<<20), "peak-MiB")
 }

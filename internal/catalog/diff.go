@@ -33,9 +33,12 @@ import (
 // linked into the reader's folder beside the catalog: the reader may
 // read it (Landlock allows it read_file below its folder, nothing more;
 // it can write no byte), and DuckDB reads it as it is, with its CSV
-// reader, before the catalog is attached. Nothing of it is taken from
-// the reader's answer but what the answer says of the child, and the
-// mirror reads its own copy again, checked, to make the child's list.
+// reader, as it compares the child's rows with it; where the difference
+// fails before the list is read whole, the list is read again alone, so
+// that a failure of the list is told as the list's, as though it had
+// been read first. Nothing of it is taken from the reader's answer but
+// what the answer says of the child, and the mirror reads its own copy
+// again, checked, to make the child's list.
 //
 // Every file row of the child is resolved to its path below the data
 // path (as resolve does: data path, schema path, table path, each where
@@ -334,20 +337,22 @@ func (w *diffWriter) end() error {
 
 // Temporary tables of a difference.
 const (
-	listTable  = "fdl_list" // the parent's list: each entry's place, key and size
 	childBases = "fdl_child_bases"
 	unmatched  = "fdl_unmatched" // the child's rows and the list's entries with no equal on the other side
 )
 
-// difference is a reader's difference of a catalog and a list: the list
-// loaded into a locked-down DuckDB first, before the catalog is opened;
-// the catalog attached read-only to that DuckDB, which may open the
+// difference is a reader's difference of a catalog and a list: the
+// catalog attached read-only to a locked-down DuckDB, which may open the
 // files of the reader's folder and no other, checked as read checks one
 // (base tables only, no generated column, rows within the limits, a data
-// path), its file rows resolved and compared with the list by DuckDB,
-// and the files of the child not in the list, then the list's entries
-// the child lacks, written to w in path order. An errAnswer is one the
-// reader cannot answer.
+// path), its file rows resolved and compared by DuckDB with the list as
+// DuckDB reads it, and the files of the child not in the list, then the
+// list's entries the child lacks, written to w in path order. The list
+// is the mirror's, so its failures come first, as though it had been read
+// before the catalog was opened: where the difference fails before the
+// list has been read whole and counted, the list is read again, alone
+// (listError), and its failure is the answer if it has one. An errAnswer
+// is one the reader cannot answer.
 func difference(ctx context.Context, file, list string, q request, w *diffWriter, pool *dbPool) (err error) {
 	lim := q.lim.WithDefaults()
 	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
@@ -373,12 +378,29 @@ func difference(ctx context.Context, file, list string, q request, w *diffWriter
 	if err != nil {
 		return child.errf("%w", err)
 	}
+	closed := false
+	closeInst := func() {
+		if !closed {
+			closed = true
+			inst.close()
+		}
+	}
 	if pool == nil || !pool.oneShot {
-		defer inst.close()
+		defer closeInst()
 	}
-	if err := loadList(ctx, inst.conn, list, q.parentRows); err != nil {
-		return err
-	}
+	listRead := false
+	defer func() {
+		var ea errAnswer
+		if err != nil && !listRead && ctx.Err() == nil && !errors.As(err, &ea) {
+			// The list read alone, by a DuckDB of its own: this one may
+			// be unusable after its failure (a fatal error), and
+			// holds the child's tables.
+			closeInst()
+			if lerr := listError(ctx, err, list, q.parentRows, lim); lerr != nil {
+				err = lerr
+			}
+		}
+	}()
 	if sqlite, err := isSQLite(file); err != nil {
 		return child.errf("%v", strings.ReplaceAll(err.Error(), file, q.name))
 	} else if sqlite {
@@ -399,9 +421,10 @@ func difference(ctx context.Context, file, list string, q request, w *diffWriter
 	if err := prepareDiff(child, &meta); err != nil {
 		return err
 	}
-	if err := child.compare(meta.DataPath); err != nil {
+	if err := child.compare(meta.DataPath, list, q.parentRows); err != nil {
 		return err
 	}
+	listRead = true
 	if err := child.checkResolved(); err != nil {
 		return err
 	}
@@ -481,33 +504,55 @@ func (r *reader) writeFiles(w *diffWriter, dataPath string) error {
 	return nil
 }
 
-// loadList puts the list at path in listTable of conn's DuckDB: each
-// entry's key (lkey, as rowKey makes a row's) and its size, not its
-// path, so that a list of a million files holds 16 bytes each, not a
-// path each (DuckDB has no disk to spill to, and a memory limit of 128
-// MiB by default); an entry's place in the list is its rowid (the table
-// is made in the file's order, as DuckDB keeps insertion order). DuckDB
+// listSQL is a query of the list at path as DuckDB reads it, which the
+// comparison joins with the child's rows: each entry's key (lkey, as
+// rowKey makes a row's), its size (lsize) and its place in the list
+// (lord, from 0), not its path, so that the join's table of a list of a
+// million files holds some 24 bytes each, not a path each (DuckDB has no
+// disk to spill to, and a memory limit of 128 MiB by default). DuckDB
 // reads the file itself (its CSV reader, one pass, the columns' types
-// given). A list that does not read, or not of the rows the mirror said,
-// is a listRefusal.
-func loadList(ctx context.Context, conn *sql.Conn, path string, rows int64) error {
+// given) as the join builds its table, keeping nothing else of it: its
+// reader, of one thread, gives the lines in the file's order, and
+// row_number() of an empty window numbers them as they come.
+func listSQL(path string) string {
 	// Its buffer of 1 MiB, not DuckDB's 32 (max_line_size's 16 times),
 	// which would take a quarter of the reader's memory limit; a line is
 	// at most some 10 KiB (a quoted path of MaxPathBytes).
 	csv := fmt.Sprintf("read_csv(%s, delim='\\t', quote='', escape='', header=false, auto_detect=false, max_line_size=%d, buffer_size=%d, "+
 		"columns={'path': 'VARCHAR', 'size': 'BIGINT', 'footer': 'BIGINT', 'flags': 'UTINYINT'})", sqlString(path), 64<<10, 1<<20)
-	q := fmt.Sprintf("CREATE TEMP TABLE %s AS SELECT %s AS lkey, size AS lsize FROM %s", listTable, listKey("path", "size", "footer", "flags"), csv)
-	if _, err := conn.ExecContext(ctx, q); err != nil {
-		if ctx.Err() != nil {
-			return err
+	return fmt.Sprintf("SELECT %s AS lkey, size AS lsize, row_number() OVER () - 1 AS lord FROM %s", listKey("path", "size", "footer", "flags"), csv)
+}
+
+// errListCount is a list the comparison found not of the rows the
+// mirror said; listError says how many it has.
+var errListCount = errors.New("the parent's list is not of the entries the mirror said")
+
+// listError is the list's failure, where a difference failed (err)
+// before its list was read whole and counted: the list at path read
+// again, by a DuckDB of its own, and counted. A list that does not read,
+// or not of the rows the mirror said, is a listRefusal; nil where it
+// reads as it should (the failure is the child's), or where it cannot be
+// told.
+func listError(ctx context.Context, err error, path string, rows int64, lim Limits) error {
+	inst, serr := startDuckDB(ctx, lim, "SET allowed_paths=["+sqlString(path)+"]")
+	if serr != nil {
+		if errors.Is(err, errListCount) {
+			return listRefusal{fmt.Errorf("its parent's list is not of the %d entries the mirror said", rows)}
 		}
-		return listRefusal{fmt.Errorf("reading its parent's list: %w", err)}
+		return nil
 	}
+	defer inst.close()
+	// Each entry read whole, as the comparison reads it (its key): a
+	// count alone would not convert a column.
 	var n int64
-	if err := conn.QueryRowContext(ctx, "SELECT count(*) FROM "+listTable).Scan(&n); err != nil {
-		return fmt.Errorf("reading its parent's list: %w", err)
+	var key any
+	if qerr := inst.conn.QueryRowContext(ctx, "SELECT count(*), max(lkey) FROM ("+listSQL(path)+")").Scan(&n, &key); qerr != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return listRefusal{fmt.Errorf("reading its parent's list: %w", qerr)}
 	}
-	if n != rows {
+	if n != rows || errors.Is(err, errListCount) {
 		return listRefusal{fmt.Errorf("its parent's list has %d entries, where the mirror said %d", n, rows)}
 	}
 	return nil
@@ -566,32 +611,46 @@ func prepareDiff(r *reader, meta **Catalog) error {
 }
 
 // compare fills unmatched and diffTable: each file row of the catalog
-// (r) resolved and joined with the list's entries by their keys and
-// sizes (rowKey, listKey: everything the mirror is told of a file; one
-// hash join, the list its table where it is the smaller); the rows and
-// entries without an equal kept (unmatched), and the rows grouped by
-// path (diffTable), as
-// checkResolved and the files read them. Rows are compared before they
-// are made one per path, so that DuckDB holds the list and what comes
-// out, never the child's rows grouped: at 300,000 files grouping them
-// first passed the default memory limit of 128 MiB.
-func (r *reader) compare(dataPath string) error {
+// (r) resolved and joined with the entries of the list at list by their
+// keys and sizes (rowKey, listKey: everything the mirror is told of a
+// file; one hash join, the list its table, as DuckDB reads it); the rows
+// and entries without an equal kept (unmatched), and the rows grouped by
+// path (diffTable), as checkResolved and the files read them. Rows are
+// compared before they are made one per path, so that DuckDB holds the
+// list's keys and what comes out, never the child's rows grouped: at
+// 300,000 files grouping them first passed the default memory limit of
+// 128 MiB. The list is counted in the same pass: its entries rows-1 and
+// rows are kept (unmatched) whether or not a row equals them, and the
+// list has rows entries where the first is there and the second is not
+// (errListCount where not). Such a kept entry with a row equal to it is
+// neither removed nor new: it has both an ord and a lord.
+func (r *reader) compare(dataPath, list string, count int64) error {
 	rows := resolvedSQL(r.rawSQL(0)+" UNION ALL "+r.rawSQL(1), childBases, dataPath)
 	steps := []string{
 		"CREATE TEMP TABLE " + childBases + " AS " + r.basesSQL(dataPath),
 		fmt.Sprintf(`CREATE TEMP TABLE %s AS
-SELECT c.*, p.lord FROM (SELECT r.*, %s AS ckey FROM (%s) r) c FULL OUTER JOIN (SELECT rowid AS lord, lkey, lsize FROM %s) p ON c.ckey = p.lkey AND c.size = p.lsize
-WHERE c.ord IS NULL OR p.lord IS NULL`, unmatched, rowKey("r"), rows, listTable),
+SELECT c.*, p.lord FROM (SELECT r.*, %s AS ckey FROM (%s) r) c FULL OUTER JOIN (%s) p ON c.ckey = p.lkey AND c.size = p.lsize
+WHERE c.ord IS NULL OR p.lord IS NULL OR p.lord IN (%d, %d)`, unmatched, rowKey("r"), rows, listSQL(list), count-1, count),
 		fmt.Sprintf(`CREATE TEMP TABLE %s AS
 SELECT rel, arg_min(size, ord) AS size, arg_min(footer, ord) AS footer, arg_min(del, ord) AS del, arg_min(puffin, ord) AS puffin, count(*) AS nrows,
 	min(size) FILTER (WHERE size >= 0) AS smin, max(size) FILTER (WHERE size >= 0) AS smax,
 	arg_min({'err': err, 'del': del, 'path': left(path, 200), 'len': strlen(path)}, ord) FILTER (WHERE err IS NOT NULL) AS bad
-FROM %s WHERE ord IS NOT NULL
+FROM %s WHERE ord IS NOT NULL AND lord IS NULL
 GROUP BY rel`, diffTable, unmatched),
 	}
-	for _, q := range steps {
+	for i, q := range steps {
 		if _, err := r.conn.ExecContext(r.ctx, q); err != nil {
 			return r.errf("comparing with its parent's list: %w", err)
+		}
+		if i != 1 {
+			continue
+		}
+		var last sql.NullInt64
+		if err := r.conn.QueryRowContext(r.ctx, "SELECT max(lord) FROM "+unmatched).Scan(&last); err != nil {
+			return r.errf("comparing with its parent's list: %w", err)
+		}
+		if last.Valid != (count > 0) || last.Valid && last.Int64 != count-1 {
+			return errListCount
 		}
 	}
 	return nil
@@ -714,8 +773,17 @@ func (r *reader) rowColumns(kind int, alias, prefix string) string {
 
 // basesSQL is a query of the bases of the catalog's relative rows: tid,
 // b and base, the data path joined with the schema's and table's paths
-// (NULL where the join would pass the limit).
+// (NULL where the join would pass the limit); blen, base's length in
+// bytes; and brel, base below the data path where base begins with it
+// (else NULL), so that a row of that base is resolved by one
+// concatenation, its base checked once, not for every row.
 func (r *reader) basesSQL(dataPath string) string {
+	dp := sqlString(dataPath)
+	return fmt.Sprintf("SELECT tid, b, base, strlen(base) AS blen, CASE WHEN starts_with(base, %[1]s) THEN substr(base, length(%[1]s) + 1) END AS brel FROM (%[2]s)", dp, r.joinedBasesSQL(dataPath))
+}
+
+// joinedBasesSQL is basesSQL's tid, b and base.
+func (r *reader) joinedBasesSQL(dataPath string) string {
 	limit := len(dataPath) + MaxPathBytes
 	// live says whether row x of a schema or table was live at snapshot
 	// b, as at does: NULL bounds are open, and no row is live at a NULL
@@ -763,21 +831,30 @@ LEFT JOIN sp ON sp.tid = k.tid AND sp.b IS NOT DISTINCT FROM k.b`,
 // before delete files, each table in its order, by which read keeps a
 // path's first row), err (NULL, or why read refuses the row: 1 no path,
 // 2 too long, 3 outside the data path) and rel, the path below the data
-// path (NULL where err is not).
+// path (NULL where err is not). A relative row's full path is its base
+// and its path, one where it is absolute; it is too long where that
+// passes the limit (or its base did), and outside the data path where it
+// does not begin with it, which a row of a base below the data path
+// (brel) never is: its rel is brel and its path, with no full path made.
+// The bases are joined by a hash join on tid (NULL for an absolute row,
+// which so has none) and b.
 func resolvedSQL(raw, bases, dataPath string) string {
 	limit := len(dataPath) + MaxPathBytes
 	dp := sqlString(dataPath)
-	return fmt.Sprintf(`WITH resolved AS (
-	SELECT f.kind, f.rid, f.path, f.size, f.footer, coalesce(lower(f.fmt) = 'puffin', false) AS puffin,
-		CASE WHEN f.path IS NULL OR f.path = '' THEN NULL
-			WHEN NOT f.relative THEN CASE WHEN strlen(f.path) > %[3]d THEN NULL ELSE f.path END
-			WHEN bs.base IS NULL OR strlen(bs.base) + strlen(f.path) > %[3]d THEN NULL
-			ELSE bs.base || f.path END AS fullpath
-	FROM (%[1]s) f LEFT JOIN %[2]s bs ON f.relative AND bs.tid = f.tid AND bs.b IS NOT DISTINCT FROM f.b)
-SELECT size, footer, kind = 1 AS del, puffin, path, kind * 4611686018427387904 + rid AS ord,
-	CASE WHEN path IS NULL OR path = '' THEN 1 WHEN fullpath IS NULL THEN 2 WHEN NOT starts_with(fullpath, %[4]s) THEN 3 END AS err,
-	CASE WHEN fullpath IS NOT NULL AND starts_with(fullpath, %[4]s) THEN substr(fullpath, length(%[4]s) + 1) END AS rel
-FROM resolved`, raw, bases, limit, dp)
+	return fmt.Sprintf(`WITH checked AS (
+	SELECT f.kind, f.rid, f.path, f.size, f.footer, f.relative, coalesce(lower(f.fmt) = 'puffin', false) AS puffin, bs.base, bs.brel,
+		CASE WHEN f.path IS NULL OR f.path = '' THEN 1
+			WHEN f.relative THEN CASE WHEN bs.base IS NULL OR bs.blen + strlen(f.path) > %[3]d THEN 2
+				WHEN bs.brel IS NULL AND NOT starts_with(bs.base || f.path, %[4]s) THEN 3 END
+			WHEN strlen(f.path) > %[3]d THEN 2
+			WHEN NOT starts_with(f.path, %[4]s) THEN 3 END AS err
+	FROM (%[1]s) f LEFT JOIN %[2]s bs ON bs.tid = CASE WHEN f.relative THEN f.tid END AND bs.b IS NOT DISTINCT FROM f.b)
+SELECT size, footer, kind = 1 AS del, puffin, path, kind * 4611686018427387904 + rid AS ord, err,
+	CASE WHEN err IS NOT NULL THEN NULL
+		WHEN NOT relative THEN substr(path, length(%[4]s) + 1)
+		WHEN brel IS NOT NULL THEN brel || path
+		ELSE substr(base || path, length(%[4]s) + 1) END AS rel
+FROM checked`, raw, bases, limit, dp)
 }
 
 // checkResolved refuses a catalog as read would for its rows: one

@@ -358,9 +358,16 @@ func TestDiffGivesAnOldFileRecordedTwiceAtItsOtherSize(t *testing.T) {
 // A parent's list that is not what the mirror says (missing, a line
 // that does not parse, not of the length it said) refuses nothing of the
 // child: the error is ErrParentList, not a refusal nor a reader's
-// failure, and the caller reads the child whole.
+// failure, and the caller reads the child whole. So too where the child
+// is one the reader refuses (a view, a row without a path): the list's
+// failure is told first, though the reader reads the list as it compares.
 func TestDiffOfAListThatFailsRefusesNothing(t *testing.T) {
 	cats := chain(t, "0.1")
+	children := map[string]string{
+		"":                       cats[1],
+		", a view":               changed(t, cats[1], dataFileView("range(3) t(i)", "'f' || i || '.parquet'")...),
+		", a row without a path": changed(t, cats[1], "UPDATE ducklake_data_file SET path = NULL WHERE data_file_id = (SELECT max(data_file_id) FROM ducklake_data_file)"),
+	}
 	good := (wholeReads{}).list(t, cats[0])
 	raw, err := os.ReadFile(good.Path)
 	if err != nil {
@@ -381,13 +388,24 @@ func TestDiffOfAListThatFailsRefusesNothing(t *testing.T) {
 		{"shorter than it said", ParentList{Rows: good.Rows + 1, Path: good.Path}, fmt.Sprintf("%d entries, where the mirror said %d", good.Rows, good.Rows+1)},
 		{"longer than it said", ParentList{Rows: good.Rows - 1, Path: good.Path}, fmt.Sprintf("%d entries, where the mirror said %d", good.Rows, good.Rows-1)},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d, err := Diff(context.Background(), cats[1], catalogName, tc.list, Limits{}, nil)
-			var re *ReaderError
-			if d != nil || !errors.Is(err, ErrParentList) || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) {
-				t.Fatalf("%v, %v; want the list's error saying %q", d, err, tc.says)
-			}
-		})
+		for refused, child := range children {
+			t.Run(tc.name+refused, func(t *testing.T) {
+				d, err := Diff(context.Background(), child, catalogName, tc.list, Limits{}, nil)
+				var re *ReaderError
+				if d != nil || !errors.Is(err, ErrParentList) || errors.As(err, &re) || !strings.Contains(err.Error(), tc.says) {
+					t.Fatalf("%v, %v; want the list's error saying %q", d, err, tc.says)
+				}
+			})
+		}
+	}
+	// The refused children, with the list as it is: the child's refusal.
+	for refused, child := range children {
+		if refused == "" {
+			continue
+		}
+		if d, err := Diff(context.Background(), child, catalogName, good, Limits{}, nil); d != nil || err == nil || errors.Is(err, ErrParentList) {
+			t.Errorf("the child%s with a good list: %v, %v; want its refusal", refused, d, err)
+		}
 	}
 }
 
