@@ -159,10 +159,10 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 	d, err := c.src.Catalogs().Diff(ctx, c.pool, fetched, catalogName, catalog.ParentList{Rows: list.Files, Path: list.Path()}, list.EntriesSHA256)
 	<-c.slots.catalog
 	c.log.Debug("catalog compared with its parent's list", zap.String("catalog", catalogName), zap.String("parent", p), zap.Duration("took", time.Since(start)), zap.Error(err))
-	if errors.Is(err, catalog.ErrNoDifference) || errors.Is(err, catalog.ErrParentList) {
-		// Not the child's fault: its list, or its kind of catalog. (A
-		// reader taken over may say the list failed: that costs the
-		// child a whole read.)
+	if readWholeInstead(err) {
+		// Not the child's fault: its list, its kind of catalog, or
+		// both held at once. (A reader taken over may say the list
+		// failed: that costs the child a whole read.)
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()
 		}
@@ -179,6 +179,19 @@ func (c *catalogReader) readDifference(ctx context.Context, id, mainFile string,
 	cat := &catalog.Catalog{DuckLakeVersion: d.DuckLakeVersion, DataPath: d.DataPath, Files: d.Files}
 	keep = true
 	return &versionCatalog{file: mainFile, name: catalogName, fetched: fetched, cat: cat, difference: d, parentList: list}, true, nil
+}
+
+// readWholeInstead says whether a difference's error leaves the version
+// to be read whole: the list's (ErrParentList), its kind of catalog's
+// (ErrNoDifference), or DuckDB's memory limit passed while the reader
+// held the list's keys and compared the child's rows with them. A whole
+// read streams the rows out and holds neither: at the default 128 MiB a
+// difference from a list of some 3,000,000 entries does not fit (the
+// list read into the join, 2026-12-06), where a whole read does.
+func readWholeInstead(err error) bool {
+	var le *catalog.LimitError
+	return errors.Is(err, catalog.ErrNoDifference) || errors.Is(err, catalog.ErrParentList) ||
+		errors.As(err, &le) && le.Key == catalog.KeyMemoryLimit
 }
 
 // listEpoch is the epoch of the mirror's file lists, read (or made) once
