@@ -163,67 +163,41 @@ type FileListWriter struct {
 const listMemberBytes = 256 << 10
 
 // compressor hashes and compresses a list's lines on a goroutine of its
-// own, a buffer at a time: at a million files, the merge that makes the
-// lines (reading, checking, ordering them) and their compression then
-// take a core each, where one after the other they took 0.8 s. It ends a
-// member where it is told to (nil), and copies a run of a parent's
-// members as they are (a chunk's copy).
+// own (aside), a buffer at a time: at a million files, the merge that
+// makes the lines (reading, checking, ordering them) and their
+// compression then take a core each, where one after the other they took
+// 0.8 s. It ends a member where it is told to (a chunk of neither), and
+// copies a run of a parent's members as they are (a chunk's copy).
 type compressor struct {
-	f      *os.File
-	sum    hash.Hash
-	gz     *gzip.Writer
-	open   bool // gz has begun a member
-	full   chan chunk
-	free   chan []byte
-	done   chan error
-	closed bool
-}
-
-// chunk is what the compressor is given next: lines (b), the end of a
-// member (neither), or a run of a parent's members to copy.
-type chunk struct {
-	b    []byte
-	copy *memberRun
+	*aside
+	f    *os.File
+	sum  hash.Hash
+	gz   *gzip.Writer
+	open bool // gz has begun a member
 }
 
 func newCompressor(f *os.File) *compressor {
-	const buffers = 3
 	gz, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
-	c := &compressor{f: f, sum: sha256.New(), gz: gz, full: make(chan chunk, buffers+1), free: make(chan []byte, buffers), done: make(chan error, 1)}
-	for range buffers {
-		c.free <- make([]byte, 0, 64<<10)
-	}
-	go func() {
-		var err error
-		for ch := range c.full {
-			switch {
-			case ch.b != nil:
-				c.sum.Write(ch.b)
-				if err == nil {
-					err = c.write(ch.b)
-				}
-				c.free <- ch.b[:0]
-			case ch.copy != nil:
-				if err == nil {
-					err = c.endMember()
-				}
-				if err == nil {
-					err = ch.copy.copyTo(c.f, c.sum)
-				} else {
-					ch.copy.close()
-				}
-			default:
-				if err == nil {
-					err = c.endMember()
-				}
-			}
-		}
-		if err == nil {
-			err = c.endMember()
-		}
-		c.done <- err
-	}()
+	c := &compressor{f: f, sum: sha256.New(), gz: gz}
+	c.aside = newAside(c.take)
 	return c
+}
+
+// take is the goroutine's work on each chunk, in order.
+func (c *compressor) take(ch chunk) error {
+	switch {
+	case ch.b != nil:
+		c.sum.Write(ch.b)
+		return c.write(ch.b)
+	case ch.copy != nil:
+		if err := c.endMember(); err != nil {
+			ch.copy.close()
+			return err
+		}
+		return ch.copy.copyTo(c.f, c.sum)
+	default:
+		return c.endMember()
+	}
 }
 
 // write compresses b into the open member, beginning one where none is.
@@ -243,25 +217,6 @@ func (c *compressor) endMember() error {
 	}
 	c.open = false
 	return c.gz.Close()
-}
-
-// Write hands a copy of p to the goroutine; an error of the compression
-// is close's.
-func (c *compressor) Write(p []byte) (int, error) {
-	b := <-c.free
-	c.full <- chunk{b: append(b, p...)}
-	return len(p), nil
-}
-
-// close waits for what was written to be hashed and compressed, and its
-// last member ended.
-func (c *compressor) close() error {
-	if c.closed {
-		return nil
-	}
-	c.closed = true
-	close(c.full)
-	return <-c.done
 }
 
 // NewFileListWriter starts version id's list of the given epoch in dir.
@@ -344,7 +299,7 @@ func (w *FileListWriter) endMember() error {
 		return err
 	}
 	w.member = 0
-	w.comp.full <- chunk{}
+	w.comp.send(chunk{})
 	return nil
 }
 
@@ -369,10 +324,13 @@ func (w *FileListWriter) finish() (int64, error) {
 		err = cerr
 	}
 	if err == nil {
-		// The end line, a member of its own, not in the checksum.
-		w.comp.gz.Reset(w.f)
-		_, err = fmt.Fprintf(w.comp.gz, "end\t%d\t%s\n", w.n, hex.EncodeToString(w.comp.sum.Sum(nil)))
-		if cerr := w.comp.gz.Close(); err == nil {
+		// The end line, a member of its own, not in the checksum, once
+		// the goroutine is done.
+		end := fmt.Appendf(nil, "end\t%d\t%s\n", w.n, hex.EncodeToString(w.comp.sum.Sum(nil)))
+		if err = w.comp.endMember(); err == nil {
+			err = w.comp.write(end)
+		}
+		if cerr := w.comp.endMember(); err == nil {
 			err = cerr
 		}
 	}
@@ -602,13 +560,8 @@ func (l *FileList) Each(yield func(catalog.File) error) error {
 func (l *FileList) EachLine(yield func(path string, line []byte) error) error {
 	var prev string
 	return l.eachRawLine(func(n int64, b []byte) error {
-		field, _, ok := bytes.Cut(b, []byte("\t"))
-		path := string(field)
-		var err error
-		if ok && strings.HasPrefix(path, `"`) {
-			path, err = strconv.Unquote(path)
-		}
-		if !ok || err != nil || n > 0 && path <= prev {
+		path, ok := listPath(b)
+		if !ok || n > 0 && path <= prev {
 			return fmt.Errorf("file list of %s: line %d: not a file's line in path order: %s", l.id, n+2, catalog.Excerpt(string(b)))
 		}
 		prev = path
@@ -783,7 +736,11 @@ func (l *FileList) scan(r io.Reader, epoch string, f io.Writer, m *memberReader)
 	// time (a million lines hashed one by one took twice as long), on a
 	// goroutine of their own (aside): the decompression that gives them
 	// is most of a fetch's time, and hashing and writing a quarter.
-	copies := newAside(io.MultiWriter(f, sum))
+	plain := io.MultiWriter(f, sum)
+	copies := newAside(func(ch chunk) error {
+		_, err := plain.Write(ch.b)
+		return err
+	})
 	defer copies.close()
 	out := bufio.NewWriterSize(copies, 64<<10)
 	var (
@@ -879,42 +836,61 @@ func (l *FileList) scan(r io.Reader, epoch string, f io.Writer, m *memberReader)
 	return n, nil
 }
 
-// aside writes to w on a goroutine of its own, from three buffers of 64
-// KiB (a bufio.Writer's writes); an error of w's is close's, and ends
-// the writing.
+// aside gives each chunk it is sent to do, in order, on a goroutine of
+// its own; bytes written to it are copied into one of three buffers of
+// 64 KiB (a bufio.Writer's writes) and sent as a chunk's b. do's first
+// error is close's, and ends the work: the chunks after it are dropped
+// (a copy's files closed).
 type aside struct {
-	full, free chan []byte
-	done       chan error
-	err        error
-	closed     bool
+	full   chan chunk
+	free   chan []byte
+	done   chan error
+	err    error
+	closed bool
 }
 
-func newAside(w io.Writer) *aside {
+// chunk is what an aside is given next: bytes (b), a run of a parent
+// list's members to copy (copy), or neither (the compressor's end of a
+// member).
+type chunk struct {
+	b    []byte
+	copy *memberRun
+}
+
+func newAside(do func(chunk) error) *aside {
 	const buffers = 3
-	a := &aside{full: make(chan []byte, buffers), free: make(chan []byte, buffers), done: make(chan error, 1)}
+	a := &aside{full: make(chan chunk, buffers+1), free: make(chan []byte, buffers), done: make(chan error, 1)}
 	for range buffers {
 		a.free <- make([]byte, 0, 64<<10)
 	}
 	go func() {
 		var err error
-		for b := range a.full {
+		for ch := range a.full {
 			if err == nil {
-				_, err = w.Write(b)
+				err = do(ch)
+			} else if ch.copy != nil {
+				ch.copy.close()
 			}
-			a.free <- b[:0]
+			if ch.b != nil {
+				a.free <- ch.b[:0]
+			}
 		}
 		a.done <- err
 	}()
 	return a
 }
 
+// Write sends a copy of p; an error of do's is close's.
 func (a *aside) Write(p []byte) (int, error) {
 	b := <-a.free
-	a.full <- append(b, p...)
+	a.send(chunk{b: append(b, p...)})
 	return len(p), nil
 }
 
-// close waits for what was written to be written; again, the same.
+// send sends ch after what was sent before.
+func (a *aside) send(ch chunk) { a.full <- ch }
+
+// close waits for what was sent to be done; again, the same.
 func (a *aside) close() error {
 	if !a.closed {
 		a.closed = true
