@@ -37,8 +37,8 @@ import (
 // fails before the list is read whole, the list is read again alone, so
 // that a failure of the list is told as the list's, as though it had
 // been read first. Nothing of it is taken from the reader's answer but
-// what the answer says of the child, and the mirror reads its own copy
-// again, checked, to make the child's list.
+// what the answer says of the child; the mirror makes the child's list
+// from its own copies (sink.FileListWriter.Merge).
 //
 // Every file row of the child is resolved to its path below the data
 // path (as resolve does: data path, schema path, table path, each where

@@ -369,11 +369,12 @@ func (st State) WriteFileList(ctx context.Context, w *FileListWriter) error {
 // copy, checked whole (format, version, epoch, count, checksum) as it is
 // fetched, and kept uncompressed, its file lines only: the file a
 // difference's reader reads as it is (catalog.ParentList), and the
-// mirror reads once more to merge the child's list (Each), which checks
-// every line (order, paths) as it gives them, and the count and checksum
-// again. A list written in members (FileListWriter) also keeps its
-// compressed bytes, and where each member of file lines is in both
-// copies, for Merge; neither copy is ever in a reader's folder.
+// mirror reads once more (Each, EachLine), checking every line (order,
+// paths) as it gives them, and the count and checksum again. A list
+// written in members (FileListWriter) also keeps its compressed bytes,
+// and where each member of file lines is in both copies, for Merge: the
+// compressed copy is never linked into a reader's folder, as the
+// uncompressed one is.
 type FileList struct {
 	id      string
 	path    string
