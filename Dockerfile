@@ -17,12 +17,12 @@ ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 go build -trimpath -buildvcs=false -tags disable_grpc_modules \
-        -ldflags "-s -w -X main.version=${VERSION}" \
+        -ldflags "-s -w -X main.version=${VERSION} -linkmode external -extldflags '-static -Wl,--no-warnings'" \
         -o /out/ ./cmd/fdl-mirror ./cmd/fdl-mirror-catalog-reader \
  && /out/fdl-mirror version
 
-# Runtime: the same Debian release as the build (glibc, libstdc++ for
-# DuckDB), slimmed, with CA certificates for HTTPS, S3 and GCS.
+# Runtime: Debian, slimmed, with CA certificates for HTTPS, S3 and GCS and
+# time zones. Both binaries are linked statically (Makefile's STATIC).
 FROM debian:bookworm-slim
 RUN apt-get update \
  && apt-get install -y --no-install-recommends ca-certificates tzdata \

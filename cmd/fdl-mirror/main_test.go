@@ -35,9 +35,11 @@ func TestMain(m *testing.M) {
 	binary = filepath.Join(dir, "fdl-mirror")
 	// The catalog reader's binary beside it, as make installs them: the
 	// tests' readers run it (internal/catalog, program.go). One go build
-	// links both at once, without DWARF (-w), which no test reads: each
-	// link of DuckDB's cgo binaries took some 16 s, 13 s without it.
-	build := exec.Command("go", "build", "-ldflags=-w", "-o", dir+string(filepath.Separator), ".", "../fdl-mirror-catalog-reader")
+	// links both at once, statically as make does (Makefile's STATIC), and
+	// without DWARF (-w), which no test reads: each link of DuckDB's cgo
+	// binaries took some 16 s, 13 s without it.
+	build := exec.Command("go", "build", "-ldflags=-w -linkmode external -extldflags '-static -Wl,--no-warnings'",
+		"-o", dir+string(filepath.Separator), ".", "../fdl-mirror-catalog-reader")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
 		os.RemoveAll(dir)
