@@ -388,8 +388,8 @@ func TestAReaderHasAnEmptyEnvironment(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "do-not-leak") {
 		t.Fatalf("%v", err)
 	}
-	// file holds readerEnv alone: nothing in a plain build, and in a
-	// race build (the tests) only the race runtime's option.
+	// file holds readerEnv alone: GOMAXPROCS in a plain build, and in a
+	// race build (the tests) the race runtime's option too.
 	environ := ""
 	if len(readerEnv) > 0 {
 		environ = strings.Join(readerEnv, "\x00") + "\x00"

@@ -4,6 +4,7 @@ package catalog
 
 const raceEnabled = false
 
-// readerEnv is a reader's whole environment: empty, not nil, since nil
-// would pass on the mirror's, credentials and all.
-var readerEnv = []string{}
+// readerEnv is a reader's whole environment: its one setting
+// (readerProcs), never nil, since nil would pass on the mirror's,
+// credentials and all.
+var readerEnv = []string{readerProcs}

@@ -12,4 +12,4 @@ const raceEnabled = true
 // most of a reader's life in the tests, which run race-built readers of
 // the test binary. A race is still reported when it happens; only the
 // wait at exit goes.
-var readerEnv = []string{"GORACE=atexit_sleep_ms=0"}
+var readerEnv = []string{readerProcs, "GORACE=atexit_sleep_ms=0"}
