@@ -82,12 +82,16 @@ func TestDaemonRunsEachSinkOfAMirror(t *testing.T) {
 		}
 		return ms.LastRun.Result
 	}
-	waitFor(t, "a run of each sink", 60*time.Second, func() bool {
-		st := entries()
-		return result(st[Redact(a)]) == ResultSuccess && result(st[Redact(b)]) == ResultLocked && result(st[Redact(single)]) == ResultSuccess
+	// The entries are checked as one snapshot taken between runs: the
+	// schedule (every second) starts the next run of a sink at any
+	// moment, and a sink is "running" while one is under way.
+	var st map[string]MirrorStatus
+	waitFor(t, "a run of each sink, and none under way", 60*time.Second, func() bool {
+		st = entries()
+		return result(st[Redact(a)]) == ResultSuccess && result(st[Redact(b)]) == ResultLocked && result(st[Redact(single)]) == ResultSuccess &&
+			st[Redact(a)].State != StateRunning && st[Redact(b)].State != StateRunning
 	})
 
-	st := entries()
 	if len(st) != 3 {
 		t.Fatalf("status entries %v, want one per sink of towns and one for single", st)
 	}
