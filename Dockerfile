@@ -17,7 +17,7 @@ ARG VERSION=dev
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=1 go build -trimpath -buildvcs=false -tags disable_grpc_modules \
-        -ldflags "-s -w -X main.version=${VERSION} -linkmode external -extldflags '-static -Wl,--no-warnings'" \
+        -ldflags "-s -w -X main.version=${VERSION} -linkmode external -extldflags '-static'" \
         -o /out/ ./cmd/fdl-mirror ./cmd/fdl-mirror-catalog-reader \
  && /out/fdl-mirror version
 

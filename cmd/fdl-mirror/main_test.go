@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 	// links both at once, statically as make does (Makefile's STATIC), and
 	// without DWARF (-w), which no test reads: each link of DuckDB's cgo
 	// binaries took some 16 s, 13 s without it.
-	build := exec.Command("go", "build", "-ldflags=-w -linkmode external -extldflags '-static -Wl,--no-warnings'",
+	build := exec.Command("go", "build", "-ldflags=-w -linkmode external -extldflags '-static'",
 		"-o", dir+string(filepath.Separator), ".", "../fdl-mirror-catalog-reader")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
