@@ -390,10 +390,7 @@ func TestAReaderHasAnEmptyEnvironment(t *testing.T) {
 	}
 	// file holds readerEnv alone: GOMAXPROCS in a plain build, and in a
 	// race build (the tests) the race runtime's option too.
-	environ := ""
-	if len(readerEnv) > 0 {
-		environ = strings.Join(readerEnv, "\x00") + "\x00"
-	}
+	environ := strings.Join(readerEnv, "\x00") + "\x00"
 	want := fmt.Sprintf("read /proc/self/environ: %q", environ[:min(len(environ), 16)])
 	withKnobs(t, readerKnobs{noLandlock: true})
 	_, err = misbehavingRead(t, p, "open:/proc/self/environ", Limits{})
