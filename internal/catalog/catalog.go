@@ -589,11 +589,7 @@ func (r *reader) loadColumns() error {
 	for _, t := range tablesRead {
 		read[t] = true
 	}
-	// Names are matched here, not in SQL: DuckDB resolves names without
-	// regard to case, and a lower() in the query costs six times the
-	// plain listing of the schema's columns.
-	rows, err := r.conn.QueryContext(r.ctx, "SELECT table_name, column_name, column_default IS NOT NULL FROM duckdb_columns() "+
-		"WHERE database_name = "+sqlString(r.attachedAs())+" AND schema_name = 'main'")
+	rows, err := r.columnsOfTablesRead()
 	if err != nil {
 		return r.errf("reading the columns of its tables: %w", err)
 	}
@@ -627,6 +623,27 @@ func (r *reader) loadColumns() error {
 	// duckdb_columns() also lists views' columns; checkObjects refused
 	// ducklake_* views already, so these are base tables.
 	return nil
+}
+
+// columnsOfTablesRead lists the columns of the tables read: each table,
+// its column and whether the column has an expression. The tables are
+// asked for by name (pragma_table_info, 1.6 ms for the five); where one
+// is missing, which fails that query, the schema's columns are listed
+// whole (duckdb_columns(), 7.4 ms: it lists every column of every
+// database first). A first mirror reads a catalog per version.
+func (r *reader) columnsOfTablesRead() (*sql.Rows, error) {
+	var q []string
+	for _, t := range tablesRead {
+		q = append(q, "SELECT "+sqlString(t)+", name, dflt_value IS NOT NULL FROM pragma_table_info("+sqlString(r.table(t))+")")
+	}
+	if rows, err := r.conn.QueryContext(r.ctx, strings.Join(q, " UNION ALL ")); err == nil || r.ctx.Err() != nil {
+		return rows, err
+	}
+	// Names are matched by the caller, not in SQL: DuckDB resolves names
+	// without regard to case, and a lower() in the query costs six times
+	// the plain listing of the schema's columns.
+	return r.conn.QueryContext(r.ctx, "SELECT table_name, column_name, column_default IS NOT NULL FROM duckdb_columns() "+
+		"WHERE database_name = "+sqlString(r.attachedAs())+" AND schema_name = 'main'")
 }
 
 // checkRowCounts refuses a catalog with more rows than the limit before

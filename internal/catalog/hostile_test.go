@@ -159,7 +159,7 @@ func TestReadNeverRunsTheCatalogsMacros(t *testing.T) {
 	for _, f := range []string{"coalesce", "strlen", "length", "lower", "left", "substr", "starts_with", "count", "min", "max", "sum", "arg_min", "row_number", "current_setting"} {
 		stmts = append(stmts, fmt.Sprintf(`CREATE MACRO "%[1]s"(a := NULL, b := NULL, c := NULL) AS error('the catalog''s macro %[1]s ran')`, f))
 	}
-	for _, table := range append([]string{"ducklake_files", "duckdb_views", "duckdb_columns", "duckdb_functions"}, tablesRead...) {
+	for _, table := range append([]string{"ducklake_files", "duckdb_views", "duckdb_columns", "duckdb_functions", "pragma_table_info"}, tablesRead...) {
 		stmts = append(stmts, fmt.Sprintf(`CREATE MACRO "%[1]s"() AS TABLE SELECT error('the catalog''s table macro %[1]s ran') AS path`, table))
 	}
 	clean := generatedCatalog(t)
@@ -196,6 +196,41 @@ func TestReadRefusesAGeneratedColumn(t *testing.T) {
 		"INSERT INTO ducklake_data_file VALUES (1, 1, 1, NULL, true, 10)",
 	)
 	readHostile(t, p, Limits{}, "ducklake_data_file.path", "generated")
+}
+
+// A column's default is refused as a generated column is, and both are
+// found whether the columns are asked for table by table or, where a
+// table read is missing (ducklake_table here: that query fails), listed
+// for the whole schema.
+func TestReadRefusesAColumnsExpressionWhicheverWayColumnsAreListed(t *testing.T) {
+	withDefault := []string{
+		"DROP TABLE ducklake_delete_file",
+		"CREATE TABLE ducklake_delete_file (delete_file_id BIGINT, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, data_file_id BIGINT, path VARCHAR, path_is_relative BOOLEAN, format VARCHAR, file_size_bytes BIGINT DEFAULT (length(current_setting('memory_limit'))))",
+	}
+	generated := []string{
+		"DROP TABLE ducklake_data_file",
+		"CREATE TABLE ducklake_data_file (data_file_id BIGINT, table_id BIGINT, begin_snapshot BIGINT, end_snapshot BIGINT, path_is_relative BOOLEAN, file_size_bytes BIGINT, path VARCHAR AS (current_setting('memory_limit')))",
+		"INSERT INTO ducklake_data_file VALUES (1, 1, 1, NULL, true, 10)",
+	}
+	for _, tc := range []struct {
+		name  string
+		stmts []string
+		want  string
+	}{
+		{"a default", withDefault, "ducklake_delete_file.file_size_bytes"},
+		{"a default, ducklake_table missing", append([]string{"DROP TABLE ducklake_table"}, withDefault...), "ducklake_delete_file.file_size_bytes"},
+		{"a generated column, ducklake_table missing", append([]string{"DROP TABLE ducklake_table"}, generated...), "ducklake_data_file.path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			readHostile(t, generatedCatalog(t, tc.stmts...), Limits{}, tc.want, "default or generated expression")
+		})
+	}
+	// Without either, the catalog missing ducklake_table reads: its
+	// columns listed the second way.
+	c, err := Read(context.Background(), generatedCatalog(t, "DROP TABLE ducklake_table"), catalogName, Limits{})
+	if err != nil || len(c.Files) == 0 {
+		t.Fatalf("a catalog without ducklake_table: %+v, %v", c, err)
+	}
 }
 
 func TestReadRefusesMoreFilesThanTheLimitBeforeReadingThem(t *testing.T) {
