@@ -233,7 +233,17 @@ func (e *engine) run(ctx context.Context) error {
 	var inv *sink.Inventory
 	if !lockFirst {
 		var err error
-		if upstream, head, inv, err = e.readBothSides(ctx); err != nil {
+		upstream, head, inv, err = e.readBothSides(ctx)
+		switch {
+		case err != nil && e.opts.Lock != nil && backend.IsNotExist(err):
+			// Read without the lock, a file of the mirror listed may be
+			// gone when it is read: another run that held the lock
+			// removed it meanwhile (a prune of a withdrawn tag; two
+			// daemon replicas met so). The lock orders such writes; the
+			// mirror is read again under it.
+			e.log.Info("a file of the mirror went while it was read without the lock; reading it again under the lock", zap.Error(err))
+			lockFirst = true
+		case err != nil:
 			return err
 		}
 	}

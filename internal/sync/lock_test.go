@@ -194,3 +194,80 @@ func TestRunWithRefsMovedListsRefsOnceEachSide(t *testing.T) {
 		t.Errorf("stale refs.json: refs moved %+v, want main to %s", r.rep.RefsMoved, id)
 	}
 }
+
+// refGoesAfterListing is a mirror in which, once armed, another run
+// removes a tag and refs.json just after this run has listed refs/ and
+// before it reads the ref files: what a prune of a withdrawn tag by a
+// second daemon replica, holding the lock, did to a replica's run reading
+// the mirror without it (TestTwoDaemonReplicasPruneObjectStoreMirrorsAndEndClean,
+// on fake-gcs-server, failed so).
+type refGoesAfterListing struct {
+	backend.Backend
+	tag   string
+	armed atomic.Bool
+	went  atomic.Bool
+}
+
+func (r *refGoesAfterListing) List(ctx context.Context, prefix string, fn func(backend.FileInfo) error) error {
+	err := r.Backend.List(ctx, prefix, fn)
+	if err == nil && prefix == repo.RefsDir && r.armed.CompareAndSwap(true, false) {
+		for _, name := range []string{r.tag, repo.RefsFile} {
+			if err := r.Backend.Remove(ctx, name); err != nil {
+				return err
+			}
+		}
+		r.went.Store(true)
+	}
+	return err
+}
+
+func (r *refGoesAfterListing) Unwrap() backend.Reader { return r.Backend }
+
+// A file of the mirror that goes between the listing and the read of a
+// run reading without the lock is another run's write, which the lock
+// orders: the run takes the lock and reads the mirror again under it,
+// instead of failing.
+func TestRunReadsTheMirrorAgainUnderTheLockWhereAFileWent(t *testing.T) {
+	ctx := context.Background()
+	up, _ := manyRefs(t, 3)
+	sinkDir := t.TempDir()
+	dst, err := local.Create(sinkDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	mirror := &refGoesAfterListing{Backend: dst, tag: "refs/tags/t0001"}
+	src := mustOpen(t, up)
+	if rep, err := syncStores(ctx, src, mirror, fdlsync.Options{Lock: (&lockCounter{}).lock}); err != nil || !rep.OK() {
+		t.Fatalf("first mirror: %v %+v", err, rep)
+	}
+	// Withdrawn upstream (its refs.json, which lists no tag, unchanged:
+	// the run reads both sides before it takes the lock), and removed
+	// from the mirror by another run while this one reads it.
+	if err := os.Remove(filepath.Join(up, filepath.FromSlash(mirror.tag))); err != nil {
+		t.Fatal(err)
+	}
+	mirror.armed.Store(true)
+	l := &lockCounter{}
+	rep, err := syncStores(ctx, src, mirror, fdlsync.Options{Lock: l.lock})
+	if !mirror.went.Load() {
+		t.Fatal("the tag was not removed between the run's listing and its read")
+	}
+	if err != nil || !rep.OK() {
+		t.Fatalf("a run whose mirror lost a tag while it read it: %v %+v", err, rep)
+	}
+	if l.taken != 1 || l.released != 1 {
+		t.Errorf("lock taken %d, released %d; want 1, 1 (the mirror read again under it)", l.taken, l.released)
+	}
+	upRefs, _, err := repo.ReadRefs(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirRefs, _, err := repo.ReadRefs(ctx, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := mirRefs[mirror.tag]; ok || len(mirRefs) != len(upRefs) {
+		t.Errorf("the mirror's refs %v, want upstream's %v", mirRefs, upRefs)
+	}
+}
