@@ -191,6 +191,7 @@ func readerMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "catalog reader: %v\n", err)
 		return exitSandbox
 	}
+	readerOnlyCoreFunctions()
 	out := newFrameWriter(os.Stdout)
 	out.begin(frameHello)
 	out.u8(protocolVersion)

@@ -7,6 +7,8 @@ import (
 	"math"
 	"net"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,8 +71,49 @@ func misbehave(kind string) error {
 	case "lie":
 		lie(arg)
 		return errTestAnswered
+	case "extensions":
+		loaded, err := loadedExtensions()
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("loaded: %s", strings.Join(loaded, ","))
 	}
 	return nil
+}
+
+// loadedExtensions opens a DuckDB as a reader does and lists the linked
+// extensions it has loaded, each known by a function only it registers.
+// (duckdb_extensions() would list the extension folder, which neither the
+// locked configuration nor a reader's Landlock lets it open.)
+func loadedExtensions() ([]string, error) {
+	ctx := context.Background()
+	in, err := startDuckDB(ctx, Limits{}.WithDefaults(), "SET allowed_paths=[]")
+	if err != nil {
+		return nil, err
+	}
+	defer in.close()
+	rows, err := in.conn.QueryContext(ctx, `SELECT DISTINCT CASE function_name
+		WHEN 'sql_auto_complete' THEN 'autocomplete'
+		WHEN 'arg_min' THEN 'core_functions'
+		WHEN 'icu_sort_key' THEN 'icu'
+		WHEN 'json_valid' THEN 'json'
+		WHEN 'parquet_metadata' THEN 'parquet' END AS extension
+		FROM duckdb_functions()
+		WHERE function_name IN ('sql_auto_complete', 'arg_min', 'icu_sort_key', 'json_valid', 'parquet_metadata')
+		ORDER BY extension`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var loaded []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		loaded = append(loaded, name)
+	}
+	return loaded, rows.Err()
 }
 
 // lie answers a request with frames no catalog could give: what a reader
@@ -243,6 +286,26 @@ func TestEachLayerStopsItsMisbehaviour(t *testing.T) {
 				t.Errorf("refused with cause %q: %v; want cause %q saying %q", re.Cause, err, tc.cause, tc.says)
 			}
 		})
+	}
+}
+
+// A reader's DuckDB loads core_functions alone of the extensions linked
+// into the library (extensions_linux.go), where a DuckDB of the mirror's
+// own process loads them all.
+func TestAReadersDuckDBLoadsOnlyCoreFunctions(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("elsewhere a reader loads every extension")
+	}
+	_, err := misbehavingRead(t, generatedCatalog(t), "extensions", Limits{})
+	if err == nil || !strings.HasSuffix(err.Error(), "test behaviour extensions: loaded: core_functions") {
+		t.Fatalf("a reader's extensions: %v; want core_functions alone", err)
+	}
+	here, err := loadedExtensions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"autocomplete", "core_functions", "icu", "json", "parquet"}; !slices.Equal(here, want) {
+		t.Fatalf("this process's DuckDB loaded %v; want every extension linked in, %v", here, want)
 	}
 }
 
