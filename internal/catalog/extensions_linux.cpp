@@ -1,8 +1,10 @@
 //go:build linux && cgo
 
 // A reader's DuckDB starts with one of the extensions linked into the
-// library: core_functions, whose functions (arg_min, strlen, sum) the
-// reader's statements call. See extensions_linux.go for why.
+// library: core_functions, whose functions the reader's statements call
+// (arg_min, strlen, sum; list_value, for the list of its lock-down's
+// SET allowed_paths=[...]; without it that SET fails). See
+// extensions_linux.go for why.
 //
 // DuckDB::DuckDB calls ExtensionHelper::LoadAllExtensions, which loads
 // every extension linked in (autocomplete, core_functions, icu, json,
