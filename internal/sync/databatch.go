@@ -198,7 +198,7 @@ func (t *transfer) mirrorDataFiles(ctx context.Context, id string, files *catalo
 		// Where data_dir is listed for this version, in parts split
 		// among the files its catalog names (worked out only by a store
 		// that lists in parts).
-		ctx = backend.WithListBounds(ctx, func() []string { return t.listBounds(files) })
+		ctx = backend.WithListBounds(ctx, func() backend.ListSplit { return t.listBounds(files) })
 	}
 	m := &batchMirror{t: t, id: id, known: known, many: files.Len() > int64(maxStatChecks)}
 	if m.many {
@@ -271,24 +271,27 @@ func (b *pendingBarrier) wait() error {
 }
 
 // listBounds picks the bounds of a split listing of data_dir among a
-// catalog's files, as backend.SplitBounds picks them among their names,
-// going through them once instead of holding every name.
-func (t *transfer) listBounds(files *catalog.Sorted) []string {
+// catalog's files, evenly, going through them once instead of holding
+// every name, and how many of them each part holds: the store then asks
+// for no more than that in each part's last page.
+func (t *transfer) listBounds(files *catalog.Sorted) backend.ListSplit {
 	n := files.Len()
 	if n < 2*listPart {
-		return nil
+		return backend.ListSplit{}
 	}
 	parts := min(int64(maxListParts), n/listPart)
-	var bounds []string
-	var i int64
+	var split backend.ListSplit
+	var i, from int64
 	files.Each(func(f catalog.File) error {
-		if k := int64(len(bounds)) + 1; k < parts && i == n*k/parts {
-			bounds = append(bounds, t.src.Settings().DataDir+f.Path)
+		if k := int64(len(split.Bounds)) + 1; k < parts && i == n*k/parts {
+			split.Bounds = append(split.Bounds, t.src.Settings().DataDir+f.Path)
+			split.Expect = append(split.Expect, int(i+1-from))
+			from = i + 1
 		}
 		i++
 		return nil
 	})
-	return bounds
+	return split
 }
 
 // batchMirror mirrors the files of one catalog a batch at a time.

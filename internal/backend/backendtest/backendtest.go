@@ -403,15 +403,21 @@ func testListInParts(t *testing.T, b backend.Backend) {
 		{"a", "p/", "p/0001", "z"},
 		{"p/9999"},
 	} {
-		got, err := listAllCtx(backend.WithListBounds(context.Background(), func() []string { return bounds }), b, "p/")
-		if err != nil {
-			t.Fatalf("List p/ with bounds %v: %v", bounds, err)
+		// And with what a caller may expect of each part: nothing, the
+		// right counts, too few, too many, counts that do not match the
+		// bounds.
+		for _, expect := range [][]int{nil, countsUpTo(names, bounds), fill(len(bounds), 1), fill(len(bounds), 5000), {7}} {
+			split := backend.ListSplit{Bounds: bounds, Expect: expect}
+			got, err := listAllCtx(backend.WithListBounds(context.Background(), func() backend.ListSplit { return split }), b, "p/")
+			if err != nil {
+				t.Fatalf("List p/ with bounds %v, expecting %v: %v", bounds, expect, err)
+			}
+			checkListing(t, fmt.Sprintf("p/ with bounds %v, expecting %v", bounds, expect), got, want)
 		}
-		checkListing(t, fmt.Sprintf("p/ with bounds %v", bounds), got, want)
 	}
 	stop := errors.New("stop here")
 	calls := 0
-	err = b.List(backend.WithListBounds(context.Background(), func() []string { return []string{"p/0300", "p/0600"} }), "p/", func(backend.FileInfo) error {
+	err = b.List(backend.WithListBounds(context.Background(), func() backend.ListSplit { return backend.ListSplit{Bounds: []string{"p/0300", "p/0600"}} }), "p/", func(backend.FileInfo) error {
 		calls++
 		if calls == 3 {
 			return stop
@@ -421,6 +427,32 @@ func testListInParts(t *testing.T, b backend.Backend) {
 	if !errors.Is(err, stop) || calls != 3 {
 		t.Fatalf("List in parts went on after fn failed: %d calls, err %v", calls, err)
 	}
+}
+
+// countsUpTo is how many of names (sorted) each part of a split at
+// bounds holds but the last, as a caller that knows them would expect.
+func countsUpTo(names, bounds []string) []int {
+	counts := make([]int, len(bounds))
+	for i, b := range bounds {
+		lo := ""
+		if i > 0 {
+			lo = bounds[i-1]
+		}
+		for _, n := range names {
+			if n > lo && n <= b {
+				counts[i]++
+			}
+		}
+	}
+	return counts
+}
+
+func fill(n, v int) []int {
+	s := make([]int, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
 }
 
 func testListMissingPrefix(t *testing.T, b backend.Backend) {

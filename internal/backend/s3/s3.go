@@ -533,9 +533,9 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 	if err := backend.CheckPrefix(prefix); err != nil {
 		return err
 	}
-	bounds := s.usableBounds(prefix, backend.ListBounds(ctx))
+	bounds, expect := s.usableBounds(prefix, backend.ListBounds(ctx))
 	if len(bounds) == 0 {
-		return s.listRange(ctx, prefix, "", "", false, fn)
+		return s.listRange(ctx, prefix, "", "", 0, false, fn)
 	}
 	// The parts at once, each in order; what they found is handed to fn
 	// after, part by part, from one goroutine as a plain listing would.
@@ -545,17 +545,17 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 	defer cancel()
 	var wg sync.WaitGroup
 	for i := range found {
-		after, last := "", ""
+		after, last, want := "", "", 0
 		if i > 0 {
 			after = bounds[i-1]
 		}
 		if i < len(bounds) {
-			last = bounds[i]
+			last, want = bounds[i], expect[i]
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.listRange(pctx, prefix, after, last, true, func(fi backend.FileInfo) error {
+			errs[i] = s.listRange(pctx, prefix, after, last, want, true, func(fi backend.FileInfo) error {
 				found[i] = append(found[i], fi)
 				return nil
 			})
@@ -570,7 +570,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 			// A store that does not list in name order (a directory
 			// bucket, a gateway of its own kind): the plain way.
 			s.log.Debug("listing not in name order; listing again in one part", zap.String("prefix", s.addr(prefix)))
-			return s.listRange(ctx, prefix, "", "", false, fn)
+			return s.listRange(ctx, prefix, "", "", 0, false, fn)
 		}
 	}
 	for _, err := range errs {
@@ -595,22 +595,30 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(backend.FileInf
 const maxListBounds = 15
 
 // usableBounds keeps the bounds under prefix, in strictly increasing
-// order; none on a directory bucket (S3 Express), which neither lists in
-// name order nor takes StartAfter.
-func (s *Store) usableBounds(prefix string, bounds []string) []string {
+// order, and how many names each kept part is expected to hold (0 where
+// not known): a part of bounds left out is counted in the next kept. None
+// on a directory bucket (S3 Express), which neither lists in name order
+// nor takes StartAfter.
+func (s *Store) usableBounds(prefix string, split backend.ListSplit) (bounds []string, expect []int) {
 	if s.directoryBucket() {
-		return nil
+		return nil, nil
 	}
-	var keep []string
-	for _, b := range bounds {
-		if strings.HasPrefix(b, prefix) && b != prefix && (len(keep) == 0 || b > keep[len(keep)-1]) {
-			keep = append(keep, b)
+	known := len(split.Expect) == len(split.Bounds)
+	carried := 0
+	for i, b := range split.Bounds {
+		if known {
+			carried += max(split.Expect[i], 0)
+		}
+		if strings.HasPrefix(b, prefix) && b != prefix && (len(bounds) == 0 || b > bounds[len(bounds)-1]) {
+			bounds = append(bounds, b)
+			expect = append(expect, carried)
+			carried = 0
+		}
+		if len(bounds) == maxListBounds {
+			break
 		}
 	}
-	if len(keep) > maxListBounds {
-		keep = keep[:maxListBounds]
-	}
-	return keep
+	return bounds, expect
 }
 
 // errUnordered is a listing whose keys did not come in increasing order.
@@ -619,8 +627,10 @@ var errUnordered = errors.New("listing is not in name order")
 // listRange lists the names under prefix after after (from the start
 // when empty) up to and including last (to the end when empty); with
 // inOrder, it also checks that they come in increasing order, as a part
-// of a split listing relies on.
-func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrder bool, fn func(backend.FileInfo) error) error {
+// of a split listing relies on. want, where more than 0, is how many
+// names the caller expects up to last: the last page asks for no more
+// than are still expected (backend.ListSplit's Expect).
+func (s *Store) listRange(ctx context.Context, prefix, after, last string, want int, inOrder bool, fn func(backend.FileInfo) error) error {
 	in := &awss3.ListObjectsV2Input{
 		Bucket: aws.String(s.bucket),
 		Prefix: aws.String(s.key(prefix)),
@@ -634,9 +644,13 @@ func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrd
 	if last != "" {
 		lastKey = s.key(last)
 	}
-	pages := awss3.NewListObjectsV2Paginator(s.client, in)
-	for pages.HasMorePages() {
-		page, err := pages.NextPage(ctx, s.logRetries(prefix))
+	seen := 0 // keys answered so far
+	for {
+		in.MaxKeys = nil
+		if left := want - seen; lastKey != "" && left > 0 && left < listPageKeys {
+			in.MaxKeys = aws.Int32(int32(left))
+		}
+		page, err := s.client.ListObjectsV2(ctx, in, s.logRetries(prefix))
 		if err != nil {
 			if class := classify(err); class == backend.ErrNoBucket || class == backend.ErrAccessDenied {
 				return fmt.Errorf("%s: listing: %w (%s)", s.addr(prefix), class, says(err))
@@ -662,8 +676,20 @@ func (s *Store) listRange(ctx context.Context, prefix, after, last string, inOrd
 				return err
 			}
 		}
+		seen += len(page.Contents)
+		// Past the last name wanted there is nothing to ask for: no page
+		// more to find the next name beyond it.
+		if lastKey != "" && prev == lastKey {
+			return nil
+		}
+		next := aws.ToString(page.NextContinuationToken)
+		if !aws.ToBool(page.IsTruncated) || next == "" || next == aws.ToString(in.ContinuationToken) {
+			// The end, or a store that would hand back the same page
+			// again (the SDK's paginator stops there too).
+			return nil
+		}
+		in.ContinuationToken = aws.String(next)
 	}
-	return nil
 }
 
 // listPageKeys is how many keys a ListPage request asks for (S3's most).
