@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -406,7 +407,7 @@ func testListInParts(t *testing.T, b backend.Backend) {
 		// And with what a caller may expect of each part: nothing, the
 		// right counts, too few, too many, counts that do not match the
 		// bounds.
-		for _, expect := range [][]int{nil, countsUpTo(names, bounds), fill(len(bounds), 1), fill(len(bounds), 5000), {7}} {
+		for _, expect := range [][]int{nil, countsUpTo(names, bounds), slices.Repeat([]int{1}, len(bounds)), slices.Repeat([]int{5000}, len(bounds)), {7}} {
 			split := backend.ListSplit{Bounds: bounds, Expect: expect}
 			got, err := listAllCtx(backend.WithListBounds(context.Background(), func() backend.ListSplit { return split }), b, "p/")
 			if err != nil {
@@ -429,8 +430,8 @@ func testListInParts(t *testing.T, b backend.Backend) {
 	}
 }
 
-// countsUpTo is how many of names (sorted) each part of a split at
-// bounds holds but the last, as a caller that knows them would expect.
+// countsUpTo is how many of names each part of a split at bounds holds
+// but the last, as a caller that knows them would expect.
 func countsUpTo(names, bounds []string) []int {
 	counts := make([]int, len(bounds))
 	for i, b := range bounds {
@@ -445,14 +446,6 @@ func countsUpTo(names, bounds []string) []int {
 		}
 	}
 	return counts
-}
-
-func fill(n, v int) []int {
-	s := make([]int, n)
-	for i := range s {
-		s[i] = v
-	}
-	return s
 }
 
 func testListMissingPrefix(t *testing.T, b backend.Backend) {
